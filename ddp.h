@@ -1374,9 +1374,11 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c)
     case DDP__BROADCAST:
         for (off = 0; off < c->count && res == DDP_OK; off += n) {
             n = c->count - off < per ? c->count - off : per;
-            if (me == c->root) memcpy(result, recv + off * es, n * es);
+            /* through the root's own slot: the result slot may still be read by
+               ranks finishing the previous collective */
+            if (me == c->root) memcpy(mine, recv + off * es, n * es);
             if ((res = ddp__shm_barrier(ctx, c)) != DDP_OK) break;
-            if (me != c->root) memcpy(recv + off * es, result, n * es);
+            if (me != c->root) memcpy(recv + off * es, ddp__slot(ctx, c->root), n * es);
             res = ddp__shm_barrier(ctx, c);
         }
         return res;

@@ -9,7 +9,7 @@
 
 static int test_failures_;
 
-static void test_report(int ok, const char *name, const char *fmt, ...)
+static inline void test_report(int ok, const char *name, const char *fmt, ...)
 {
     if (ok) {
         printf("PASS %s\n", name);
@@ -25,7 +25,7 @@ static void test_report(int ok, const char *name, const char *fmt, ...)
     fflush(stdout);
 }
 
-static void test_skip(const char *name, const char *why)
+static inline void test_skip(const char *name, const char *why)
 {
     printf("SKIP %s: %s\n", name, why);
     fflush(stdout);

@@ -1,0 +1,242 @@
+/* Collectives on the CPU backend, for real, in many processes: every op x dtype,
+   sizes 0, 1, odd and larger than the shared-memory chunk, in place and not, for
+   world sizes 1..6 (and a tiny chunk so that everything crosses chunk borders);
+   async all-reduce; two contexts in one process. */
+#define DDP_IMPLEMENTATION
+#include "ddp.h"
+#include "test.h"
+#include <stdlib.h>
+#include <string.h>
+
+static const ddp_dtype dtypes[] = {DDP_F32, DDP_F64, DDP_BF16, DDP_F16, DDP_I32, DDP_I64};
+static const char *const dtype_names[] = {"f32", "f64", "bf16", "f16", "i32", "i64"};
+static const char *const op_names[] = {"sum", "avg", "min", "max"};
+static const size_t sizes[] = {0, 1, 7, 1000, 300001};
+
+/* A small integer, different per rank and element: exact in every dtype. */
+static double value(int rank, size_t i) { return (double)((rank * 7 + (int)(i % 101) * 3) % 13) - 6.0; }
+
+static void put(void *buf, ddp_dtype t, size_t i, double v)
+{
+    switch (t) {
+    case DDP_F32: ((float *)buf)[i] = (float)v; break;
+    case DDP_F64: ((double *)buf)[i] = v; break;
+    case DDP_BF16: ((uint16_t *)buf)[i] = ddp_f32_to_bf16((float)v); break;
+    case DDP_F16: ((uint16_t *)buf)[i] = ddp_f32_to_f16((float)v); break;
+    case DDP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    default: ((int64_t *)buf)[i] = (int64_t)v; break;
+    }
+}
+
+static double get(const void *buf, ddp_dtype t, size_t i)
+{
+    switch (t) {
+    case DDP_F32: return ((const float *)buf)[i];
+    case DDP_F64: return ((const double *)buf)[i];
+    case DDP_BF16: return ddp_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case DDP_F16: return ddp_f16_to_f32(((const uint16_t *)buf)[i]);
+    case DDP_I32: return ((const int32_t *)buf)[i];
+    default: return (double)((const int64_t *)buf)[i];
+    }
+}
+
+/* What a reduction over ranks 0..W-1 must give, rounded the way the dtype rounds. */
+static double expect(ddp_dtype t, ddp_op op, int world, size_t i)
+{
+    double acc = value(0, i), tmp;
+    int r;
+    char one[8];
+    for (r = 1; r < world; r++) {
+        double v = value(r, i);
+        acc = op == DDP_MIN ? (v < acc ? v : acc) : op == DDP_MAX ? (v > acc ? v : acc) : acc + v;
+    }
+    if (op != DDP_AVG) return acc;
+    switch (t) {
+    case DDP_F32: case DDP_BF16: case DDP_F16: tmp = (float)acc / (float)world; break;
+    case DDP_F64: tmp = acc / world; break;
+    default: tmp = (double)((int64_t)acc / world); break;
+    }
+    put(one, t, 0, tmp);
+    return get(one, t, 0);
+}
+
+static int all_ok(ddp_ctx *ctx, int ok)
+{
+    int32_t bad = !ok;
+    if (ddp_all_reduce(ctx, &bad, &bad, 1, DDP_I32, DDP_MAX, NULL) != DDP_OK) return 0;
+    return bad == 0;
+}
+
+static void report(ddp_ctx *ctx, const char *what, const char *dt, int ok, const char *detail)
+{
+    char name[128];
+    if (!ok) fprintf(stderr, "rank %d: %s %s: %s\n", ctx->rank, what, dt, detail);
+    ok = all_ok(ctx, ok);
+    snprintf(name, sizeof name, "collectives.w%d%s.%s.%s", ctx->world_size,
+             getenv("DDP_SHM_CHUNK") ? ".smallchunk" : "", what, dt);
+    if (ctx->rank == 0) CHECK(name, ok, "%s", detail);
+}
+
+static int worker(void)
+{
+    ddp_ctx ctx;
+    size_t maxn = sizes[sizeof sizes / sizeof sizes[0] - 1], si, i;
+    int d, W, me;
+    char detail[400];
+    void *a = malloc(maxn * 8 * 6), *b = malloc(maxn * 8 * 6);
+    if (!a || !b || ddp_init(&ctx, NULL) != DDP_OK) return 1;
+    W = ctx.world_size;
+    me = ctx.rank;
+    for (d = 0; d < 6; d++) {
+        ddp_dtype t = dtypes[d];
+        int ok = 1, op, inplace;
+        /* all_reduce: every op and size, in place and out of place */
+        for (op = 0; op < 4; op++)
+            for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+                for (inplace = 0; inplace < 2; inplace++) {
+                    size_t n = sizes[si];
+                    void *out = inplace ? a : b;
+                    for (i = 0; i < n; i++) put(a, t, i, value(me, i));
+                    memset(b, 0xff, n * 8);
+                    if (ddp_all_reduce(&ctx, a, out, n, t, (ddp_op)op, NULL) != DDP_OK) {
+                        snprintf(detail, sizeof detail, "%s", ddp_error(&ctx));
+                        ok = 0;
+                    }
+                    for (i = 0; i < n && ok; i++)
+                        if (get(out, t, i) != expect(t, (ddp_op)op, W, i)) {
+                            snprintf(detail, sizeof detail, "%s n=%zu%s: [%zu] = %g, want %g", op_names[op], n,
+                                     inplace ? " in place" : "", i, get(out, t, i), expect(t, (ddp_op)op, W, i));
+                            ok = 0;
+                        }
+                }
+        report(&ctx, "all_reduce", dtype_names[d], ok, detail);
+
+        /* broadcast from the last rank */
+        ok = 1;
+        for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            size_t n = sizes[si];
+            for (i = 0; i < n; i++) put(a, t, i, me == W - 1 ? value(W - 1, i) : 99);
+            if (ddp_broadcast(&ctx, a, n, t, W - 1, NULL) != DDP_OK) ok = 0;
+            for (i = 0; i < n && ok; i++)
+                if (get(a, t, i) != value(W - 1, i)) {
+                    snprintf(detail, sizeof detail, "n=%zu: [%zu] = %g, want %g", n, i, get(a, t, i), value(W - 1, i));
+                    ok = 0;
+                }
+        }
+        report(&ctx, "broadcast", dtype_names[d], ok, detail);
+
+        /* all_gather: rank r's block lands at r * n */
+        ok = 1;
+        for (si = 0; si < 4; si++) {
+            size_t n = sizes[si] * 3 + 1, r;
+            for (i = 0; i < n; i++) put(a, t, i, value(me, i));
+            if (ddp_all_gather(&ctx, a, b, n, t, NULL) != DDP_OK) ok = 0;
+            for (r = 0; r < (size_t)W && ok; r++)
+                for (i = 0; i < n && ok; i++)
+                    if (get(b, t, r * n + i) != value((int)r, i)) {
+                        snprintf(detail, sizeof detail, "n=%zu: block %zu [%zu] = %g", n, r, i, get(b, t, r * n + i));
+                        ok = 0;
+                    }
+        }
+        report(&ctx, "all_gather", dtype_names[d], ok, detail);
+
+        /* reduce_scatter: rank r gets the reduction of block r */
+        ok = 1;
+        for (op = 0; op < 4; op++)
+            for (si = 0; si < 4; si++) {
+                size_t n = sizes[si] * 3 + 2, r;
+                for (r = 0; r < (size_t)W; r++)
+                    for (i = 0; i < n; i++) put(a, t, r * n + i, value(me, r * n + i));
+                if (ddp_reduce_scatter(&ctx, a, b, n, t, (ddp_op)op, NULL) != DDP_OK) ok = 0;
+                for (i = 0; i < n && ok; i++)
+                    if (get(b, t, i) != expect(t, (ddp_op)op, W, (size_t)me * n + i)) {
+                        snprintf(detail, sizeof detail, "%s n=%zu: [%zu] = %g, want %g", op_names[op], n, i,
+                                 get(b, t, i), expect(t, (ddp_op)op, W, (size_t)me * n + i));
+                        ok = 0;
+                    }
+            }
+        report(&ctx, "reduce_scatter", dtype_names[d], ok, detail);
+    }
+
+    { /* async: several in flight, a sync one in between keeps the order */
+        enum { K = 5, N = 40000 };
+        ddp_work w[K];
+        float *x = (float *)a;
+        int k, ok = 1;
+        for (k = 0; k < K; k++) {
+            for (i = 0; i < N; i++) x[k * N + i] = (float)value(me + k, i);
+            if (ddp_all_reduce_async(&ctx, x + k * N, x + k * N, N, DDP_F32, DDP_SUM, NULL, &w[k]) != DDP_OK) ok = 0;
+        }
+        ok &= ddp_barrier(&ctx) == DDP_OK;
+        for (k = K - 1; k >= 0; k--) ok &= ddp_wait(&ctx, &w[k], NULL) == DDP_OK;
+        for (k = 0; k < K && ok; k++)
+            for (i = 0; i < N && ok; i++) {
+                double want = 0;
+                int r;
+                for (r = 0; r < W; r++) want += value(r + k, i);
+                if (x[k * N + i] != want) {
+                    snprintf(detail, sizeof detail, "op %d [%zu] = %g, want %g", k, i, x[k * N + i], want);
+                    ok = 0;
+                }
+            }
+        report(&ctx, "all_reduce_async", "f32", ok, detail);
+    }
+    ddp_destroy(&ctx);
+    free(a);
+    free(b);
+    return test_failures_ ? 1 : 0;
+}
+
+/* Two ranks of one job as two threads of this process: no hidden global state. */
+typedef struct twin { int rank, port; ddp_result r; float x; } twin;
+
+static void *twin_main(void *arg)
+{
+    twin *t = (twin *)arg;
+    ddp_ctx ctx;
+    ddp_desc d;
+    memset(&d, 0, sizeof d);
+    d.world_size = 2;
+    d.rank = t->rank;
+    d.master_addr = "127.0.0.1";
+    d.master_port = t->port;
+    d.job_id = "twins";
+    d.timeout_ms = 20000;
+    t->x = (float)(t->rank + 1);
+    if ((t->r = ddp_init(&ctx, &d)) != DDP_OK) return NULL;
+    t->r = ddp_all_reduce(&ctx, &t->x, &t->x, 1, DDP_F32, DDP_SUM, NULL);
+    ddp_destroy(&ctx);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    static const int worlds[] = {1, 2, 3, 4, 5, 6};
+    char *args[3];
+    size_t w;
+    if (argc > 1 && strcmp(argv[1], "--worker") == 0) return worker();
+    args[0] = argv[0];
+    args[1] = (char *)"--worker";
+    args[2] = NULL;
+    for (w = 0; w < sizeof worlds / sizeof worlds[0]; w++) {
+        int rc = ddp_run(worlds[w], args);
+        if (rc != 0) CHECK("collectives.run", 0, "world %d exited with %d", worlds[w], rc);
+    }
+    setenv("DDP_SHM_CHUNK", "4096", 1); /* sizes from 1000 up cross chunk borders */
+    if (ddp_run(3, args) != 0 || ddp_run(5, args) != 0) CHECK("collectives.run.smallchunk", 0, "failed");
+    unsetenv("DDP_SHM_CHUNK");
+    {
+        pthread_t th[2];
+        twin t[2];
+        int i, port = ddp__free_port();
+        for (i = 0; i < 2; i++) {
+            t[i].rank = i;
+            t[i].port = port;
+            pthread_create(&th[i], NULL, twin_main, &t[i]);
+        }
+        for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+        CHECK("collectives.two_contexts_one_process", t[0].r == DDP_OK && t[1].r == DDP_OK && t[0].x == 3 && t[1].x == 3,
+              "results %d %d, sums %g %g", (int)t[0].r, (int)t[1].r, t[0].x, t[1].x);
+    }
+    TEST_EXIT();
+}
