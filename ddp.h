@@ -209,10 +209,138 @@ DDPDEF uint16_t ddp_f32_to_bf16(float f);
 DDPDEF float ddp_f16_to_f32(uint16_t h);
 DDPDEF uint16_t ddp_f32_to_f16(float f);
 
+/* ---- distributed sampler (torch.utils.data.distributed.DistributedSampler) --------
+   Splits N samples over the ranks: each rank gets num_samples = ceil(N / world_size)
+   positions (floor with drop_last) of one shuffled list, rank r taking positions
+   r, r + world_size, r + 2 world_size, ... Without drop_last the list is padded to
+   num_samples * world_size by repeating it from its start, so the last positions of
+   some ranks are duplicates: a rank's first num_real positions are real samples,
+   the rest padding (count only the real ones in metrics). The shuffle for epoch e is
+   torch.randperm(N) of a generator seeded with seed + e: the same order as PyTorch.
+   There is no set_epoch to forget: every call that returns indices takes the epoch. */
+typedef struct ddp_sampler_desc {
+    size_t dataset_size;  /* N, number of samples; 0 is allowed */
+    size_t batch_size;    /* per rank, for ddp_sampler_batch (as in the template); default 1 */
+    uint64_t seed;        /* epoch e shuffles with seed + e; default 0 (PyTorch's) */
+    int no_shuffle;       /* 1: positions in order 0..N-1 (shuffle=False) */
+    int drop_last;        /* 1: drop the tail that does not divide by world_size, no padding */
+    int drop_last_batch;  /* 1: no partial last batch (DataLoader's drop_last) */
+    int world_size;       /* >0: use rank/world_size instead of the context's */
+    int rank;
+} ddp_sampler_desc;
+
+typedef struct ddp_sampler {
+    size_t dataset_size;  /* N */
+    size_t num_samples;   /* positions per rank, the same on every rank */
+    size_t total_size;    /* num_samples * world_size */
+    size_t num_real;      /* this rank's positions [0, num_real) are real, the rest padding */
+    size_t batch_size, num_batches; /* per rank */
+    int rank, world_size;
+    int shuffle, drop_last, drop_last_batch;
+    uint64_t seed;
+    uint64_t epoch;       /* the epoch `indices` holds, once has_epoch */
+    int has_epoch;
+    size_t *indices;      /* num_samples dataset indices of this rank for `epoch` */
+    size_t *perm_;        /* private: the shuffled list */
+} ddp_sampler;
+
+/* One per-rank batch of an epoch. */
+typedef struct ddp_batch {
+    const size_t *indices; /* count dataset indices */
+    size_t count;          /* 0 past the last batch */
+    size_t num_real;       /* indices[0, num_real) are real samples, the rest padding */
+    size_t global_count;   /* real samples in this batch over all ranks: divide summed
+                              losses and gradients by it to get the global-batch mean */
+} ddp_batch;
+
+/* ctx gives rank and world size (or desc->world_size; with neither, a world of one). */
+DDPDEF ddp_result ddp_sampler_init(ddp_sampler *s, const ddp_ctx *ctx, const ddp_sampler_desc *desc);
+DDPDEF void ddp_sampler_destroy(ddp_sampler *s);
+/* set_epoch and iter() in one: this rank's num_samples indices for `epoch`. */
+DDPDEF const size_t *ddp_sampler_epoch(ddp_sampler *s, uint64_t epoch);
+/* Batch b (0 <= b < num_batches) of this rank for `epoch`. With per-rank batch size
+   B, global batch b is positions [b B W, (b+1) B W) of the shuffled list: the same
+   samples as batch b of one rank with batch size B W. */
+DDPDEF ddp_batch ddp_sampler_batch(ddp_sampler *s, uint64_t epoch, size_t b);
+
+/* ---- metrics ---------------------------------------------------------------------
+   A metric is a sum and a count, so the global mean is exact: sum over all ranks
+   divided by count over all ranks (not the template's mean of per-rank means, which
+   counts padding and weights ranks equally). Zero-initialise, add real samples only,
+   reduce once per epoch. min/max are those of the added values. */
+typedef struct ddp_metric {
+    double sum, count;
+    double min, max; /* meaningful when count > 0 */
+} ddp_metric;
+
+/* Adds `value` with weight `weight` (1 for one sample): sum += value * weight. */
+DDPDEF void ddp_metric_add(ddp_metric *m, double value, double weight);
+/* into[i] += from[i] for n metrics (sums, counts, min, max). */
+DDPDEF void ddp_metric_merge(ddp_metric *into, const ddp_metric *from, size_t n);
+/* Replaces n metrics on every rank by their totals over all ranks: one collective
+   (f64), combined in rank order so every rank gets the same bits. Host memory on
+   every backend. */
+DDPDEF ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n);
+DDPDEF double ddp_metric_mean(const ddp_metric *m);    /* sum / count; 0 when empty */
+DDPDEF double ddp_metric_percent(const ddp_metric *m); /* 100 sum / count: accuracy in % */
+
+/* ---- gradient synchronisation (DistributedDataParallel) ---------------------------
+   All parameters' gradients live in one flat buffer. Init broadcasts the parameters
+   from rank 0 (as DDP's constructor does). Each step, as the backward pass produces
+   gradients (last layer first), mark those regions ready: every bucket (default
+   25 MiB) whose regions are all ready starts an asynchronous all-reduce at once, so
+   communication overlaps the rest of the backward pass. Buckets are reduced in the
+   same order on every rank (from the end of the buffer) whatever order regions are
+   marked in. ddp_grad_finish launches what is left, waits, and leaves the average
+   over ranks in place. Every element must be marked exactly once per step; a region
+   marked twice, or finish with elements never marked, returns DDP_ERR_ARG and
+   ddp_error(ctx) says which elements. */
+typedef struct ddp_grad_desc {
+    void *grads;           /* flat gradient buffer of `count` elements (device memory on NCCL) */
+    size_t count;
+    ddp_dtype dtype;       /* default DDP_F32; DDP_BF16, DDP_F64 also work */
+    size_t bucket_bytes;   /* default 25 MiB (PyTorch's bucket_cap_mb) */
+    int sum;               /* 1: leave the sum over ranks instead of the average */
+    void *params;          /* optional: broadcast from rank 0 by ddp_grad_init */
+    size_t param_count;    /* default: count */
+    ddp_dtype param_dtype; /* default DDP_F32 */
+    void *stream;          /* NCCL: the cudaStream_t the backward pass runs on */
+} ddp_grad_desc;
+
+typedef struct ddp_grad {
+    ddp_ctx *ctx;
+    void *grads;
+    size_t count;
+    ddp_dtype dtype;
+    void *stream;
+    size_t bucket_count, num_buckets; /* elements per bucket, buckets */
+    int sum, no_sync;
+    struct ddp__grad_state *st;       /* private */
+} ddp_grad;
+
+DDPDEF ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc);
+DDPDEF void ddp_grad_destroy(ddp_grad *g); /* waits for buckets still in flight */
+/* Elements [offset, offset + count) of the gradient are final for this step. */
+DDPDEF ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count);
+/* Ends the step: all-reduces the buckets not yet started and waits for all of them.
+   Error if some elements were never marked. */
+DDPDEF ddp_result ddp_grad_finish(ddp_grad *g);
+/* No overlap: marks whatever is not marked yet and finishes. */
+DDPDEF ddp_result ddp_grad_all_reduce(ddp_grad *g);
+/* Gradient accumulation (PyTorch's no_sync()): while on, steps do no communication
+   (ready checks its arguments, finish only ends the step) and gradients accumulate
+   locally; the first step after turning it off averages the accumulated sums.
+   Change it between steps only. */
+DDPDEF ddp_result ddp_grad_no_sync(ddp_grad *g, int on);
 
 #ifdef __cplusplus
 } /* extern "C" */
 inline ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc &desc) { return ddp_init(ctx, &desc); }
+inline ddp_result ddp_sampler_init(ddp_sampler *s, const ddp_ctx *ctx, const ddp_sampler_desc &desc)
+{
+    return ddp_sampler_init(s, ctx, &desc);
+}
+inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &desc) { return ddp_grad_init(g, ctx, &desc); }
 #endif
 #endif /* DDP_H_INCLUDED */
 
@@ -2065,6 +2193,444 @@ int ddp_launch(int *argc, char **argv)
     return DDP_WORKER;
 }
 
+/* ---- sampler ------------------------------------------------------------------------ */
+/* MT19937, seeded like torch.Generator.manual_seed (init_genrand on the low 32 bits). */
+typedef struct ddp__mt {
+    uint32_t s[624];
+    int i;
+} ddp__mt;
+
+static void ddp__mt_seed(ddp__mt *m, uint64_t seed)
+{
+    int i;
+    m->s[0] = (uint32_t)seed;
+    for (i = 1; i < 624; i++)
+        m->s[i] = 1812433253u * (m->s[i - 1] ^ (m->s[i - 1] >> 30)) + (uint32_t)i;
+    m->i = 624;
+}
+
+static uint32_t ddp__mt_next(ddp__mt *m)
+{
+    uint32_t y;
+    if (m->i >= 624) {
+        int k;
+        for (k = 0; k < 624; k++) {
+            y = (m->s[k] & 0x80000000u) | (m->s[(k + 1) % 624] & 0x7fffffffu);
+            m->s[k] = m->s[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+        }
+        m->i = 0;
+    }
+    y = m->s[m->i++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    y ^= y >> 18;
+    return y;
+}
+
+/* torch.randperm(n, generator) on the CPU: a Fisher-Yates walk from the front, with
+   32-bit draws below UINT32_MAX / 20 elements and 64-bit draws (high word first) above. */
+static void ddp__randperm(size_t *perm, size_t n, uint64_t seed)
+{
+    ddp__mt mt;
+    size_t i;
+    ddp__mt_seed(&mt, seed);
+    for (i = 0; i < n; i++) perm[i] = i;
+    for (i = 0; i + 1 < n; i++) {
+        uint64_t r = ddp__mt_next(&mt);
+        size_t z, t;
+        if ((uint64_t)n >= 0xffffffffu / 20) r = (r << 32) | ddp__mt_next(&mt);
+        z = (size_t)(r % (uint64_t)(n - i));
+        t = perm[i];
+        perm[i] = perm[i + z];
+        perm[i + z] = t;
+    }
+}
+
+ddp_result ddp_sampler_init(ddp_sampler *s, const ddp_ctx *ctx, const ddp_sampler_desc *desc)
+{
+    size_t n, w;
+    if (!s) return DDP_ERR_ARG;
+    memset(s, 0, sizeof *s);
+    if (!desc) return DDP_ERR_ARG;
+    if (desc->world_size > 0) {
+        s->world_size = desc->world_size;
+        s->rank = desc->rank;
+    } else if (ctx) {
+        s->world_size = ctx->world_size;
+        s->rank = ctx->rank;
+    } else {
+        s->world_size = 1;
+    }
+    if (s->world_size < 1 || s->rank < 0 || s->rank >= s->world_size) return DDP_ERR_ARG;
+    n = s->dataset_size = desc->dataset_size;
+    w = (size_t)s->world_size;
+    s->shuffle = !desc->no_shuffle;
+    s->drop_last = desc->drop_last != 0;
+    s->drop_last_batch = desc->drop_last_batch != 0;
+    s->seed = desc->seed;
+    s->num_samples = (s->drop_last && n % w) ? n / w : (n + w - 1) / w;
+    s->total_size = s->num_samples * w;
+    /* position r + k w is real while it is below n: padding is a suffix per rank */
+    if (n > (size_t)s->rank) {
+        s->num_real = (n - (size_t)s->rank + w - 1) / w;
+        if (s->num_real > s->num_samples) s->num_real = s->num_samples;
+    }
+    s->batch_size = desc->batch_size ? desc->batch_size : 1;
+    s->num_batches = s->drop_last_batch ? s->num_samples / s->batch_size
+                                        : (s->num_samples + s->batch_size - 1) / s->batch_size;
+    s->indices = (size_t *)DDP_MALLOC((s->num_samples ? s->num_samples : 1) * sizeof(size_t));
+    if (s->shuffle) s->perm_ = (size_t *)DDP_MALLOC((n ? n : 1) * sizeof(size_t));
+    if (!s->indices || (s->shuffle && !s->perm_)) {
+        ddp_sampler_destroy(s);
+        return DDP_ERR_NOMEM;
+    }
+    return DDP_OK;
+}
+
+void ddp_sampler_destroy(ddp_sampler *s)
+{
+    if (!s) return;
+    if (s->indices) DDP_FREE(s->indices);
+    if (s->perm_) DDP_FREE(s->perm_);
+    memset(s, 0, sizeof *s);
+}
+
+const size_t *ddp_sampler_epoch(ddp_sampler *s, uint64_t epoch)
+{
+    size_t k, n, w;
+    if (!s || !s->indices) return NULL;
+    if (s->has_epoch && s->epoch == epoch) return s->indices;
+    n = s->dataset_size;
+    w = (size_t)s->world_size;
+    if (s->shuffle) ddp__randperm(s->perm_, n, s->seed + epoch);
+    for (k = 0; k < s->num_samples; k++) {
+        size_t p = ((size_t)s->rank + k * w) % n; /* past n: padding repeats the list */
+        s->indices[k] = s->shuffle ? s->perm_[p] : p;
+    }
+    s->epoch = epoch;
+    s->has_epoch = 1;
+    return s->indices;
+}
+
+ddp_batch ddp_sampler_batch(ddp_sampler *s, uint64_t epoch, size_t b)
+{
+    ddp_batch bt;
+    size_t first, w, start, covered;
+    memset(&bt, 0, sizeof bt);
+    if (!s || b >= s->num_batches || !ddp_sampler_epoch(s, epoch)) return bt;
+    w = (size_t)s->world_size;
+    first = b * s->batch_size;
+    bt.indices = s->indices + first;
+    bt.count = s->num_samples - first < s->batch_size ? s->num_samples - first : s->batch_size;
+    if (s->num_real > first)
+        bt.num_real = s->num_real - first < bt.count ? s->num_real - first : bt.count;
+    /* over all ranks, this batch covers positions [first w, (first + count) w) */
+    start = first * w;
+    covered = bt.count * w;
+    if (s->dataset_size > start)
+        bt.global_count = s->dataset_size - start < covered ? s->dataset_size - start : covered;
+    return bt;
+}
+
+/* ---- metrics ------------------------------------------------------------------------ */
+void ddp_metric_add(ddp_metric *m, double value, double weight)
+{
+    if (!m || weight == 0) return;
+    if (m->count == 0) {
+        m->min = m->max = value;
+    } else {
+        if (value < m->min) m->min = value;
+        if (value > m->max) m->max = value;
+    }
+    m->sum += value * weight;
+    m->count += weight;
+}
+
+void ddp_metric_merge(ddp_metric *into, const ddp_metric *from, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        ddp_metric *a = &into[i];
+        const ddp_metric *b = &from[i];
+        if (b->count != 0) {
+            if (a->count == 0) {
+                a->min = b->min;
+                a->max = b->max;
+            } else {
+                if (b->min < a->min) a->min = b->min;
+                if (b->max > a->max) a->max = b->max;
+            }
+        }
+        a->sum += b->sum;
+        a->count += b->count;
+    }
+}
+
+ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n)
+{
+    /* all_gather rather than all_reduce: sums, mins and maxes in one collective, and
+       every rank adds the ranks up in the same order */
+    size_t per = n * sizeof(ddp_metric) / sizeof(double), w, r;
+    double *all;
+    ddp_result res;
+    if (!ctx || (!m && n)) return DDP_ERR_ARG;
+    if (n == 0) return DDP_OK;
+    w = (size_t)ctx->world_size;
+    all = (double *)DDP_MALLOC((w + 1) * per * sizeof(double));
+    if (!all) return DDP_ERR_NOMEM;
+    memcpy(all + w * per, m, n * sizeof(ddp_metric));
+#ifdef DDP_NCCL
+    if (ctx->backend == DDP_BACKEND_NCCL) { /* NCCL wants device memory: stage it */
+        double *dev = NULL;
+        res = DDP_ERR_BACKEND;
+        if (cudaMalloc((void **)&dev, (w + 1) * per * sizeof(double)) == cudaSuccess) {
+            res = DDP_OK;
+            if (cudaMemcpy(dev + w * per, m, n * sizeof(ddp_metric), cudaMemcpyHostToDevice) != cudaSuccess)
+                res = DDP_ERR_BACKEND;
+            if (res == DDP_OK) res = ddp_all_gather(ctx, dev + w * per, dev, per, DDP_F64, NULL);
+            if (res == DDP_OK && cudaMemcpy(all, dev, w * per * sizeof(double), cudaMemcpyDeviceToHost) != cudaSuccess)
+                res = DDP_ERR_BACKEND;
+            cudaFree(dev);
+        }
+    } else
+#endif
+    res = ddp_all_gather(ctx, all + w * per, all, per, DDP_F64, NULL);
+    if (res == DDP_OK) {
+        memset(m, 0, n * sizeof(ddp_metric));
+        for (r = 0; r < w; r++) ddp_metric_merge(m, (const ddp_metric *)(all + r * per), n);
+    }
+    DDP_FREE(all);
+    return res;
+}
+
+double ddp_metric_mean(const ddp_metric *m)
+{
+    return m && m->count != 0 ? m->sum / m->count : 0.0;
+}
+
+double ddp_metric_percent(const ddp_metric *m)
+{
+    return 100.0 * ddp_metric_mean(m);
+}
+
+/* ---- gradient synchronisation ---------------------------------------------------- */
+#define DDP__GRAD_IN_FLIGHT 16
+
+typedef struct ddp__grad_bucket {
+    size_t begin, count, pending; /* pending: elements not yet marked this step */
+    ddp_work work;
+} ddp__grad_bucket;
+
+struct ddp__grad_state {
+    ddp__grad_bucket *buckets;
+    size_t launched, waited;   /* buckets started / finished this step, from the last one down */
+    size_t marked;             /* elements marked this step */
+    size_t *regions;           /* (offset, count) pairs marked this step */
+    size_t num_regions, cap_regions;
+};
+
+static void ddp__grad_reset(ddp_grad *g)
+{
+    size_t i;
+    for (i = 0; i < g->num_buckets; i++) g->st->buckets[i].pending = g->st->buckets[i].count;
+    g->st->launched = g->st->waited = g->st->marked = g->st->num_regions = 0;
+}
+
+ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
+{
+    size_t bytes, i;
+    ddp_result r;
+    if (!g) return DDP_ERR_ARG;
+    memset(g, 0, sizeof *g);
+    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!desc || (desc->count && !desc->grads) || (unsigned)desc->dtype >= DDP_DTYPE_COUNT)
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: needs a desc with grads, count and a valid dtype");
+    g->ctx = ctx;
+    g->grads = desc->grads;
+    g->count = desc->count;
+    g->dtype = desc->dtype;
+    g->stream = desc->stream;
+    g->sum = desc->sum != 0;
+    bytes = desc->bucket_bytes ? desc->bucket_bytes : (size_t)25 << 20;
+    g->bucket_count = bytes / ddp_dtype_size(g->dtype);
+    if (g->bucket_count == 0) g->bucket_count = 1;
+    g->num_buckets = (g->count + g->bucket_count - 1) / g->bucket_count;
+    g->st = (struct ddp__grad_state *)DDP_MALLOC(sizeof *g->st);
+    if (!g->st) return DDP_ERR_NOMEM;
+    memset(g->st, 0, sizeof *g->st);
+    g->st->buckets = (ddp__grad_bucket *)DDP_MALLOC((g->num_buckets ? g->num_buckets : 1) * sizeof(ddp__grad_bucket));
+    if (!g->st->buckets) {
+        ddp_grad_destroy(g);
+        return DDP_ERR_NOMEM;
+    }
+    for (i = 0; i < g->num_buckets; i++) {
+        ddp__grad_bucket *b = &g->st->buckets[i];
+        memset(b, 0, sizeof *b);
+        b->begin = i * g->bucket_count;
+        b->count = g->count - b->begin < g->bucket_count ? g->count - b->begin : g->bucket_count;
+    }
+    ddp__grad_reset(g);
+    if (desc->params) {
+        r = ddp_broadcast(ctx, desc->params, desc->param_count ? desc->param_count : desc->count,
+                          desc->param_dtype, 0, g->stream);
+        if (r != DDP_OK) {
+            ddp_grad_destroy(g);
+            return r;
+        }
+    }
+    return DDP_OK;
+}
+
+/* Waits for the buckets started this step until at most `keep` are in flight,
+   oldest first. */
+static ddp_result ddp__grad_wait(ddp_grad *g, size_t keep)
+{
+    struct ddp__grad_state *st = g->st;
+    ddp_result first = DDP_OK;
+    while (st->launched - st->waited > keep) {
+        ddp_result r = ddp_wait(g->ctx, &st->buckets[g->num_buckets - 1 - st->waited].work, g->stream);
+        if (r != DDP_OK && first == DDP_OK) first = r;
+        st->waited++;
+    }
+    return first;
+}
+
+void ddp_grad_destroy(ddp_grad *g)
+{
+    if (!g) return;
+    if (g->st) {
+        if (g->st->buckets) (void)ddp__grad_wait(g, 0);
+        if (g->st->buckets) DDP_FREE(g->st->buckets);
+        if (g->st->regions) DDP_FREE(g->st->regions);
+        DDP_FREE(g->st);
+    }
+    memset(g, 0, sizeof *g);
+}
+
+/* Starts every complete bucket whose turn it is: the same order on every rank. */
+static ddp_result ddp__grad_launch(ddp_grad *g)
+{
+    size_t esize = ddp_dtype_size(g->dtype);
+    while (g->st->launched < g->num_buckets) {
+        ddp__grad_bucket *b = &g->st->buckets[g->num_buckets - 1 - g->st->launched];
+        void *p = (char *)g->grads + b->begin * esize;
+        ddp_result r;
+        if (b->pending) break;
+        /* bounded: the backends queue a limited number of async collectives */
+        r = ddp__grad_wait(g, DDP__GRAD_IN_FLIGHT - 1);
+        if (r != DDP_OK) return r;
+        r = ddp_all_reduce_async(g->ctx, p, p, b->count, g->dtype, g->sum ? DDP_SUM : DDP_AVG,
+                                 g->stream, &b->work);
+        if (r != DDP_OK) return r;
+        g->st->launched++;
+    }
+    return DDP_OK;
+}
+
+ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
+{
+    struct ddp__grad_state *st;
+    size_t i, end = offset + count;
+    if (!g || !g->st) return DDP_ERR_ARG;
+    st = g->st;
+    if (count == 0) return DDP_OK;
+    if (end < offset || end > g->count)
+        return ddp__fail(g->ctx, DDP_ERR_ARG,
+                              "ddp_grad_ready: region [%zu, %zu) is outside the gradient buffer of %zu elements",
+                              offset, end, g->count);
+    for (i = 0; i < st->num_regions; i++) {
+        size_t o = st->regions[2 * i], e = o + st->regions[2 * i + 1];
+        if (offset < e && o < end)
+            return ddp__fail(g->ctx, DDP_ERR_ARG,
+                                  "ddp_grad_ready: region [%zu, %zu) overlaps [%zu, %zu), already marked this step",
+                                  offset, end, o, e);
+    }
+    if (st->num_regions == st->cap_regions) {
+        size_t cap = st->cap_regions ? 2 * st->cap_regions : 64;
+        size_t *nr = (size_t *)DDP_MALLOC(2 * cap * sizeof(size_t));
+        if (!nr) return DDP_ERR_NOMEM;
+        if (st->regions) {
+            memcpy(nr, st->regions, 2 * st->num_regions * sizeof(size_t));
+            DDP_FREE(st->regions);
+        }
+        st->regions = nr;
+        st->cap_regions = cap;
+    }
+    st->regions[2 * st->num_regions] = offset;
+    st->regions[2 * st->num_regions + 1] = count;
+    st->num_regions++;
+    st->marked += count;
+    if (g->no_sync) return DDP_OK;
+    for (i = offset / g->bucket_count; i < g->num_buckets && st->buckets[i].begin < end; i++) {
+        ddp__grad_bucket *b = &st->buckets[i];
+        size_t lo = b->begin > offset ? b->begin : offset;
+        size_t hi = b->begin + b->count < end ? b->begin + b->count : end;
+        b->pending -= hi - lo;
+    }
+    return ddp__grad_launch(g);
+}
+
+static int ddp__grad_region_cmp(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The first element not covered by any region marked this step (count if none). */
+static size_t ddp__grad_first_gap(ddp_grad *g, size_t *gap_end)
+{
+    struct ddp__grad_state *st = g->st;
+    size_t i, pos = 0;
+    qsort(st->regions, st->num_regions, 2 * sizeof(size_t), ddp__grad_region_cmp);
+    for (i = 0; i < st->num_regions && st->regions[2 * i] == pos; i++) pos += st->regions[2 * i + 1];
+    *gap_end = i < st->num_regions ? st->regions[2 * i] : g->count;
+    return pos;
+}
+
+ddp_result ddp_grad_finish(ddp_grad *g)
+{
+    ddp_result r;
+    if (!g || !g->st) return DDP_ERR_ARG;
+    if (g->no_sync) {
+        ddp__grad_reset(g);
+        return DDP_OK;
+    }
+    if (g->st->marked != g->count) {
+        size_t end, gap = ddp__grad_first_gap(g, &end);
+        (void)ddp__grad_wait(g, 0);
+        ddp__grad_reset(g);
+        return ddp__fail(g->ctx, DDP_ERR_ARG,
+                              "ddp_grad_finish: %zu of %zu gradient elements were never marked ready, "
+                              "the first at [%zu, %zu)",
+                              g->count - g->st->marked, g->count, gap, end);
+    }
+    r = ddp__grad_launch(g);
+    if (r == DDP_OK) r = ddp__grad_wait(g, 0);
+    else (void)ddp__grad_wait(g, 0);
+    ddp__grad_reset(g);
+    return r;
+}
+
+ddp_result ddp_grad_all_reduce(ddp_grad *g)
+{
+    ddp_result r = DDP_OK;
+    if (!g || !g->st) return DDP_ERR_ARG;
+    while (r == DDP_OK && g->st->marked < g->count) {
+        size_t end, gap = ddp__grad_first_gap(g, &end);
+        r = ddp_grad_ready(g, gap, end - gap);
+    }
+    return r == DDP_OK ? ddp_grad_finish(g) : r;
+}
+
+ddp_result ddp_grad_no_sync(ddp_grad *g, int on)
+{
+    if (!g || !g->st) return DDP_ERR_ARG;
+    if (g->st->num_regions)
+        return ddp__fail(g->ctx, DDP_ERR_ARG, "ddp_grad_no_sync: called in the middle of a step");
+    g->no_sync = on != 0;
+    return DDP_OK;
+}
 #endif /* DDP__IMPLEMENTATION_DONE */
 #endif /* DDP_IMPLEMENTATION */
 

@@ -1,0 +1,419 @@
+/* train_classifier: the PyTorch DDP template (seed/000, "pytorch单机多卡并行训练代码模板"),
+   ported to C one concept at a time. Comments marked "template:" name the line each
+   part replaces.
+
+   A one-hidden-layer MLP learns four Gaussian blobs in the plane. Each rank trains on
+   its share of every global batch, the gradients are summed over the ranks, and every
+   rank takes the same SGD step, so N processes train the very same model as one:
+
+       ./examples/train_classifier --nproc 1 --batch-size 32 --epochs 3
+       ./examples/train_classifier --nproc 4 --batch-size 8 --epochs 3   (same numbers)
+
+   template: python -m torch.distributed.launch --nproc_per_node=4 xxx.py
+   here:     ./examples/train_classifier --nproc 4   (or torchrun, mpirun, srun: see ddp.h)
+
+   Built with nvcc and run where a GPU is visible, the ranks talk over NCCL. The model
+   itself stays on the CPU (it is 228 numbers): the gradient is copied to the GPU one
+   layer at a time, as the backward pass produces it, and NCCL sums it there. */
+#define DDP_IMPLEMENTATION
+#include "ddp.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#endif
+
+/* ---- the model: x (D) -> relu(W1 x + b1) (H) -> W2 h + b2 (K logits) ------------- */
+enum { D = 2, H = 32, K = 4 };
+/* all parameters in one flat buffer, so the gradient is one buffer too (what DDP's
+   buckets are made of); the last layer is at the end, where the backward pass starts */
+enum { W1 = 0, B1 = W1 + H * D, W2 = B1 + H, B2 = W2 + K * H, NPARAM = B2 + K };
+
+/* Forward pass for one sample: fills h (H) and prob (K); returns the loss -log p[y]. */
+static float forward(const float *p, const float *x, int y, float *h, float *prob)
+{
+    float logit[K], top, sum = 0;
+    int j, k, d;
+    for (j = 0; j < H; j++) {
+        float a = p[B1 + j];
+        for (d = 0; d < D; d++) a += p[W1 + j * D + d] * x[d];
+        h[j] = a > 0 ? a : 0;
+    }
+    for (k = 0; k < K; k++) {
+        float a = p[B2 + k];
+        for (j = 0; j < H; j++) a += p[W2 + k * H + j] * h[j];
+        logit[k] = a;
+    }
+    top = logit[0];
+    for (k = 1; k < K; k++) top = logit[k] > top ? logit[k] : top;
+    for (k = 0; k < K; k++) sum += prob[k] = expf(logit[k] - top);
+    for (k = 0; k < K; k++) prob[k] /= sum;
+    return -logf(prob[y] > 1e-30f ? prob[y] : 1e-30f);
+}
+
+static int argmax(const float *prob)
+{
+    int k, best = 0;
+    for (k = 1; k < K; k++)
+        if (prob[k] > prob[best]) best = k;
+    return best;
+}
+
+/* Backward of the last layer for one sample: adds d loss / d (W2, b2) to g and
+   writes d loss / d h to dh. The sums are in double so that the order in which
+   samples and ranks are added changes nothing in float (the test checks that
+   1 x 32 and 4 x 8 give the same numbers). */
+static void backward_layer2(const float *p, const float *h, const float *prob, int y, double *g, float *dh)
+{
+    int j, k;
+    for (j = 0; j < H; j++) dh[j] = 0;
+    for (k = 0; k < K; k++) {
+        float dlogit = prob[k] - (k == y ? 1.0f : 0.0f);
+        for (j = 0; j < H; j++) {
+            g[W2 + k * H + j] += dlogit * h[j];
+            dh[j] += p[W2 + k * H + j] * dlogit;
+        }
+        g[B2 + k] += dlogit;
+    }
+}
+
+static void backward_layer1(const float *x, const float *h, const float *dh, double *g)
+{
+    int j, d;
+    for (j = 0; j < H; j++) {
+        float da = h[j] > 0 ? dh[j] : 0; /* relu */
+        for (d = 0; d < D; d++) g[W1 + j * D + d] += da * x[d];
+        g[B1 + j] += da;
+    }
+}
+
+/* ---- data: four Gaussian blobs, the same on every rank (no file to read) ---------- */
+typedef struct dataset {
+    size_t n;
+    float *x; /* n x D */
+    int *y;   /* n */
+} dataset;
+
+static double uniform(uint64_t *s) /* splitmix64: deterministic on every platform */
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return ((double)((z ^ (z >> 31)) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static int make_blobs(dataset *ds, size_t n, uint64_t seed)
+{
+    size_t i;
+    ds->n = n;
+    ds->x = (float *)malloc(n * D * sizeof *ds->x);
+    ds->y = (int *)malloc(n * sizeof *ds->y);
+    if (!ds->x || !ds->y) return 0;
+    for (i = 0; i < n; i++) {
+        int c = (int)(uniform(&seed) * K) % K;
+        double r = sqrt(-2 * log(uniform(&seed))), t = 6.283185307179586 * uniform(&seed);
+        double angle = 1.5707963267948966 * c + 0.7853981633974483;
+        ds->x[i * D + 0] = (float)(2.5 * cos(angle) + 0.8 * r * cos(t));
+        ds->x[i * D + 1] = (float)(2.5 * sin(angle) + 0.8 * r * sin(t));
+        ds->y[i] = c;
+    }
+    return 1;
+}
+
+/* ---- the gradient's home for the collective ----------------------------------------
+   CPU backend: the host buffer itself. NCCL: a device copy, filled region by region. */
+typedef struct grad_buffer {
+    double *host;
+    double *dev; /* NULL on the CPU backend */
+    ddp_grad sync;
+} grad_buffer;
+
+static ddp_result grad_ready(grad_buffer *gb, size_t offset, size_t count)
+{
+#ifdef __CUDACC__
+    if (gb->dev &&
+        cudaMemcpy(gb->dev + offset, gb->host + offset, count * sizeof(double), cudaMemcpyHostToDevice) != cudaSuccess)
+        return DDP_ERR_BACKEND;
+#endif
+    return ddp_grad_ready(&gb->sync, offset, count);
+}
+
+static ddp_result grad_finish(grad_buffer *gb)
+{
+    ddp_result r = ddp_grad_finish(&gb->sync);
+#ifdef __CUDACC__
+    if (r == DDP_OK && gb->dev &&
+        cudaMemcpy(gb->host, gb->dev, NPARAM * sizeof(double), cudaMemcpyDeviceToHost) != cudaSuccess)
+        r = DDP_ERR_BACKEND;
+#endif
+    return r;
+}
+
+/* template: DistributedDataParallel(model) broadcasts rank 0's weights and hooks
+   the gradient all-reduce into backward. Here: ddp_grad_init does both jobs' setup. */
+static ddp_result grad_init(grad_buffer *gb, ddp_ctx *ctx, float *params)
+{
+    ddp_grad_desc desc;
+    ddp_result r;
+    void *dev_params = NULL;
+    memset(gb, 0, sizeof *gb);
+    gb->host = (double *)calloc(NPARAM, sizeof(double));
+    if (!gb->host) return DDP_ERR_NOMEM;
+    memset(&desc, 0, sizeof desc);
+    desc.grads = gb->host;
+    desc.count = NPARAM;
+    desc.dtype = DDP_F64;
+    desc.sum = 1;          /* the sum over ranks; the step divides by the batch size */
+    desc.params = params;  /* rank 0's initial weights go to every rank */
+    desc.param_count = NPARAM;
+    desc.param_dtype = DDP_F32;
+#ifdef __CUDACC__
+    if (ctx->backend == DDP_BACKEND_NCCL) { /* NCCL reduces device memory */
+        if (cudaMalloc((void **)&gb->dev, NPARAM * sizeof(double)) != cudaSuccess ||
+            cudaMalloc(&dev_params, NPARAM * sizeof(float)) != cudaSuccess ||
+            cudaMemcpy(dev_params, params, NPARAM * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
+            return DDP_ERR_BACKEND;
+        desc.grads = gb->dev;
+        desc.params = dev_params;
+    }
+#endif
+    r = ddp_grad_init(&gb->sync, ctx, &desc);
+#ifdef __CUDACC__
+    if (dev_params) {
+        if (r == DDP_OK && cudaMemcpy(params, dev_params, NPARAM * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess)
+            r = DDP_ERR_BACKEND;
+        cudaFree(dev_params);
+    }
+#endif
+    (void)dev_params;
+    return r;
+}
+
+static void grad_destroy(grad_buffer *gb)
+{
+    ddp_grad_destroy(&gb->sync);
+#ifdef __CUDACC__
+    if (gb->dev) cudaFree(gb->dev);
+#endif
+    free(gb->host);
+}
+
+/* ---- checkpoint: rank 0 writes "MLP1", D, H, K (int32) and the float32 weights ------
+   Atomically: a temporary file, fsync, rename, so a crash never leaves half a file. */
+static int save_checkpoint(const char *path, const float *params)
+{
+    char tmp[4096];
+    int32_t header[4] = {0x31504c4d /* "MLP1" */, D, H, K};
+    FILE *f;
+    int ok;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    f = fopen(tmp, "wb");
+    if (!f) return 0;
+    ok = fwrite(header, sizeof header, 1, f) == 1 && fwrite(params, sizeof(float), NPARAM, f) == NPARAM &&
+         fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (ok) ok = rename(tmp, path) == 0;
+    if (!ok) remove(tmp);
+    return ok;
+}
+
+/* ---- flags ----------------------------------------------------------------------- */
+typedef struct options {
+    int epochs, batch_size;
+    float lr;
+    uint64_t seed;
+    const char *out;
+} options;
+
+static const char usage[] =
+    "usage: train_classifier [--nproc N] [--epochs N] [--batch-size N (per rank)] [--lr X] [--seed N] [--out FILE]\n";
+
+/* Returns 0 after printing one line on a bad flag. --nproc and --local_rank belong to
+   ddp_launch and ddp_init; they are skipped here. */
+static int parse_options(int argc, char **argv, options *o)
+{
+    int i;
+    o->epochs = 5;
+    o->batch_size = 32;
+    o->lr = 0.1f;
+    o->seed = 0;
+    o->out = "model.bin"; /* template: torch.save(..., "model.pth") */
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        int bad = 0;
+        if (strncmp(a, "--local_rank=", 13) == 0 || strncmp(a, "--local-rank=", 13) == 0) continue;
+        if (!v || strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "train_classifier: %s '%s'\n", v ? "unknown argument" : "missing value or unknown flag", a);
+            return 0;
+        }
+        if (strcmp(a, "--nproc") == 0 || strcmp(a, "--local_rank") == 0 || strcmp(a, "--local-rank") == 0) {
+        } else if (strcmp(a, "--epochs") == 0) {
+            long x = strtol(v, &end, 10);
+            bad = *end || x < 0 || x > 1000000;
+            o->epochs = (int)x;
+        } else if (strcmp(a, "--batch-size") == 0) {
+            long x = strtol(v, &end, 10);
+            bad = *end || x < 1 || x > 1000000;
+            o->batch_size = (int)x;
+        } else if (strcmp(a, "--lr") == 0) {
+            o->lr = strtof(v, &end);
+            bad = *end || !(o->lr > 0);
+        } else if (strcmp(a, "--seed") == 0) {
+            o->seed = strtoull(v, &end, 10);
+            bad = *end || *v == '-';
+        } else if (strcmp(a, "--out") == 0) {
+            o->out = v;
+        } else {
+            fprintf(stderr, "train_classifier: unknown flag '%s'\n", a);
+            return 0;
+        }
+        if (bad || (end && end == v)) {
+            fprintf(stderr, "train_classifier: bad value '%s' for %s\n", v, a);
+            return 0;
+        }
+        i++;
+    }
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    options opt;
+    ddp_ctx ctx;
+    ddp_desc desc;
+    dataset train, val;
+    ddp_sampler train_sampler, val_sampler;
+    ddp_sampler_desc sd;
+    grad_buffer grad;
+    float params[NPARAM], *h, *prob, *dh; /* per-sample activations of one batch */
+    uint64_t init = 0;
+    int epoch, i, status;
+
+    if (!parse_options(argc, argv, &opt)) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    /* template: the launch command. "--nproc N" turns this process into the launcher */
+    status = ddp_launch(&argc, argv);
+    if (status != DDP_WORKER) return status;
+
+    /* template: parser.add_argument('--local_rank'); dist.init_process_group('nccl', ...);
+       torch.cuda.set_device(args.local_rank). ddp_init reads the rank from whatever
+       launched us, picks NCCL when there is a GPU, and binds this rank to GPU local_rank. */
+    memset(&desc, 0, sizeof desc);
+    desc.argc = &argc;
+    desc.argv = argv;
+    if (ddp_init(&ctx, &desc) != DDP_OK) return 1; /* the reason is on stderr */
+
+    /* The same data on every rank; the sampler decides who looks at what. */
+    if (!make_blobs(&train, 2001, 1) || !make_blobs(&val, 1001, 2)) return 1;
+
+    /* template: model = ...; model = DistributedDataParallel(model.cuda(local_rank)).
+       Every rank draws its own weights from --seed + rank: ddp_grad_init replaces them
+       by rank 0's, as DDP's constructor does. (No model.module here: the model is the
+       flat `params` array, wrapped by nothing.) */
+    init = opt.seed + (uint64_t)ctx.rank;
+    for (i = 0; i < NPARAM; i++) /* uniform weights of scale 1/sqrt(fan_in), zero biases */
+        params[i] = (i < B1 ? 0.7f : i >= W2 && i < B2 ? 0.18f : 0.0f) * (float)(2 * uniform(&init) - 1);
+    if (grad_init(&grad, &ctx, params) != DDP_OK) return 1;
+
+    /* template: train_sampler = DistributedSampler(train_dataset);
+       DataLoader(train_dataset, batch_size=..., sampler=train_sampler).
+       --batch-size is per rank, as in the template (note 4): the global batch is
+       batch_size x world_size. */
+    memset(&sd, 0, sizeof sd);
+    sd.dataset_size = train.n;
+    sd.batch_size = (size_t)opt.batch_size;
+    sd.seed = opt.seed;
+    if (ddp_sampler_init(&train_sampler, &ctx, &sd) != DDP_OK) return 1;
+    sd.dataset_size = val.n;
+    sd.no_shuffle = 1; /* validation needs no shuffling */
+    if (ddp_sampler_init(&val_sampler, &ctx, &sd) != DDP_OK) return 1;
+
+    h = (float *)malloc((size_t)opt.batch_size * H * sizeof *h);
+    dh = (float *)malloc((size_t)opt.batch_size * H * sizeof *dh);
+    prob = (float *)malloc((size_t)opt.batch_size * K * sizeof *prob);
+    if (!h || !dh || !prob) return 1;
+
+    for (epoch = 0; epoch < opt.epochs; epoch++) {
+        /* loss and accuracy as (sum, count) of real samples: exact after the reduce */
+        ddp_metric m[4]; /* train loss, train accuracy, val loss, val accuracy */
+        size_t b;
+        memset(m, 0, sizeof m);
+
+        /* template: train_sampler.set_epoch(epoch). Here the epoch is an argument of
+           every batch lookup, so the shuffle cannot silently repeat (note 3). */
+        for (b = 0; b < train_sampler.num_batches; b++) {
+            ddp_batch bt = ddp_sampler_batch(&train_sampler, (uint64_t)epoch, b);
+            size_t s;
+            /* template: data = data.cuda(local_rank); outputs = model(data). Samples
+               past num_real are the sampler's padding: they are skipped, so the global
+               batch is exactly the one a single process would see (note 5). */
+            for (s = 0; s < bt.num_real; s++) {
+                size_t idx = bt.indices[s];
+                float loss = forward(params, &train.x[idx * D], train.y[idx], &h[s * H], &prob[s * K]);
+                ddp_metric_add(&m[0], loss, 1);
+                ddp_metric_add(&m[1], argmax(&prob[s * K]) == train.y[idx], 1);
+            }
+            /* template: optimizer.zero_grad(); loss.backward(). The backward pass goes
+               from the last layer to the first; each finished layer is handed to the
+               all-reduce at once, so communication overlaps the rest of the backward. */
+            memset(grad.host, 0, NPARAM * sizeof(double));
+            for (s = 0; s < bt.num_real; s++)
+                backward_layer2(params, &h[s * H], &prob[s * K], train.y[bt.indices[s]], grad.host, &dh[s * H]);
+            if (grad_ready(&grad, W2, NPARAM - W2) != DDP_OK) return 1;
+            for (s = 0; s < bt.num_real; s++)
+                backward_layer1(&train.x[bt.indices[s] * D], &h[s * H], &dh[s * H], grad.host);
+            if (grad_ready(&grad, W1, W2 - W1) != DDP_OK || grad_finish(&grad) != DDP_OK) return 1;
+            /* template: optimizer.step(). The loss is the mean over the global batch,
+               so its gradient is the summed gradient over global_count samples (the
+               last batch is smaller; PyTorch's average of rank means would be off). */
+            for (i = 0; i < NPARAM; i++)
+                params[i] -= opt.lr * (float)(grad.host[i] / (double)bt.global_count);
+        }
+
+        /* template: with torch.no_grad(): model.eval(); for ... in val_dataloader */
+        for (b = 0; b < val_sampler.num_batches; b++) {
+            ddp_batch bt = ddp_sampler_batch(&val_sampler, (uint64_t)epoch, b);
+            size_t s;
+            for (s = 0; s < bt.num_real; s++) {
+                size_t idx = bt.indices[s];
+                float loss = forward(params, &val.x[idx * D], val.y[idx], h, prob);
+                ddp_metric_add(&m[2], loss, 1);
+                ddp_metric_add(&m[3], argmax(prob) == val.y[idx], 1);
+            }
+        }
+
+        /* template: train_loss / each_dist_train_data_num; dist.all_reduce(...);
+           / world_size; acc / len(dataset) * 100 (notes 5 and 6). One collective
+           gives every rank the exact global sums and counts. */
+        if (ddp_metric_reduce(&ctx, m, 4) != DDP_OK) return 1;
+        /* template: if dist.get_rank() == 0: print(...) (note 7) */
+        ddp_print(&ctx, "epoch %d train_loss %.6f train_acc %.6f val_loss %.6f val_acc %.6f\n", epoch,
+                  ddp_metric_mean(&m[0]), ddp_metric_percent(&m[1]), ddp_metric_mean(&m[2]),
+                  ddp_metric_percent(&m[3]));
+    }
+
+    /* template: if dist.get_rank() == 0: torch.save(model.module.state_dict(), ...).
+       Every rank holds the same weights; rank 0 writes them. */
+    status = 0;
+    if (ddp_is_main(&ctx) && !save_checkpoint(opt.out, params)) {
+        fprintf(stderr, "train_classifier: cannot write %s\n", opt.out);
+        status = 1;
+    }
+    free(h);
+    free(dh);
+    free(prob);
+    free(train.x);
+    free(train.y);
+    free(val.x);
+    free(val.y);
+    grad_destroy(&grad);
+    ddp_sampler_destroy(&train_sampler);
+    ddp_sampler_destroy(&val_sampler);
+    ddp_destroy(&ctx);
+    return status;
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# tests/test_classifier.sh - one process with batch 32 and four with batch 8 per rank
+# train the same model: the last epoch's validation metrics agree to 1e-6 and the
+# classifier learns (> 90 % validation accuracy). The Makefile builds the example.
+cd "$(dirname "$0")/.." || exit 1
+bin=./examples/train_classifier
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+report() { # name ok why
+  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
+}
+if [ ! -x "$bin" ]; then
+  echo "FAIL classifier: $bin is not built (make examples/train_classifier)"
+  exit 1
+fi
+"$bin" --nproc 1 --batch-size 32 --epochs 3 --seed 1 --out "$tmp/one.bin" >"$tmp/one.txt" 2>&1
+rc1=$?
+"$bin" --nproc 4 --batch-size 8 --epochs 3 --seed 1 --out "$tmp/four.bin" >"$tmp/four.txt" 2>&1
+rc4=$?
+report "classifier --nproc 1 runs" "$rc1" "exit $rc1: $(tail -n 3 "$tmp/one.txt" | tr '\n' ' ')"
+report "classifier --nproc 4 runs" "$rc4" "exit $rc4: $(tail -n 3 "$tmp/four.txt" | tr '\n' ' ')"
+[ "$rc1" -eq 0 ] && [ "$rc4" -eq 0 ] || exit 1
+
+last1=$(grep '^epoch 2 ' "$tmp/one.txt")
+last4=$(grep '^epoch 2 ' "$tmp/four.txt")
+n1=$(grep -c '^epoch ' "$tmp/one.txt")
+n4=$(grep -c '^epoch ' "$tmp/four.txt")
+[ "$n1" -eq 3 ] && [ "$n4" -eq 3 ]
+report "classifier prints one line per epoch, on rank 0 only" $? "got $n1 and $n4 epoch lines"
+
+# fields: epoch E train_loss X train_acc Y val_loss Z val_acc W
+awk -v a="$last1" -v b="$last4" 'BEGIN {
+  split(a, x, " "); split(b, y, " ");
+  if (x[7] != "val_loss" || y[7] != "val_loss") exit 1;
+  for (i = 8; i <= 10; i += 2) {
+    d = x[i] - y[i]; if (d < 0) d = -d;
+    m = x[i] < 0 ? -x[i] : x[i]; if (m < 1) m = 1;
+    if (d > 1e-6 * m) exit 1;
+  }
+}'
+report "classifier: 1 x 32 and 4 x 8 give the same val_loss and val_acc" $? "'$last1' vs '$last4'"
+
+awk -v a="$last1" 'BEGIN { split(a, x, " "); exit !(x[9] == "val_acc" && x[10] > 90) }'
+report "classifier learns: val_acc > 90" $? "'$last1'"
+
+[ -s "$tmp/four.bin" ] && [ ! -e "$tmp/four.bin.tmp" ] && cmp -s "$tmp/one.bin" "$tmp/four.bin"
+report "classifier: rank 0 checkpoints the same weights for 1 and 4 ranks" $? "checkpoints missing or different"
+
+"$bin" --nproc 2 --no-such-flag 1 >"$tmp/bad.txt" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && [ "$(grep -c . "$tmp/bad.txt")" -eq 2 ]
+report "classifier: a bad flag prints one error and the usage, exits 2" $? "exit $rc: $(tr '\n' ' ' <"$tmp/bad.txt")"
+exit $fail

@@ -1,0 +1,315 @@
+/* tests/test_gradsync.c - gradient synchronisation and metrics over real processes.
+   The driver runs this program as 1..5 ranks (ddp_run); every rank fills gradients
+   from (rank, index), syncs them, and compares with the average it computes alone.
+   Each check's result is combined over ranks and rank 0 prints it. */
+#define DDP_IMPLEMENTATION
+#include "ddp.h"
+#include "test.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct worker {
+    ddp_ctx ctx;
+    char last_error[400]; /* the library's error reports land here, not on stderr */
+    int failures;
+} worker;
+
+static void capture_log(void *user, int level, const char *msg)
+{
+    worker *w = (worker *)user;
+    if (level == DDP_LOG_ERROR) snprintf(w->last_error, sizeof w->last_error, "%s", msg);
+}
+
+/* Every rank reports; the check passes only if it passed on every rank. */
+static void check_all(worker *w, const char *name, int ok, const char *why)
+{
+    int32_t bad = ok ? 0 : 1;
+    char full[200];
+    if (!ok) ddp_log(&w->ctx, "%s: %s\n", name, why);
+    if (ddp_all_reduce(&w->ctx, &bad, &bad, 1, DDP_I32, DDP_MAX, NULL) != DDP_OK) bad = 1;
+    snprintf(full, sizeof full, "gradsync W=%d: %s", w->ctx.world_size, name);
+    if (w->ctx.rank == 0) test_report(!bad, full, "failed on at least one rank (see its line above)");
+    if (bad) w->failures++;
+}
+
+static double grad_value(int rank, size_t i, int step)
+{
+    return (double)((rank * 7 + (int)i * 3 + step * 5) % 17) * 0.125 - 1.0 + 0.001 * (double)(i % 100);
+}
+
+/* Marks [0, n) as regions of odd sizes 1, 3, 5, ... 13 in the order given by `order`
+   (0: last region first, as a backward pass does; 1: first region first;
+   2: interleaved from both ends). With `fill`, each region gets its values only just
+   before it is marked, as in a backward pass (the rest holds garbage until then). */
+static ddp_result mark_regions(ddp_grad *g, size_t n, int order, float *fill, int rank, int step)
+{
+    size_t offs[4096], lens[4096], m = 0, o = 0, i;
+    ddp_result r = DDP_OK;
+    while (o < n && m < 4096) {
+        size_t len = 2 * (m % 7) + 1;
+        if (len > n - o) len = n - o;
+        offs[m] = o;
+        lens[m++] = len;
+        o += len;
+    }
+    for (i = 0; i < m && r == DDP_OK; i++) {
+        size_t j = order == 0 ? m - 1 - i : order == 1 ? i : (i % 2 ? i / 2 : m - 1 - i / 2);
+        size_t e;
+        for (e = offs[j]; fill && e < offs[j] + lens[j]; e++) fill[e] = (float)grad_value(rank, e, step);
+        r = ddp_grad_ready(g, offs[j], lens[j]);
+    }
+    return r;
+}
+
+static void f32_average(worker *w, int order, size_t bucket_bytes, const char *name)
+{
+    const size_t n = 1013;
+    float *grads = (float *)malloc(n * sizeof *grads);
+    ddp_grad g;
+    ddp_grad_desc d;
+    char why[512] = "";
+    int ok = 1, step;
+    size_t i;
+    memset(&d, 0, sizeof d);
+    d.grads = grads;
+    d.count = n;
+    d.bucket_bytes = bucket_bytes;
+    ok = ddp_grad_init(&g, &w->ctx, &d) == DDP_OK;
+    for (step = 0; step < 3 && ok; step++) { /* several steps: the state resets */
+        for (i = 0; i < n; i++) grads[i] = 1e30f;
+        if (mark_regions(&g, n, order, grads, w->ctx.rank, step) != DDP_OK || ddp_grad_finish(&g) != DDP_OK) {
+            snprintf(why, sizeof why, "step %d: %s", step, ddp_error(&w->ctx));
+            ok = 0;
+        }
+        for (i = 0; i < n && ok; i++) {
+            double want = 0;
+            int r;
+            for (r = 0; r < w->ctx.world_size; r++) want += (double)(float)grad_value(r, i, step);
+            want /= w->ctx.world_size;
+            if (fabs(grads[i] - want) > 1e-6 * (1 + fabs(want))) {
+                snprintf(why, sizeof why, "step %d element %zu: %.9g, want %.9g", step, i, grads[i], want);
+                ok = 0;
+            }
+        }
+    }
+    ddp_grad_destroy(&g);
+    free(grads);
+    check_all(w, name, ok, why);
+}
+
+/* Small integers are exact in bf16, so their sums are too. */
+static void bf16_sum(worker *w)
+{
+    const size_t n = 301;
+    uint16_t *grads = (uint16_t *)malloc(n * sizeof *grads);
+    ddp_grad g;
+    ddp_grad_desc d;
+    char why[512] = "";
+    int ok;
+    size_t i;
+    memset(&d, 0, sizeof d);
+    d.grads = grads;
+    d.count = n;
+    d.dtype = DDP_BF16;
+    d.bucket_bytes = 50;
+    d.sum = 1;
+    for (i = 0; i < n; i++) grads[i] = ddp_f32_to_bf16((float)((w->ctx.rank + (int)i) % 9 - 4));
+    ok = ddp_grad_init(&g, &w->ctx, &d) == DDP_OK && mark_regions(&g, n, 0, NULL, 0, 0) == DDP_OK &&
+         ddp_grad_finish(&g) == DDP_OK;
+    if (!ok) snprintf(why, sizeof why, "%s", ddp_error(&w->ctx));
+    for (i = 0; i < n && ok; i++) {
+        double want = 0;
+        int r;
+        for (r = 0; r < w->ctx.world_size; r++) want += (double)((r + (int)i) % 9 - 4);
+        if (ddp_bf16_to_f32(grads[i]) != want) {
+            snprintf(why, sizeof why, "element %zu: %g, want %g", i, ddp_bf16_to_f32(grads[i]), want);
+            ok = 0;
+        }
+    }
+    ddp_grad_destroy(&g);
+    free(grads);
+    check_all(w, "bf16 sum, 25-element buckets", ok, why);
+}
+
+/* Two micro-steps without communication, then one that syncs: the average of the
+   ranks' accumulated sums. Also: the default bucket (one) and ddp_grad_all_reduce. */
+static void accumulation(worker *w)
+{
+    const size_t n = 517;
+    double *grads = (double *)calloc(n, sizeof *grads);
+    ddp_grad g;
+    ddp_grad_desc d;
+    char why[512] = "";
+    int ok, micro;
+    size_t i;
+    memset(&d, 0, sizeof d);
+    d.grads = grads;
+    d.count = n;
+    d.dtype = DDP_F64;
+    d.bucket_bytes = 8 * 40;
+    ok = ddp_grad_init(&g, &w->ctx, &d) == DDP_OK && ddp_grad_no_sync(&g, 1) == DDP_OK;
+    for (micro = 0; micro < 3 && ok; micro++) {
+        if (micro == 2) ok = ddp_grad_no_sync(&g, 0) == DDP_OK;
+        for (i = 0; i < n; i++) grads[i] += grad_value(w->ctx.rank, i, micro);
+        /* marking is optional while no_sync is on; the last micro-step marks half and
+           lets ddp_grad_all_reduce mark the rest */
+        if (ok && micro == 0) ok = mark_regions(&g, n, 0, NULL, 0, 0) == DDP_OK;
+        if (ok && micro == 2) ok = ddp_grad_ready(&g, 100, 200) == DDP_OK;
+        if (ok) ok = (micro == 2 ? ddp_grad_all_reduce(&g) : ddp_grad_finish(&g)) == DDP_OK;
+        if (!ok) snprintf(why, sizeof why, "micro-step %d: %s", micro, ddp_error(&w->ctx));
+        if (ok && micro < 2) /* nothing was exchanged */
+            for (i = 0; i < n && ok; i++) {
+                double want = 0;
+                int s;
+                for (s = 0; s <= micro; s++) want += grad_value(w->ctx.rank, i, s);
+                if (grads[i] != want) {
+                    snprintf(why, sizeof why, "micro-step %d changed element %zu", micro, i);
+                    ok = 0;
+                }
+            }
+    }
+    for (i = 0; i < n && ok; i++) {
+        double want = 0;
+        int r, s;
+        for (r = 0; r < w->ctx.world_size; r++)
+            for (s = 0; s < 3; s++) want += grad_value(r, i, s);
+        want /= w->ctx.world_size;
+        if (fabs(grads[i] - want) > 1e-12) {
+            snprintf(why, sizeof why, "element %zu: %.17g, want %.17g", i, grads[i], want);
+            ok = 0;
+        }
+    }
+    ddp_grad_destroy(&g);
+    free(grads);
+    check_all(w, "accumulation (no_sync micro-steps) then f64 average", ok, why);
+}
+
+static void broadcast_params(worker *w)
+{
+    const size_t n = 97;
+    float params[97], grads[97];
+    ddp_grad g;
+    ddp_grad_desc d;
+    int ok;
+    size_t i;
+    for (i = 0; i < n; i++) params[i] = (float)(w->ctx.rank * 1000 + (int)i);
+    memset(&d, 0, sizeof d);
+    d.grads = grads;
+    d.count = n;
+    d.params = params;
+    ok = ddp_grad_init(&g, &w->ctx, &d) == DDP_OK;
+    for (i = 0; i < n && ok; i++) ok = params[i] == (float)i;
+    ddp_grad_destroy(&g);
+    check_all(w, "init broadcasts rank 0's parameters", ok, "parameters differ from rank 0's");
+}
+
+/* Misuse is reported on every rank before anything is exchanged, so the job goes on. */
+static void errors(worker *w)
+{
+    float grads[64];
+    ddp_grad g;
+    ddp_grad_desc d;
+    ddp_result r1, r2, r3;
+    int ok;
+    memset(&d, 0, sizeof d);
+    d.grads = grads;
+    d.count = 64;
+    ok = ddp_grad_init(&g, &w->ctx, &d) == DDP_OK; /* one bucket: nothing starts early */
+    r1 = ddp_grad_ready(&g, 0, 10);
+    w->last_error[0] = 0;
+    r2 = ddp_grad_ready(&g, 5, 10);
+    ok = ok && r1 == DDP_OK && r2 == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "already marked") &&
+         strstr(w->last_error, "already marked");
+    check_all(w, "a region marked twice is an error with a message", ok, ddp_error(&w->ctx));
+    r3 = ddp_grad_finish(&g);
+    ok = r3 == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "never marked") && strstr(ddp_error(&w->ctx), "[10, 64)");
+    check_all(w, "finish with unmarked elements is an error naming them", ok, ddp_error(&w->ctx));
+    ok = ddp_grad_ready(&g, 60, 5) == DDP_ERR_ARG;
+    check_all(w, "a region past the end is an error", ok, "accepted");
+    ddp_grad_destroy(&g);
+}
+
+/* Each rank adds the real samples of its sampler part: the totals are exact. */
+static void metrics(worker *w)
+{
+    const size_t n = 23;
+    ddp_sampler s;
+    ddp_sampler_desc sd;
+    ddp_metric m[2];
+    double exact = 0, lo = 1e300, hi = -1e300;
+    size_t i, k;
+    int ok;
+    char why[512] = "";
+    for (i = 0; i < n; i++) {
+        double v = (double)((i * 37) % 11) + 0.25 * (double)i;
+        exact += v;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    memset(&sd, 0, sizeof sd);
+    sd.dataset_size = n;
+    sd.seed = 3;
+    memset(m, 0, sizeof m);
+    ok = ddp_sampler_init(&s, &w->ctx, &sd) == DDP_OK && ddp_sampler_epoch(&s, 1) != NULL;
+    for (k = 0; ok && k < s.num_real; k++) {
+        size_t j = s.indices[k];
+        ddp_metric_add(&m[0], (double)((j * 37) % 11) + 0.25 * (double)j, 1);
+        ddp_metric_add(&m[1], j % 4 == 0 ? 1 : 0, 1);
+    }
+    ok = ok && ddp_metric_reduce(&w->ctx, m, 2) == DDP_OK;
+    if (ok && (m[0].count != (double)n || fabs(m[0].sum - exact) > 1e-9 || m[0].min != lo || m[0].max != hi ||
+               fabs(ddp_metric_percent(&m[1]) - 100.0 * 6 / 23) > 1e-9)) {
+        snprintf(why, sizeof why, "count %g sum %.17g min %g max %g pct %g; want %zu %.17g %g %g %g", m[0].count,
+                 m[0].sum, m[0].min, m[0].max, ddp_metric_percent(&m[1]), n, exact, lo, hi, 100.0 * 6 / 23);
+        ok = 0;
+    }
+    ddp_sampler_destroy(&s);
+    check_all(w, "metrics reduce: exact mean, count, min, max with padding", ok, why);
+}
+
+static int work(int *argc, char **argv)
+{
+    worker w;
+    ddp_desc d;
+    memset(&w, 0, sizeof w);
+    memset(&d, 0, sizeof d);
+    d.argc = argc;
+    d.argv = argv;
+    d.log = capture_log;
+    d.log_user = &w;
+    if (ddp_init(&w.ctx, &d) != DDP_OK) {
+        printf("FAIL gradsync: ddp_init: %s\n", w.last_error);
+        return 1;
+    }
+    broadcast_params(&w);
+    f32_average(&w, 0, 100, "f32 average, 25-element buckets, regions marked last first");
+    f32_average(&w, 1, 100, "f32 average, regions marked first first");
+    f32_average(&w, w.ctx.rank % 3, 36, "f32 average, each rank marks in its own order");
+    f32_average(&w, 0, 0, "f32 average, default 25 MiB bucket");
+    bf16_sum(&w);
+    accumulation(&w);
+    errors(&w);
+    metrics(&w);
+    ddp_destroy(&w.ctx);
+    return w.failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    char worker_flag[] = "--worker";
+    char *args[3];
+    int nproc;
+    if (argc > 1 && strcmp(argv[1], "--worker") == 0) return work(&argc, argv);
+    args[0] = argv[0];
+    args[1] = worker_flag;
+    args[2] = NULL;
+    for (nproc = 1; nproc <= 5; nproc++) {
+        int status = ddp_run(nproc, args);
+        char name[64];
+        snprintf(name, sizeof name, "gradsync W=%d: every rank exited 0", nproc);
+        CHECK(name, status == 0, "ddp_run returned %d", status);
+    }
+    (void)test_skip;
+    TEST_EXIT();
+}
