@@ -380,6 +380,9 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #include <nccl.h>
 #endif
 
+#if defined(__GLIBC__) && !(defined(__USE_XOPEN2K8) && defined(__USE_MISC))
+#error "ddp.h: the implementation needs POSIX 2008: define DDP_IMPLEMENTATION and include ddp.h before any other header, or compile with -D_GNU_SOURCE"
+#endif
 #if defined(DDP_MALLOC) != defined(DDP_FREE)
 #error "define both DDP_MALLOC and DDP_FREE, or neither"
 #endif

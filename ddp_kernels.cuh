@@ -1,0 +1,1584 @@
+/* ddp_kernels.cuh - the layers of a GPT-2 style transformer, forward and backward,
+   as CUDA kernels with a plain C twin of each, in one header.   v0.1
+
+   WHAT IT IS
+   Every layer a small GPT needs to train: token+position embedding, layernorm,
+   matmul with bias, causal multi-head self-attention, GELU, residual add, fused
+   softmax + cross-entropy, AdamW, and global gradient-norm clipping. Each layer
+   comes twice with one argument order:
+       ddp_<layer>_<forward|backward>_cpu(args...)            plain C99, fp32
+       ddp_<layer>_<forward|backward>_gpu(ctx, args..., stream)  CUDA, returns cudaError_t
+   The CPU half needs only libc and libm, so a machine without CUDA builds and trains
+   with the same program (add -fopenmp to use every core). The GPU half is compiled
+   only by nvcc (it sits under #ifdef __CUDACC__). Everything is static, so the header
+   can be included in any number of translation units. Nothing here prints or exits.
+
+   HOW TO USE
+       #include "ddp_kernels.cuh"
+       CPU:  ddp_layernorm_forward_cpu(out, mean, rstd, inp, w, b, B, T, C);
+       GPU:  ddp_kernels_ctx k;  ddp_kernels_init(&k);      (cuBLASLt handle + scratch)
+             cudaError_t e = ddp_layernorm_forward_gpu(&k, out, mean, rstd, inp, w, b,
+                                                       B, T, C, stream);
+             ...                ddp_kernels_destroy(&k);
+   Every GPU launcher takes the context first and the stream last, and is a template
+   over the activation type F, float or __nv_bfloat16, deduced from its pointers
+   (ddp_floatX is bf16 unless DDP_KERNELS_FP32 is defined, for callers that want one
+   type chosen at compile time). All its pointers are device pointers, scalars such
+   as the loss and the grad norm included. It returns cudaSuccess or the first
+   error; a cuBLASLt failure returns cudaErrorUnknown with its status in
+   ctx->cublas_status. A context serves one stream at a time: its scratch buffer is
+   reused by consecutive launches and grows (with a stream sync, so not inside a
+   CUDA graph capture) the first time a larger shape needs more.
+
+   CONVENTIONS
+   Shapes, row-major, last index fastest:
+       B batch, T time (sequence length), C channels, NH heads, hs = C/NH head size,
+       V vocabulary, OC output channels of a matmul, N elements of a flat tensor.
+   Backward functions ADD (+=) into every gradient they produce, for parameters and
+   for activations alike, so the caller zeroes gradients once per step and residual
+   branches sum for free. The one exception is the cross-entropy, which starts the
+   backward pass and overwrites dlogits.
+
+   ALGORITHMS
+   - embedding: a gather. Its wte gradient is a scatter-add over repeated tokens; the
+     GPU sorts (token, position) pairs with a stable radix sort and sums each token's
+     rows in position order, so no floating-point atomics are needed.
+   - layernorm: two-pass mean and variance per row (one warp per row on the GPU);
+     mean and 1/std are saved for backward. eps = 1e-5.
+   - matmul: out = inp @ weight^T + bias, weight stored (OC,C) as in torch.nn.Linear.
+     GPU: cuBLASLt with the bias fused as an epilogue, fp32 accumulation (TF32 only
+     if ctx->allow_tf32). CPU: rows in blocks so a weight row is reused from cache.
+   - attention: causal softmax(q k^T / sqrt(hs)) v per head, on the fused qkv
+     activation (B,T,3C) of the preceding matmul. The GPU forward is tiled in the
+     flash-attention way: a block streams key/value tiles through shared memory,
+     keeps a running max and sum (online softmax), never writes the (T,T) score
+     matrix, and saves each row's log-sum-exp. The backward recomputes probabilities
+     from that log-sum-exp: one kernel owns a key tile and accumulates dk and dv,
+     another owns a query tile and accumulates dq, so every gradient element is
+     written by exactly one thread. These kernels use CUDA cores (fp32 math), not
+     tensor cores; head sizes up to 128.
+   - gelu: the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+   - crossentropy: one pass per row computes max and sum of exponentials, the loss
+     log(sum) + max - logit[target], and dlogits = dloss (softmax - onehot) / n_valid,
+     where n_valid counts targets that are not ignore_index (those rows get zero loss
+     and zero gradient). Every other target must lie in [0,V). The mean loss is
+     reduced in a fixed order.
+   - adamw: decoupled weight decay and bias correction, as torch.optim.AdamW.
+   - grad norm / clip: sqrt of the sum of squares, reduced in a fixed order; clipping
+     scales by max_norm / (norm + 1e-6) when that is below 1, as PyTorch does.
+
+   PRECISION AND DETERMINISM
+   CPU: fp32 storage and arithmetic; the loss mean and the grad norm sum in double
+   over a fixed partition, so they do not depend on the thread count. GPU:
+   activations, weights and gradients in F (fp32 or bf16); every kernel computes in
+   fp32; layernorm statistics, log-sum-exp, losses, AdamW master weights and
+   moments stay fp32.
+   Every GPU reduction uses per-block partial sums combined in a fixed order, never
+   floating-point atomics, so a rerun of the backward pass is bitwise identical.
+   Elementwise and row kernels use 128-bit loads whenever the pointers are 16-byte
+   aligned and rows are a multiple of 16 bytes, and scalar loads otherwise.
+
+   DOES NOT
+   use tensor cores outside cuBLASLt, fuse layers beyond bias+matmul and
+   softmax+cross-entropy, support head sizes above 128, or do dropout.
+
+   HISTORY
+   0.1  first version: CPU twins with finite-difference tests, GPU kernels.
+*/
+#ifndef DDP_KERNELS_CUH
+#define DDP_KERNELS_CUH
+
+#include <math.h>
+#include <stddef.h>
+
+/* OpenMP pragmas that vanish (without -Wunknown-pragmas noise) when OpenMP is off. */
+#ifdef _OPENMP
+#define DDP__PRAGMA(...) _Pragma(#__VA_ARGS__)
+#define DDP__OMP(...) DDP__PRAGMA(omp __VA_ARGS__)
+#else
+#define DDP__OMP(...)
+#endif
+
+/* ======================================================================== */
+/* CPU half: plain C99, fp32.                                               */
+/* ======================================================================== */
+
+/* Dot product with eight independent partial sums, so the compiler can vectorize it
+   without -ffast-math. */
+static inline float ddp__dot(const float *a, const float *b, int n)
+{
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
+    for (; i < n; i++) s[0] += a[i] * b[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+/* y[0..n) += a * x[0..n) */
+static inline void ddp__axpy(float *y, float a, const float *x, int n)
+{
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* ---- embedding ---------------------------------------------------------- */
+/* out (B,T,C) = wte[tokens] + wpe[t].  tokens (B,T) in [0,V); wte (V,C); wpe (maxT,C), T <= maxT. */
+static inline void ddp_embedding_forward_cpu(float *out, const int *tokens, const float *wte,
+                                      const float *wpe, int B, int T, int C)
+{
+    DDP__OMP(parallel for schedule(static))
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *e = wte + (size_t)tokens[bt] * C, *p = wpe + (size_t)(bt % T) * C;
+        float *o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    }
+}
+
+/* dwte (V,C) +=, dwpe (maxT,C) +=; dout (B,T,C); tokens (B,T). Serial: tokens repeat. */
+static inline void ddp_embedding_backward_cpu(float *dwte, float *dwpe, const float *dout,
+                                       const int *tokens, int B, int T, int C)
+{
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *d = dout + (size_t)bt * C;
+        ddp__axpy(dwte + (size_t)tokens[bt] * C, 1.0f, d, C);
+        ddp__axpy(dwpe + (size_t)(bt % T) * C, 1.0f, d, C);
+    }
+}
+
+/* ---- layernorm ---------------------------------------------------------- */
+#define DDP_LAYERNORM_EPS 1e-5f
+
+/* out (B,T,C); mean, rstd (B,T) saved for backward; inp (B,T,C); weight, bias (C). */
+static inline void ddp_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp,
+                                      const float *weight, const float *bias, int B, int T, int C)
+{
+    DDP__OMP(parallel for schedule(static))
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *x = inp + (size_t)bt * C;
+        float *o = out + (size_t)bt * C;
+        float m = 0.0f, v = 0.0f;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        float s = 1.0f / sqrtf(v / C + DDP_LAYERNORM_EPS);
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        mean[bt] = m;
+        rstd[bt] = s;
+    }
+}
+
+/* dinp (B,T,C) +=, dweight (C) +=, dbias (C) +=; dout, inp (B,T,C); weight (C); mean, rstd (B,T). */
+static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float *dbias,
+                                       const float *dout, const float *inp, const float *weight,
+                                       const float *mean, const float *rstd, int B, int T, int C)
+{
+    DDP__OMP(parallel for schedule(static))
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *x = inp + (size_t)bt * C, *d = dout + (size_t)bt * C;
+        float *dx = dinp + (size_t)bt * C;
+        float m = mean[bt], s = rstd[bt], dn_mean = 0.0f, dn_n_mean = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float dn = d[c] * weight[c];
+            dn_mean += dn;
+            dn_n_mean += dn * (x[c] - m) * s;
+        }
+        dn_mean /= C;
+        dn_n_mean /= C;
+        for (int c = 0; c < C; c++) {
+            float n = (x[c] - m) * s;
+            dx[c] += (d[c] * weight[c] - dn_mean - n * dn_n_mean) * s;
+        }
+    }
+    /* parameter gradients: parallel over channels, rows summed in order */
+    DDP__OMP(parallel for schedule(static))
+    for (int c = 0; c < C; c++) {
+        float dw = 0.0f, db = 0.0f;
+        for (int bt = 0; bt < B * T; bt++) {
+            float d = dout[(size_t)bt * C + c];
+            dw += d * (inp[(size_t)bt * C + c] - mean[bt]) * rstd[bt];
+            db += d;
+        }
+        dweight[c] += dw;
+        dbias[c] += db;
+    }
+}
+
+/* ---- matmul ------------------------------------------------------------- */
+#define DDP__ROWS 8 /* rows of inp that share one pass over a weight row */
+
+/* out (B,T,OC) = inp (B,T,C) @ weight^T + bias; weight (OC,C); bias (OC) or NULL. */
+static inline void ddp_matmul_forward_cpu(float *out, const float *inp, const float *weight,
+                                   const float *bias, int B, int T, int C, int OC)
+{
+    const int BT = B * T;
+    DDP__OMP(parallel for schedule(static))
+    for (int r0 = 0; r0 < BT; r0 += DDP__ROWS) {
+        int r1 = r0 + DDP__ROWS < BT ? r0 + DDP__ROWS : BT;
+        for (int o = 0; o < OC; o++) {
+            const float *w = weight + (size_t)o * C;
+            for (int r = r0; r < r1; r++)
+                out[(size_t)r * OC + o] = ddp__dot(inp + (size_t)r * C, w, C) + (bias ? bias[o] : 0.0f);
+        }
+    }
+}
+
+/* dinp (B,T,C) +=, dweight (OC,C) +=, dbias (OC) += (or NULL); dout (B,T,OC); inp (B,T,C); weight (OC,C). */
+static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
+                                    const float *inp, const float *weight, int B, int T, int C, int OC)
+{
+    const int BT = B * T;
+    DDP__OMP(parallel for schedule(static))
+    for (int r = 0; r < BT; r++)
+        for (int o = 0; o < OC; o++)
+            ddp__axpy(dinp + (size_t)r * C, dout[(size_t)r * OC + o], weight + (size_t)o * C, C);
+    /* weight rows are independent; rows of inp are walked in blocks that stay in cache */
+    DDP__OMP(parallel for schedule(static))
+    for (int o0 = 0; o0 < OC; o0 += DDP__ROWS) {
+        int o1 = o0 + DDP__ROWS < OC ? o0 + DDP__ROWS : OC;
+        for (int r0 = 0; r0 < BT; r0 += 64) {
+            int r1 = r0 + 64 < BT ? r0 + 64 : BT;
+            for (int o = o0; o < o1; o++)
+                for (int r = r0; r < r1; r++) {
+                    float d = dout[(size_t)r * OC + o];
+                    ddp__axpy(dweight + (size_t)o * C, d, inp + (size_t)r * C, C);
+                    if (dbias) dbias[o] += d;
+                }
+        }
+    }
+}
+
+/* ---- attention ---------------------------------------------------------- */
+/* out (B,T,C); lse (B,NH,T) log-sum-exp of each softmax row, saved for backward;
+   inp (B,T,3C) = [q | k | v] per token, head h at channels h*hs .. h*hs+hs-1 of each. */
+static inline void ddp_attention_forward_cpu(float *out, float *lse, const float *inp,
+                                      int B, int T, int C, int NH)
+{
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    DDP__OMP(parallel for schedule(static))
+    for (int i = 0; i < B * NH * T; i++) {
+        int t = i % T, h = (i / T) % NH, b = i / (T * NH);
+        const float *q = inp + ((size_t)b * T + t) * C3 + h * hs;
+        float *o = out + ((size_t)b * T + t) * C + h * hs;
+        float m = -INFINITY, l = 0.0f;
+        for (int d = 0; d < hs; d++) o[d] = 0.0f;
+        /* online softmax: o and l are rescaled whenever the running max grows */
+        for (int t2 = 0; t2 <= t; t2++) {
+            const float *k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
+            float s = ddp__dot(q, k, hs) * scale;
+            if (s > m) {
+                float r = expf(m - s);
+                l *= r;
+                for (int d = 0; d < hs; d++) o[d] *= r;
+                m = s;
+            }
+            float p = expf(s - m);
+            l += p;
+            ddp__axpy(o, p, k + C, hs);
+        }
+        for (int d = 0; d < hs; d++) o[d] /= l;
+        lse[((size_t)b * NH + h) * T + t] = m + logf(l);
+    }
+}
+
+/* dinp (B,T,3C) +=; dout, out (B,T,C); inp (B,T,3C); lse (B,NH,T) from the forward. */
+static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, const float *inp,
+                                       const float *out, const float *lse,
+                                       int B, int T, int C, int NH)
+{
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    /* each (b,h) owns disjoint slices of dinp, so heads run in parallel */
+    DDP__OMP(parallel for schedule(static))
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        for (int t = 0; t < T; t++) {
+            size_t row = (size_t)b * T + t;
+            const float *q = inp + row * C3 + h * hs, *dO = dout + row * C + h * hs;
+            float *dq = dinp + row * C3 + h * hs;
+            /* D = sum_j P_j dP_j = dout . out, the softmax backward's shared term */
+            float D = ddp__dot(dO, out + row * C + h * hs, hs), L = lse[(size_t)bh * T + t];
+            for (int t2 = 0; t2 <= t; t2++) {
+                size_t row2 = (size_t)b * T + t2;
+                const float *k = inp + row2 * C3 + C + h * hs, *v = k + C;
+                float *dk = dinp + row2 * C3 + C + h * hs, *dv = dk + C;
+                float p = expf(ddp__dot(q, k, hs) * scale - L);
+                float ds = p * (ddp__dot(dO, v, hs) - D) * scale;
+                ddp__axpy(dv, p, dO, hs);
+                ddp__axpy(dq, ds, k, hs);
+                ddp__axpy(dk, ds, q, hs);
+            }
+        }
+    }
+}
+
+/* ---- gelu --------------------------------------------------------------- */
+#define DDP__GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+
+/* out (N) = gelu(inp (N)) */
+static inline void ddp_gelu_forward_cpu(float *out, const float *inp, size_t N)
+{
+    DDP__OMP(parallel for schedule(static))
+    for (long i = 0; i < (long)N; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(DDP__GELU_S * (x + 0.044715f * x * x * x)));
+    }
+}
+
+/* dinp (N) += gelu'(inp) * dout; inp, dout (N). */
+static inline void ddp_gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t N)
+{
+    DDP__OMP(parallel for schedule(static))
+    for (long i = 0; i < (long)N; i++) {
+        float x = inp[i], th = tanhf(DDP__GELU_S * (x + 0.044715f * x * x * x));
+        float du = DDP__GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du) * dout[i];
+    }
+}
+
+/* ---- residual ----------------------------------------------------------- */
+/* out (N) = inp1 (N) + inp2 (N) */
+static inline void ddp_residual_forward_cpu(float *out, const float *inp1, const float *inp2, size_t N)
+{
+    DDP__OMP(parallel for schedule(static))
+    for (long i = 0; i < (long)N; i++) out[i] = inp1[i] + inp2[i];
+}
+
+/* dinp1 (N) +=, dinp2 (N) += dout (N) */
+static inline void ddp_residual_backward_cpu(float *dinp1, float *dinp2, const float *dout, size_t N)
+{
+    DDP__OMP(parallel for schedule(static))
+    for (long i = 0; i < (long)N; i++) {
+        dinp1[i] += dout[i];
+        dinp2[i] += dout[i];
+    }
+}
+
+/* ---- fused softmax + cross-entropy -------------------------------------- */
+/* loss (1) = mean of losses over targets != ignore_index (0 if there are none);
+   losses (B,T) per position, 0 where ignored; dlogits (B,T,V) overwritten with
+   dloss * (softmax - onehot) / n_valid, 0 on ignored rows, or NULL for forward only
+   (it may alias logits); logits (B,T,V); targets (B,T). */
+static inline void ddp_crossentropy_forward_backward_cpu(float *loss, float *losses, float *dlogits,
+                                                  const float *logits, const int *targets,
+                                                  int B, int T, int V, int ignore_index, float dloss)
+{
+    const int BT = B * T;
+    int n_valid = 0;
+    for (int i = 0; i < BT; i++) n_valid += targets[i] != ignore_index;
+    const float g = n_valid ? dloss / n_valid : 0.0f;
+    DDP__OMP(parallel for schedule(static))
+    for (int i = 0; i < BT; i++) {
+        const float *x = logits + (size_t)i * V;
+        float *dx = dlogits ? dlogits + (size_t)i * V : NULL;
+        if (targets[i] == ignore_index) {
+            losses[i] = 0.0f;
+            if (dx)
+                for (int v = 0; v < V; v++) dx[v] = 0.0f;
+            continue;
+        }
+        float m = -INFINITY, s = 0.0f;
+        for (int v = 0; v < V; v++) m = x[v] > m ? x[v] : m;
+        for (int v = 0; v < V; v++) s += expf(x[v] - m);
+        losses[i] = logf(s) + m - x[targets[i]];
+        if (dx)
+            for (int v = 0; v < V; v++) dx[v] = g * (expf(x[v] - m) / s - (v == targets[i]));
+    }
+    double sum = 0.0;
+    for (int i = 0; i < BT; i++) sum += losses[i];
+    *loss = n_valid ? (float)(sum / n_valid) : 0.0f;
+}
+
+/* ---- AdamW -------------------------------------------------------------- */
+/* One step on params (N), using grads (N), first/second moments m, v (N); step t
+   counts from 1. torch.optim.AdamW semantics: decoupled decay, bias correction. */
+static inline void ddp_adamw_update_cpu(float *params, const float *grads, float *m, float *v, size_t N,
+                                 float lr, float beta1, float beta2, float eps,
+                                 float weight_decay, int t)
+{
+    const float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
+    DDP__OMP(parallel for schedule(static))
+    for (long i = 0; i < (long)N; i++) {
+        float g = grads[i];
+        m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+        v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float step = (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
+        params[i] -= lr * (step + weight_decay * params[i]);
+    }
+}
+
+/* ---- global gradient norm and clipping ---------------------------------- */
+#define DDP__NORM_CHUNKS 64 /* fixed partition, so the sum does not depend on threads */
+
+/* norm (1) = sqrt(sum grads^2); grads (N), all gradients in one buffer. */
+static inline void ddp_grad_norm_cpu(float *norm, const float *grads, size_t N)
+{
+    double part[DDP__NORM_CHUNKS], sum = 0.0;
+    DDP__OMP(parallel for schedule(static))
+    for (int k = 0; k < DDP__NORM_CHUNKS; k++) {
+        size_t lo = N * k / DDP__NORM_CHUNKS, hi = N * (k + 1) / DDP__NORM_CHUNKS;
+        double s = 0.0;
+        for (size_t i = lo; i < hi; i++) s += (double)grads[i] * grads[i];
+        part[k] = s;
+    }
+    for (int k = 0; k < DDP__NORM_CHUNKS; k++) sum += part[k];
+    *norm = (float)sqrt(sum);
+}
+
+/* grads (N) *= max_norm / (norm + 1e-6) when that factor is below 1; norm (1) from
+   ddp_grad_norm. */
+static inline void ddp_grad_clip_cpu(float *grads, size_t N, float max_norm, const float *norm)
+{
+    float f = max_norm / (*norm + 1e-6f);
+    if (f >= 1.0f) return;
+    DDP__OMP(parallel for schedule(static))
+    for (long i = 0; i < (long)N; i++) grads[i] *= f;
+}
+
+/* ======================================================================== */
+/* GPU half: CUDA C++, compiled only by nvcc.                               */
+/* ======================================================================== */
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublasLt.h>
+#include <cub/device/device_radix_sort.cuh>
+#include <stdint.h>
+#include <string.h>
+
+/* The activation type for callers that fix it at compile time. */
+#ifdef DDP_KERNELS_FP32
+typedef float ddp_floatX;
+#else
+typedef __nv_bfloat16 ddp_floatX;
+#endif
+
+/* Caller-owned state of the GPU half: create with ddp_kernels_init, free with
+   ddp_kernels_destroy. Serves one stream at a time. */
+typedef struct ddp_kernels_ctx {
+    cublasLtHandle_t lt;
+    void *lt_workspace;           /* cuBLASLt workspace, DDP_KERNELS_LT_WORKSPACE bytes */
+    size_t lt_workspace_bytes;
+    void *scratch;                /* partial sums and sort buffers; grows on demand */
+    size_t scratch_bytes;
+    int allow_tf32;               /* fp32 matmuls may use TF32 tensor cores (off: exact fp32) */
+    cublasStatus_t cublas_status; /* the cuBLASLt status behind the last cudaErrorUnknown */
+} ddp_kernels_ctx;
+
+#define DDP_KERNELS_LT_WORKSPACE (32u << 20)
+
+static inline cudaError_t ddp_kernels_init(ddp_kernels_ctx *ctx)
+{
+    memset(ctx, 0, sizeof *ctx);
+    ctx->cublas_status = cublasLtCreate(&ctx->lt);
+    if (ctx->cublas_status != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+    ctx->lt_workspace_bytes = DDP_KERNELS_LT_WORKSPACE;
+    return cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes);
+}
+
+static inline void ddp_kernels_destroy(ddp_kernels_ctx *ctx)
+{
+    cudaFree(ctx->lt_workspace);
+    cudaFree(ctx->scratch);
+    if (ctx->lt) cublasLtDestroy(ctx->lt);
+    memset(ctx, 0, sizeof *ctx);
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+#define DDP__TRY(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return e_; } while (0)
+
+/* A pointer argument that may be NULL must not take part in template deduction. */
+template <class X> struct ddp__same { typedef X type; };
+
+/* Scratch memory of at least bytes, valid until the next launch on this context. */
+static inline cudaError_t ddp__scratch(ddp_kernels_ctx *ctx, size_t bytes, cudaStream_t stream, void **p)
+{
+    if (bytes > ctx->scratch_bytes) {
+        DDP__TRY(cudaStreamSynchronize(stream)); /* earlier launches may still use it */
+        cudaFree(ctx->scratch);
+        ctx->scratch = NULL;
+        ctx->scratch_bytes = 0;
+        DDP__TRY(cudaMalloc(&ctx->scratch, bytes));
+        ctx->scratch_bytes = bytes;
+    }
+    *p = ctx->scratch;
+    return cudaSuccess;
+}
+
+static inline bool ddp__aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static inline unsigned ddp__blocks(size_t n, size_t per_block) { return (unsigned)((n + per_block - 1) / per_block); }
+
+static __device__ __forceinline__ float ddp__f(float x) { return x; }
+static __device__ __forceinline__ float ddp__f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename F> static __device__ __forceinline__ F ddp__to(float x);
+template <> __device__ __forceinline__ float ddp__to<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 ddp__to<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+
+/* Elements of F in one 128-bit load. */
+template <typename F> struct ddp__pack { static constexpr int n = 16 / sizeof(F); };
+
+/* dst[0..n) = p[i..i+n) as floats, zeros past end; one 128-bit load when vec (which
+   promises p + i is 16-byte aligned whenever the whole pack is in range). */
+template <typename F>
+static __device__ __forceinline__ void ddp__load(float *dst, const F *p, long i, long end, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    if (vec && i + n <= end) {
+        alignas(16) F v[n];
+        *reinterpret_cast<int4 *>(v) = *reinterpret_cast<const int4 *>(p + i);
+#pragma unroll
+        for (int k = 0; k < n; k++) dst[k] = ddp__f(v[k]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < n; k++) dst[k] = i + k < end ? ddp__f(p[i + k]) : 0.0f;
+    }
+}
+
+/* p[i..i+n) = src[0..n), stopping at end. */
+template <typename F>
+static __device__ __forceinline__ void ddp__store(F *p, const float *src, long i, long end, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    if (vec && i + n <= end) {
+        alignas(16) F v[n];
+#pragma unroll
+        for (int k = 0; k < n; k++) v[k] = ddp__to<F>(src[k]);
+        *reinterpret_cast<int4 *>(p + i) = *reinterpret_cast<const int4 *>(v);
+    } else {
+#pragma unroll
+        for (int k = 0; k < n; k++)
+            if (i + k < end) p[i + k] = ddp__to<F>(src[k]);
+    }
+}
+
+struct ddp__sum_op { template <class V> __device__ V operator()(V a, V b) const { return a + b; } };
+struct ddp__max_op { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+
+template <class V, class Op>
+static __device__ __forceinline__ V ddp__warp_reduce(V v, Op op)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Reduces v over the block (blockDim.x a multiple of 32); every thread gets the
+   same result, combined in the same fixed order. */
+template <class V, class Op>
+static __device__ V ddp__block_reduce(V v, Op op)
+{
+    __shared__ V warp_vals[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = ddp__warp_reduce(v, op);
+    __syncthreads(); /* a previous call may still be reading warp_vals */
+    if (lane == 0) warp_vals[warp] = v;
+    __syncthreads();
+    v = warp_vals[0];
+    for (int w = 1; w < nwarps; w++) v = op(v, warp_vals[w]);
+    return v;
+}
+
+/* Column sums of a (rows, cols) matrix in two deterministic stages: chunks of rows
+   give partial sums, then each column adds its partials in chunk order. */
+#define DDP__COL_CHUNKS 256
+
+template <typename F>
+static __global__ void ddp__colsum_partial_kernel(float *part, const F *a, int rows, int cols,
+                                                  int rows_per_chunk, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * n, r0 = blockIdx.y * rows_per_chunk;
+    const int r1 = min(rows, r0 + rows_per_chunk);
+    if (c >= cols) return;
+    float acc[n] = {}, v[n];
+    for (int r = r0; r < r1; r++) {
+        ddp__load(v, a + (long)r * cols, c, cols, vec);
+#pragma unroll
+        for (int k = 0; k < n; k++) acc[k] += v[k];
+    }
+#pragma unroll
+    for (int k = 0; k < n; k++)
+        if (c + k < cols) part[(long)blockIdx.y * cols + c + k] = acc[k];
+}
+
+/* out (cols) += sum over chunks of part[chunk * stride + c] */
+template <typename F>
+static __global__ void ddp__colsum_finish_kernel(F *out, const float *part, int chunks, int cols, long stride)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float s = 0.0f;
+    for (int k = 0; k < chunks; k++) s += part[k * stride + c];
+    out[c] = ddp__to<F>(ddp__f(out[c]) + s);
+}
+
+static inline int ddp__rows_per_chunk(int rows) { return (rows + DDP__COL_CHUNKS - 1) / DDP__COL_CHUNKS; }
+
+/* ---- embedding ---------------------------------------------------------- */
+template <typename F>
+static __global__ void ddp__embedding_forward_kernel(F *out, const int *tokens, const F *wte,
+                                                     const F *wpe, int T, int C, long N, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * n;
+    if (i >= N) return;
+    if (vec) { /* C % n == 0: the pack lies in one row */
+        const long bt = i / C, c = i % C;
+        float a[n], p[n];
+        ddp__load(a, wte + (long)tokens[bt] * C, c, C, true);
+        ddp__load(p, wpe + (bt % T) * C, c, C, true);
+#pragma unroll
+        for (int k = 0; k < n; k++) a[k] += p[k];
+        ddp__store(out, a, i, N, true);
+    } else {
+        for (long e = i; e < i + n && e < N; e++) {
+            const long bt = e / C, c = e % C;
+            out[e] = ddp__to<F>(ddp__f(wte[(long)tokens[bt] * C + c]) + ddp__f(wpe[(bt % T) * C + c]));
+        }
+    }
+}
+
+/* out (B,T,C) = wte[tokens] + wpe[t].  tokens (B,T); wte (V,C); wpe (maxT,C). */
+template <typename F>
+static inline cudaError_t ddp_embedding_forward_gpu(ddp_kernels_ctx *ctx, F *out, const int *tokens, const F *wte,
+                                             const F *wpe, int B, int T, int C, cudaStream_t stream)
+{
+    (void)ctx;
+    constexpr int n = ddp__pack<F>::n;
+    const long N = (long)B * T * C;
+    const bool vec = C % n == 0 && ddp__aligned16(out) && ddp__aligned16(wte) && ddp__aligned16(wpe);
+    if (N == 0) return cudaSuccess;
+    ddp__embedding_forward_kernel<<<ddp__blocks(N, 256 * n), 256, 0, stream>>>(out, tokens, wte, wpe, T, C, N, vec);
+    return cudaGetLastError();
+}
+
+/* dwpe (T,C) += sum over b of dout (B,T,C); one thread per pack of (t, c) */
+template <typename F>
+static __global__ void ddp__embedding_dwpe_kernel(F *dwpe, const F *dout, int B, int T, int C, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * n, N = (long)T * C;
+    if (i >= N) return;
+    float acc[n], v[n];
+    ddp__load(acc, dwpe, i, N, vec);
+    for (int b = 0; b < B; b++) {
+        ddp__load(v, dout + (long)b * N, i, N, vec);
+#pragma unroll
+        for (int k = 0; k < n; k++) acc[k] += v[k];
+    }
+    ddp__store(dwpe, acc, i, N, vec);
+}
+
+static __global__ void ddp__iota_kernel(int *a, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) a[i] = i;
+}
+
+/* One block per position of the token-sorted order; the block that starts a run of
+   equal tokens sums the run's dout rows, in position order, into dwte. */
+template <typename F>
+static __global__ void ddp__embedding_dwte_kernel(F *dwte, const F *dout, const int *sorted_tokens,
+                                                  const int *sorted_pos, int BT, int C, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const int j = blockIdx.x, tok = sorted_tokens[j];
+    if (j > 0 && sorted_tokens[j - 1] == tok) return;
+    F *row = dwte + (long)tok * C;
+    for (int c = threadIdx.x * n; c < C; c += blockDim.x * n) {
+        float acc[n], v[n];
+        ddp__load(acc, row, c, C, vec);
+        for (int r = j; r < BT && sorted_tokens[r] == tok; r++) {
+            ddp__load(v, dout + (long)sorted_pos[r] * C, c, C, vec);
+#pragma unroll
+            for (int k = 0; k < n; k++) acc[k] += v[k];
+        }
+        ddp__store(row, acc, c, C, vec);
+    }
+}
+
+/* dwte (V,C) +=, dwpe (maxT,C) +=; dout (B,T,C); tokens (B,T). */
+template <typename F>
+static inline cudaError_t ddp_embedding_backward_gpu(ddp_kernels_ctx *ctx, F *dwte, F *dwpe, const F *dout,
+                                              const int *tokens, int B, int T, int C, cudaStream_t stream)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const int BT = B * T;
+    const bool vec = C % n == 0 && ddp__aligned16(dwte) && ddp__aligned16(dwpe) && ddp__aligned16(dout);
+    if (BT == 0) return cudaSuccess;
+    ddp__embedding_dwpe_kernel<<<ddp__blocks((size_t)T * C, 256 * n), 256, 0, stream>>>(dwpe, dout, B, T, C, vec);
+    DDP__TRY(cudaGetLastError());
+
+    /* stable radix sort of (token, position): equal tokens stay in position order */
+    size_t sort_bytes = 0;
+    DDP__TRY(cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const int *)NULL, (int *)NULL,
+                                             (const int *)NULL, (int *)NULL, BT, 0, 32, stream));
+    const size_t ints = ((size_t)3 * BT + 63) / 64 * 64; /* keep the sort buffer 256-byte aligned */
+    void *scratch;
+    DDP__TRY(ddp__scratch(ctx, ints * sizeof(int) + sort_bytes, stream, &scratch));
+    int *pos = (int *)scratch, *sorted_tok = pos + BT, *sorted_pos = sorted_tok + BT;
+    ddp__iota_kernel<<<ddp__blocks(BT, 256), 256, 0, stream>>>(pos, BT);
+    DDP__TRY(cudaGetLastError());
+    DDP__TRY(cub::DeviceRadixSort::SortPairs((int *)scratch + ints, sort_bytes, tokens, sorted_tok,
+                                             pos, sorted_pos, BT, 0, 32, stream));
+    ddp__embedding_dwte_kernel<<<BT, 128, 0, stream>>>(dwte, dout, sorted_tok, sorted_pos, BT, C, vec);
+    return cudaGetLastError();
+}
+
+/* ---- layernorm ---------------------------------------------------------- */
+/* One warp per row; lanes walk the row in packs. */
+template <typename F>
+static __global__ void ddp__layernorm_forward_kernel(F *out, float *mean, float *rstd, const F *inp,
+                                                     const F *weight, const F *bias, int rows, int C, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return; /* the whole warp leaves together */
+    const F *x = inp + (long)row * C;
+    float v[n], w[n], b[n], s = 0.0f;
+    for (int c = lane * n; c < C; c += 32 * n) {
+        ddp__load(v, x, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < n; k++) s += v[k];
+    }
+    const float m = ddp__warp_reduce(s, ddp__sum_op()) / C;
+    s = 0.0f;
+    for (int c = lane * n; c < C; c += 32 * n) {
+        ddp__load(v, x, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < n; k++) s += c + k < C ? (v[k] - m) * (v[k] - m) : 0.0f;
+    }
+    const float r = rsqrtf(ddp__warp_reduce(s, ddp__sum_op()) / C + DDP_LAYERNORM_EPS);
+    for (int c = lane * n; c < C; c += 32 * n) {
+        ddp__load(v, x, c, C, vec);
+        ddp__load(w, weight, c, C, vec);
+        ddp__load(b, bias, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < n; k++) v[k] = (v[k] - m) * r * w[k] + b[k];
+        ddp__store(out + (long)row * C, v, c, C, vec);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+/* out (B,T,C); mean, rstd (B,T) fp32; inp (B,T,C); weight, bias (C). */
+template <typename F>
+static inline cudaError_t ddp_layernorm_forward_gpu(ddp_kernels_ctx *ctx, F *out, float *mean, float *rstd, const F *inp,
+                                             const F *weight, const F *bias, int B, int T, int C, cudaStream_t stream)
+{
+    (void)ctx;
+    const int rows = B * T;
+    const bool vec = C % ddp__pack<F>::n == 0 && ddp__aligned16(out) && ddp__aligned16(inp) &&
+                     ddp__aligned16(weight) && ddp__aligned16(bias);
+    if (rows == 0) return cudaSuccess;
+    ddp__layernorm_forward_kernel<<<ddp__blocks(rows, 8), 256, 0, stream>>>(out, mean, rstd, inp, weight, bias, rows, C, vec);
+    return cudaGetLastError();
+}
+
+template <typename F>
+static __global__ void ddp__layernorm_backward_kernel(F *dinp, const F *dout, const F *inp, const F *weight,
+                                                      const float *mean, const float *rstd, int rows, int C, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const F *x = inp + (long)row * C, *d = dout + (long)row * C;
+    const float m = mean[row], r = rstd[row];
+    float xv[n], dv[n], wv[n], gv[n], s1 = 0.0f, s2 = 0.0f;
+    for (int c = lane * n; c < C; c += 32 * n) {
+        ddp__load(xv, x, c, C, vec);
+        ddp__load(dv, d, c, C, vec);
+        ddp__load(wv, weight, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < n; k++) { /* padding has dv = 0 */
+            s1 += dv[k] * wv[k];
+            s2 += dv[k] * wv[k] * (xv[k] - m) * r;
+        }
+    }
+    const float dn_mean = ddp__warp_reduce(s1, ddp__sum_op()) / C;
+    const float dn_n_mean = ddp__warp_reduce(s2, ddp__sum_op()) / C;
+    for (int c = lane * n; c < C; c += 32 * n) {
+        ddp__load(xv, x, c, C, vec);
+        ddp__load(dv, d, c, C, vec);
+        ddp__load(wv, weight, c, C, vec);
+        ddp__load(gv, dinp + (long)row * C, c, C, vec);
+#pragma unroll
+        for (int k = 0; k < n; k++)
+            gv[k] += (dv[k] * wv[k] - dn_mean - (xv[k] - m) * r * dn_n_mean) * r;
+        ddp__store(dinp + (long)row * C, gv, c, C, vec);
+    }
+}
+
+/* part (chunks, 2, C): per chunk of rows, sum of dout * normalized and of dout */
+template <typename F>
+static __global__ void ddp__layernorm_param_partial_kernel(float *part, const F *dout, const F *inp,
+                                                           const float *mean, const float *rstd,
+                                                           int rows, int C, int rows_per_chunk, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * n, r0 = blockIdx.y * rows_per_chunk;
+    const int r1 = min(rows, r0 + rows_per_chunk);
+    if (c >= C) return;
+    float dw[n] = {}, db[n] = {}, xv[n], dv[n];
+    for (int r = r0; r < r1; r++) {
+        ddp__load(xv, inp + (long)r * C, c, C, vec);
+        ddp__load(dv, dout + (long)r * C, c, C, vec);
+        const float m = mean[r], s = rstd[r];
+#pragma unroll
+        for (int k = 0; k < n; k++) {
+            dw[k] += dv[k] * (xv[k] - m) * s;
+            db[k] += dv[k];
+        }
+    }
+    float *p = part + (long)blockIdx.y * 2 * C;
+#pragma unroll
+    for (int k = 0; k < n; k++)
+        if (c + k < C) {
+            p[c + k] = dw[k];
+            p[C + c + k] = db[k];
+        }
+}
+
+/* dinp (B,T,C) +=, dweight (C) +=, dbias (C) +=; dout, inp (B,T,C); weight (C); mean, rstd (B,T). */
+template <typename F>
+static inline cudaError_t ddp_layernorm_backward_gpu(ddp_kernels_ctx *ctx, F *dinp, F *dweight, F *dbias,
+                                              const F *dout, const F *inp, const F *weight,
+                                              const float *mean, const float *rstd,
+                                              int B, int T, int C, cudaStream_t stream)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const int rows = B * T, rpc = ddp__rows_per_chunk(rows);
+    const bool vec = C % n == 0 && ddp__aligned16(dinp) && ddp__aligned16(dout) && ddp__aligned16(inp) &&
+                     ddp__aligned16(weight);
+    if (rows == 0) return cudaSuccess;
+    const int chunks = (rows + rpc - 1) / rpc;
+    void *part;
+    DDP__TRY(ddp__scratch(ctx, (size_t)chunks * 2 * C * sizeof(float), stream, &part));
+    ddp__layernorm_backward_kernel<<<ddp__blocks(rows, 8), 256, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, rows, C, vec);
+    DDP__TRY(cudaGetLastError());
+    dim3 grid(ddp__blocks(C, 128 * n), chunks);
+    ddp__layernorm_param_partial_kernel<<<grid, 128, 0, stream>>>((float *)part, dout, inp, mean, rstd, rows, C, rpc, vec);
+    DDP__TRY(cudaGetLastError());
+    ddp__colsum_finish_kernel<<<ddp__blocks(C, 256), 256, 0, stream>>>(dweight, (float *)part, chunks, C, 2L * C);
+    DDP__TRY(cudaGetLastError());
+    ddp__colsum_finish_kernel<<<ddp__blocks(C, 256), 256, 0, stream>>>(dbias, (float *)part + C, chunks, C, 2L * C);
+    return cudaGetLastError();
+}
+
+/* ---- matmul (cuBLASLt) -------------------------------------------------- */
+static inline cudaDataType_t ddp__dtype(const float *) { return CUDA_R_32F; }
+static inline cudaDataType_t ddp__dtype(const __nv_bfloat16 *) { return CUDA_R_16BF; }
+
+/* The largest power of two (up to 256) dividing the address, for the heuristic. */
+static inline uint32_t ddp__alignment(const void *p)
+{
+    uint32_t a = 256;
+    while (a > 1 && ((uintptr_t)p % a) != 0) a /= 2;
+    return a;
+}
+
+/* Column-major D (m,n) = op(A) op(B) + beta D [+ bias (m)], fp32 accumulation.
+   A is stored (m,k) or, transposed, (k,m) with leading dimension lda; B likewise. */
+template <typename F>
+static cublasStatus_t ddp__gemm(ddp_kernels_ctx *ctx, F *d, const F *a, const F *b, const F *bias,
+                                int m, int n, int k, bool ta, bool tb, int lda, int ldb, float beta,
+                                cudaStream_t stream)
+{
+    const cudaDataType_t ty = ddp__dtype(d);
+    const cublasComputeType_t ct = sizeof(F) == 4 && ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    const uint32_t al_a = ddp__alignment(a), al_b = ddp__alignment(b), al_d = ddp__alignment(d);
+    const size_t ws = ctx->lt_workspace_bytes;
+    const float alpha = 1.0f;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F);
+#define DDP__LT(call) if (s == CUBLAS_STATUS_SUCCESS) s = (call)
+    DDP__LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    DDP__LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    DDP__LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (bias) DDP__LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    DDP__LT(cublasLtMatrixLayoutCreate(&la, ty, ta ? k : m, ta ? m : k, lda));
+    DDP__LT(cublasLtMatrixLayoutCreate(&lb, ty, tb ? n : k, tb ? k : n, ldb));
+    DDP__LT(cublasLtMatrixLayoutCreate(&ld, ty, m, n, m));
+    DDP__LT(cublasLtMatmulPreferenceCreate(&pref));
+    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+    DDP__LT(cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
+    if (s == CUBLAS_STATUS_SUCCESS && found == 0) s = CUBLAS_STATUS_NOT_SUPPORTED;
+    DDP__LT(cublasLtMatmul(ctx->lt, op, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
+                           ctx->lt_workspace, ws, stream));
+#undef DDP__LT
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return s;
+}
+
+static inline cudaError_t ddp__lt_error(ddp_kernels_ctx *ctx, cublasStatus_t s)
+{
+    if (s == CUBLAS_STATUS_SUCCESS) return cudaGetLastError();
+    ctx->cublas_status = s;
+    return cudaErrorUnknown;
+}
+
+/* out (rows, OC) += bias (OC), for shapes whose bias epilogue cuBLASLt declines */
+template <typename F>
+static __global__ void ddp__add_bias_kernel(F *out, const F *bias, long N, int OC)
+{
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = ddp__to<F>(ddp__f(out[i]) + ddp__f(bias[i % OC]));
+}
+
+/* out (B,T,OC) = inp (B,T,C) @ weight^T + bias; weight (OC,C); bias (OC) or NULL. */
+template <typename F>
+static inline cudaError_t ddp_matmul_forward_gpu(ddp_kernels_ctx *ctx, F *out, const F *inp, const F *weight,
+                                          const typename ddp__same<F>::type *bias,
+                                          int B, int T, int C, int OC, cudaStream_t stream)
+{
+    /* row-major out (BT,OC) is column-major (OC,BT) = weight^T-as-stored (C,OC)^T x inp (C,BT) */
+    const int BT = B * T;
+    cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (bias && ddp__aligned16(bias)) /* the epilogue wants an aligned bias */
+        s = ddp__gemm(ctx, out, weight, inp, bias, OC, BT, C, true, false, C, C, 0.0f, stream);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
+        s = ddp__gemm(ctx, out, weight, inp, (const F *)NULL, OC, BT, C, true, false, C, C, 0.0f, stream);
+        if (s == CUBLAS_STATUS_SUCCESS && bias)
+            ddp__add_bias_kernel<<<ddp__blocks((size_t)BT * OC, 256), 256, 0, stream>>>(out, bias, (long)BT * OC, OC);
+    }
+    return ddp__lt_error(ctx, s);
+}
+
+/* dinp (B,T,C) +=, dweight (OC,C) +=, dbias (OC) += (or NULL); dout (B,T,OC); inp (B,T,C); weight (OC,C). */
+template <typename F>
+static inline cudaError_t ddp_matmul_backward_gpu(ddp_kernels_ctx *ctx, F *dinp, F *dweight,
+                                           typename ddp__same<F>::type *dbias, const F *dout,
+                                           const F *inp, const F *weight, int B, int T, int C, int OC,
+                                           cudaStream_t stream)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const int BT = B * T;
+    /* dinp^T (C,BT) += weight-as-stored (C,OC) x dout^T (OC,BT) */
+    cublasStatus_t s = ddp__gemm(ctx, dinp, weight, dout, (const F *)NULL, C, BT, OC, false, false, C, OC, 1.0f, stream);
+    /* dweight^T (C,OC) += inp^T (C,BT) x dout (BT,OC) */
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = ddp__gemm(ctx, dweight, inp, dout, (const F *)NULL, C, OC, BT, false, true, C, OC, 1.0f, stream);
+    if (s != CUBLAS_STATUS_SUCCESS || !dbias) return ddp__lt_error(ctx, s);
+    const int rpc = ddp__rows_per_chunk(BT), chunks = (BT + rpc - 1) / rpc;
+    const bool vec = OC % n == 0 && ddp__aligned16(dout);
+    void *part;
+    DDP__TRY(ddp__scratch(ctx, (size_t)chunks * OC * sizeof(float), stream, &part));
+    dim3 grid(ddp__blocks(OC, 128 * n), chunks);
+    ddp__colsum_partial_kernel<<<grid, 128, 0, stream>>>((float *)part, dout, BT, OC, rpc, vec);
+    DDP__TRY(cudaGetLastError());
+    ddp__colsum_finish_kernel<<<ddp__blocks(OC, 256), 256, 0, stream>>>(dbias, (float *)part, chunks, OC, (long)OC);
+    return cudaGetLastError();
+}
+
+/* ---- attention ---------------------------------------------------------- */
+/* Tiles: a block of DDP__ATT_BR threads owns DDP__ATT_BR rows (one each); the other
+   side streams through shared memory DDP__ATT_BC rows at a time. HS is the head size
+   rounded up to 32, 64 or 128; the padding lanes hold zeros. */
+#define DDP__ATT_BR 64
+#define DDP__ATT_BC 32
+
+template <typename F, int HS>
+static __global__ void __launch_bounds__(DDP__ATT_BR)
+ddp__attention_forward_kernel(F *out, float *lse, const F *inp, int T, int C, int NH, float scale)
+{
+    extern __shared__ float ddp__att_smem[];
+    float *Ks = ddp__att_smem, *Vs = Ks + DDP__ATT_BC * HS, *S = Vs + DDP__ATT_BC * HS; /* S: (BR, BC+1) */
+    const int hs = C / NH, C3 = 3 * C, tid = threadIdx.x;
+    const int qt = gridDim.x - 1 - blockIdx.x; /* longest rows first */
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, t = qt * DDP__ATT_BR + tid;
+    const int last = min(T - 1, qt * DDP__ATT_BR + DDP__ATT_BR - 1);
+    const bool active = t < T;
+    const F *base = inp + (long)b * T * C3 + h * hs;
+    float q[HS], acc[HS], m = -INFINITY, l = 0.0f;
+#pragma unroll
+    for (int d = 0; d < HS; d++) {
+        q[d] = active && d < hs ? ddp__f(base[(long)t * C3 + d]) * scale : 0.0f;
+        acc[d] = 0.0f;
+    }
+    for (int k0 = 0; k0 <= last; k0 += DDP__ATT_BC) {
+        __syncthreads(); /* the previous tile is no longer read */
+        for (int e = tid; e < DDP__ATT_BC * HS; e += DDP__ATT_BR) {
+            const int j = k0 + e / HS, d = e % HS;
+            const bool ok = j < T && d < hs;
+            Ks[e] = ok ? ddp__f(base[(long)j * C3 + C + d]) : 0.0f;
+            Vs[e] = ok ? ddp__f(base[(long)j * C3 + 2 * C + d]) : 0.0f;
+        }
+        __syncthreads();
+        if (!active || k0 > t) continue;
+        const int jn = min(DDP__ATT_BC, t - k0 + 1); /* keys k0 .. t are visible */
+        float mt = m;
+        for (int j = 0; j < jn; j++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int d = 0; d < HS; d++) s += q[d] * Ks[j * HS + d];
+            S[tid * (DDP__ATT_BC + 1) + j] = s;
+            mt = fmaxf(mt, s);
+        }
+        const float r = expf(m - mt); /* rescale what was summed under the old max */
+        l *= r;
+#pragma unroll
+        for (int d = 0; d < HS; d++) acc[d] *= r;
+        for (int j = 0; j < jn; j++) {
+            const float p = expf(S[tid * (DDP__ATT_BC + 1) + j] - mt);
+            l += p;
+#pragma unroll
+            for (int d = 0; d < HS; d++) acc[d] += p * Vs[j * HS + d];
+        }
+        m = mt;
+    }
+    if (!active) return;
+    F *o = out + ((long)b * T + t) * C + h * hs;
+#pragma unroll
+    for (int d = 0; d < HS; d++)
+        if (d < hs) o[d] = ddp__to<F>(acc[d] / l);
+    lse[(long)bh * T + t] = m + logf(l);
+}
+
+/* Dd (B,NH,T) = dout . out per head and row, the softmax backward's shared term */
+template <typename F>
+static __global__ void ddp__attention_dot_kernel(float *Dd, const F *dout, const F *out, int BT, int T, int C, int NH)
+{
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x; /* (b, t, h) */
+    if (i >= (long)BT * NH) return;
+    const int hs = C / NH, h = (int)(i % NH);
+    const long bt = i / NH, b = bt / T, t = bt % T;
+    const F *a = dout + bt * C + h * hs, *o = out + bt * C + h * hs;
+    float s = 0.0f;
+    for (int d = 0; d < hs; d++) s += ddp__f(a[d]) * ddp__f(o[d]);
+    Dd[(b * NH + h) * T + t] = s;
+}
+
+/* dk, dv for DDP__ATT_BR keys (one per thread), streaming the queries that see them. */
+template <typename F, int HS>
+static __global__ void __launch_bounds__(DDP__ATT_BR)
+ddp__attention_backward_kv_kernel(F *dinp, const F *dout, const F *inp, const float *lse, const float *Dd,
+                                  int T, int C, int NH, float scale)
+{
+    extern __shared__ float ddp__att_smem[];
+    float *Kp = ddp__att_smem, *Vp = Kp + DDP__ATT_BR * (HS + 1);         /* own rows, padded */
+    float *Qs = Vp + DDP__ATT_BR * (HS + 1), *dOs = Qs + DDP__ATT_BC * HS; /* query tile */
+    float *Ls = dOs + DDP__ATT_BC * HS, *Ds = Ls + DDP__ATT_BC;
+    const int hs = C / NH, C3 = 3 * C, tid = threadIdx.x;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k_first = blockIdx.x * DDP__ATT_BR, j = k_first + tid;
+    const F *base = inp + (long)b * T * C3 + h * hs, *dbase = dout + (long)b * T * C + h * hs;
+    for (int e = tid; e < DDP__ATT_BR * HS; e += DDP__ATT_BR) {
+        const int r = k_first + e / HS, d = e % HS;
+        const bool ok = r < T && d < hs;
+        Kp[(e / HS) * (HS + 1) + d] = ok ? ddp__f(base[(long)r * C3 + C + d]) : 0.0f;
+        Vp[(e / HS) * (HS + 1) + d] = ok ? ddp__f(base[(long)r * C3 + 2 * C + d]) : 0.0f;
+    }
+    const float *k = Kp + tid * (HS + 1), *v = Vp + tid * (HS + 1);
+    float dk[HS], dv[HS];
+#pragma unroll
+    for (int d = 0; d < HS; d++) dk[d] = dv[d] = 0.0f;
+    for (int q0 = k_first; q0 < T; q0 += DDP__ATT_BC) {
+        __syncthreads(); /* own rows loaded / previous query tile no longer read */
+        for (int e = tid; e < DDP__ATT_BC * HS; e += DDP__ATT_BR) {
+            const int i = q0 + e / HS, d = e % HS;
+            const bool ok = i < T && d < hs;
+            Qs[e] = ok ? ddp__f(base[(long)i * C3 + d]) : 0.0f;
+            dOs[e] = ok ? ddp__f(dbase[(long)i * C + d]) : 0.0f;
+        }
+        if (tid < DDP__ATT_BC) {
+            const int i = q0 + tid;
+            Ls[tid] = i < T ? lse[(long)bh * T + i] : 0.0f;
+            Ds[tid] = i < T ? Dd[(long)bh * T + i] : 0.0f;
+        }
+        __syncthreads();
+        if (j >= T) continue;
+        const int in = min(DDP__ATT_BC, T - q0);
+        for (int ii = j > q0 ? j - q0 : 0; ii < in; ii++) { /* queries i >= j see key j */
+            const float *qi = Qs + ii * HS, *gi = dOs + ii * HS;
+            float s = 0.0f, dp = 0.0f;
+#pragma unroll
+            for (int d = 0; d < HS; d++) {
+                s += qi[d] * k[d];
+                dp += gi[d] * v[d];
+            }
+            const float p = expf(s * scale - Ls[ii]), ds = p * (dp - Ds[ii]) * scale;
+#pragma unroll
+            for (int d = 0; d < HS; d++) {
+                dv[d] += p * gi[d];
+                dk[d] += ds * qi[d];
+            }
+        }
+    }
+    if (j >= T) return;
+    F *g = dinp + ((long)b * T + j) * C3 + h * hs;
+#pragma unroll
+    for (int d = 0; d < HS; d++)
+        if (d < hs) {
+            g[C + d] = ddp__to<F>(ddp__f(g[C + d]) + dk[d]);
+            g[2 * C + d] = ddp__to<F>(ddp__f(g[2 * C + d]) + dv[d]);
+        }
+}
+
+/* dq for DDP__ATT_BR queries (one per thread), streaming the keys they see. */
+template <typename F, int HS>
+static __global__ void __launch_bounds__(DDP__ATT_BR)
+ddp__attention_backward_q_kernel(F *dinp, const F *dout, const F *inp, const float *lse, const float *Dd,
+                                 int T, int C, int NH, float scale)
+{
+    extern __shared__ float ddp__att_smem[];
+    float *Qp = ddp__att_smem, *dOp = Qp + DDP__ATT_BR * (HS + 1);        /* own rows, padded */
+    float *Ks = dOp + DDP__ATT_BR * (HS + 1), *Vs = Ks + DDP__ATT_BC * HS; /* key tile */
+    const int hs = C / NH, C3 = 3 * C, tid = threadIdx.x;
+    const int qt = gridDim.x - 1 - blockIdx.x; /* longest rows first */
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, q_first = qt * DDP__ATT_BR, t = q_first + tid;
+    const int last = min(T - 1, q_first + DDP__ATT_BR - 1);
+    const F *base = inp + (long)b * T * C3 + h * hs, *dbase = dout + (long)b * T * C + h * hs;
+    for (int e = tid; e < DDP__ATT_BR * HS; e += DDP__ATT_BR) {
+        const int r = q_first + e / HS, d = e % HS;
+        const bool ok = r < T && d < hs;
+        Qp[(e / HS) * (HS + 1) + d] = ok ? ddp__f(base[(long)r * C3 + d]) : 0.0f;
+        dOp[(e / HS) * (HS + 1) + d] = ok ? ddp__f(dbase[(long)r * C + d]) : 0.0f;
+    }
+    const float *q = Qp + tid * (HS + 1), *g = dOp + tid * (HS + 1);
+    const float L = t < T ? lse[(long)bh * T + t] : 0.0f, D = t < T ? Dd[(long)bh * T + t] : 0.0f;
+    float dq[HS];
+#pragma unroll
+    for (int d = 0; d < HS; d++) dq[d] = 0.0f;
+    for (int k0 = 0; k0 <= last; k0 += DDP__ATT_BC) {
+        __syncthreads();
+        for (int e = tid; e < DDP__ATT_BC * HS; e += DDP__ATT_BR) {
+            const int j = k0 + e / HS, d = e % HS;
+            const bool ok = j < T && d < hs;
+            Ks[e] = ok ? ddp__f(base[(long)j * C3 + C + d]) : 0.0f;
+            Vs[e] = ok ? ddp__f(base[(long)j * C3 + 2 * C + d]) : 0.0f;
+        }
+        __syncthreads();
+        if (t >= T || k0 > t) continue;
+        const int jn = min(DDP__ATT_BC, t - k0 + 1);
+        for (int jj = 0; jj < jn; jj++) {
+            const float *kj = Ks + jj * HS, *vj = Vs + jj * HS;
+            float s = 0.0f, dp = 0.0f;
+#pragma unroll
+            for (int d = 0; d < HS; d++) {
+                s += q[d] * kj[d];
+                dp += g[d] * vj[d];
+            }
+            const float ds = expf(s * scale - L) * (dp - D) * scale;
+#pragma unroll
+            for (int d = 0; d < HS; d++) dq[d] += ds * kj[d];
+        }
+    }
+    if (t >= T) return;
+    F *o = dinp + ((long)b * T + t) * C3 + h * hs;
+#pragma unroll
+    for (int d = 0; d < HS; d++)
+        if (d < hs) o[d] = ddp__to<F>(ddp__f(o[d]) + dq[d]);
+}
+
+template <typename F, int HS>
+static inline cudaError_t ddp__attention_forward(F *out, float *lse, const F *inp, int B, int T, int C, int NH,
+                                          cudaStream_t stream)
+{
+    const size_t smem = (2 * DDP__ATT_BC * HS + DDP__ATT_BR * (DDP__ATT_BC + 1)) * sizeof(float);
+    DDP__TRY(cudaFuncSetAttribute(ddp__attention_forward_kernel<F, HS>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(ddp__blocks(T, DDP__ATT_BR), B * NH);
+    ddp__attention_forward_kernel<F, HS><<<grid, DDP__ATT_BR, smem, stream>>>(out, lse, inp, T, C, NH,
+                                                                             1.0f / sqrtf((float)(C / NH)));
+    return cudaGetLastError();
+}
+
+template <typename F, int HS>
+static inline cudaError_t ddp__attention_backward(F *dinp, const F *dout, const F *inp, const float *lse,
+                                           const float *Dd, int B, int T, int C, int NH, cudaStream_t stream)
+{
+    const size_t smem_kv = (2 * DDP__ATT_BR * (HS + 1) + 2 * DDP__ATT_BC * HS + 2 * DDP__ATT_BC) * sizeof(float);
+    const size_t smem_q = (2 * DDP__ATT_BR * (HS + 1) + 2 * DDP__ATT_BC * HS) * sizeof(float);
+    const float scale = 1.0f / sqrtf((float)(C / NH));
+    dim3 grid(ddp__blocks(T, DDP__ATT_BR), B * NH);
+    DDP__TRY(cudaFuncSetAttribute(ddp__attention_backward_kv_kernel<F, HS>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+    DDP__TRY(cudaFuncSetAttribute(ddp__attention_backward_q_kernel<F, HS>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
+    ddp__attention_backward_kv_kernel<F, HS><<<grid, DDP__ATT_BR, smem_kv, stream>>>(dinp, dout, inp, lse, Dd, T, C, NH, scale);
+    DDP__TRY(cudaGetLastError());
+    ddp__attention_backward_q_kernel<F, HS><<<grid, DDP__ATT_BR, smem_q, stream>>>(dinp, dout, inp, lse, Dd, T, C, NH, scale);
+    return cudaGetLastError();
+}
+
+/* out (B,T,C); lse (B,NH,T) fp32; inp (B,T,3C) = [q | k | v]. Needs C % NH == 0, C/NH <= 128. */
+template <typename F>
+static inline cudaError_t ddp_attention_forward_gpu(ddp_kernels_ctx *ctx, F *out, float *lse, const F *inp,
+                                             int B, int T, int C, int NH, cudaStream_t stream)
+{
+    (void)ctx;
+    const int hs = C / NH;
+    if (NH <= 0 || C % NH != 0 || hs > 128) return cudaErrorInvalidValue;
+    if (B * T == 0) return cudaSuccess;
+    if (hs <= 32) return ddp__attention_forward<F, 32>(out, lse, inp, B, T, C, NH, stream);
+    if (hs <= 64) return ddp__attention_forward<F, 64>(out, lse, inp, B, T, C, NH, stream);
+    return ddp__attention_forward<F, 128>(out, lse, inp, B, T, C, NH, stream);
+}
+
+/* dinp (B,T,3C) +=; dout, out (B,T,C); inp (B,T,3C); lse (B,NH,T) from the forward. */
+template <typename F>
+static inline cudaError_t ddp_attention_backward_gpu(ddp_kernels_ctx *ctx, F *dinp, const F *dout, const F *inp,
+                                              const F *out, const float *lse, int B, int T, int C, int NH,
+                                              cudaStream_t stream)
+{
+    const int hs = C / NH;
+    if (NH <= 0 || C % NH != 0 || hs > 128) return cudaErrorInvalidValue;
+    if (B * T == 0) return cudaSuccess;
+    void *Dd;
+    DDP__TRY(ddp__scratch(ctx, (size_t)B * NH * T * sizeof(float), stream, &Dd));
+    ddp__attention_dot_kernel<<<ddp__blocks((size_t)B * T * NH, 256), 256, 0, stream>>>((float *)Dd, dout, out, B * T, T, C, NH);
+    DDP__TRY(cudaGetLastError());
+    if (hs <= 32) return ddp__attention_backward<F, 32>(dinp, dout, inp, lse, (float *)Dd, B, T, C, NH, stream);
+    if (hs <= 64) return ddp__attention_backward<F, 64>(dinp, dout, inp, lse, (float *)Dd, B, T, C, NH, stream);
+    return ddp__attention_backward<F, 128>(dinp, dout, inp, lse, (float *)Dd, B, T, C, NH, stream);
+}
+
+/* ---- gelu --------------------------------------------------------------- */
+static __device__ __forceinline__ float ddp__gelu(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(DDP__GELU_S * (x + 0.044715f * x * x * x)));
+}
+
+static __device__ __forceinline__ float ddp__gelu_grad(float x)
+{
+    const float th = tanhf(DDP__GELU_S * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * DDP__GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+template <typename F>
+static __global__ void ddp__gelu_forward_kernel(F *out, const F *inp, long N, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * n;
+    if (i >= N) return;
+    float x[n];
+    ddp__load(x, inp, i, N, vec);
+#pragma unroll
+    for (int k = 0; k < n; k++) x[k] = ddp__gelu(x[k]);
+    ddp__store(out, x, i, N, vec);
+}
+
+template <typename F>
+static __global__ void ddp__gelu_backward_kernel(F *dinp, const F *inp, const F *dout, long N, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * n;
+    if (i >= N) return;
+    float x[n], d[n], g[n];
+    ddp__load(x, inp, i, N, vec);
+    ddp__load(d, dout, i, N, vec);
+    ddp__load(g, dinp, i, N, vec);
+#pragma unroll
+    for (int k = 0; k < n; k++) g[k] += ddp__gelu_grad(x[k]) * d[k];
+    ddp__store(dinp, g, i, N, vec);
+}
+
+/* out (N) = gelu(inp (N)) */
+template <typename F>
+static inline cudaError_t ddp_gelu_forward_gpu(ddp_kernels_ctx *ctx, F *out, const F *inp, size_t N, cudaStream_t stream)
+{
+    (void)ctx;
+    constexpr int n = ddp__pack<F>::n;
+    if (N == 0) return cudaSuccess;
+    ddp__gelu_forward_kernel<<<ddp__blocks(N, 256 * n), 256, 0, stream>>>(out, inp, (long)N,
+                                                                          ddp__aligned16(out) && ddp__aligned16(inp));
+    return cudaGetLastError();
+}
+
+/* dinp (N) += gelu'(inp) * dout; inp, dout (N). */
+template <typename F>
+static inline cudaError_t ddp_gelu_backward_gpu(ddp_kernels_ctx *ctx, F *dinp, const F *inp, const F *dout, size_t N,
+                                         cudaStream_t stream)
+{
+    (void)ctx;
+    constexpr int n = ddp__pack<F>::n;
+    if (N == 0) return cudaSuccess;
+    const bool vec = ddp__aligned16(dinp) && ddp__aligned16(inp) && ddp__aligned16(dout);
+    ddp__gelu_backward_kernel<<<ddp__blocks(N, 256 * n), 256, 0, stream>>>(dinp, inp, dout, (long)N, vec);
+    return cudaGetLastError();
+}
+
+/* ---- residual ----------------------------------------------------------- */
+template <typename F>
+static __global__ void ddp__residual_forward_kernel(F *out, const F *inp1, const F *inp2, long N, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * n;
+    if (i >= N) return;
+    float a[n], b[n];
+    ddp__load(a, inp1, i, N, vec);
+    ddp__load(b, inp2, i, N, vec);
+#pragma unroll
+    for (int k = 0; k < n; k++) a[k] += b[k];
+    ddp__store(out, a, i, N, vec);
+}
+
+template <typename F>
+static __global__ void ddp__residual_backward_kernel(F *dinp1, F *dinp2, const F *dout, long N, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * n;
+    if (i >= N) return;
+    float d[n], g[n];
+    ddp__load(d, dout, i, N, vec);
+    ddp__load(g, dinp1, i, N, vec);
+#pragma unroll
+    for (int k = 0; k < n; k++) g[k] += d[k];
+    ddp__store(dinp1, g, i, N, vec);
+    ddp__load(g, dinp2, i, N, vec);
+#pragma unroll
+    for (int k = 0; k < n; k++) g[k] += d[k];
+    ddp__store(dinp2, g, i, N, vec);
+}
+
+/* out (N) = inp1 (N) + inp2 (N) */
+template <typename F>
+static inline cudaError_t ddp_residual_forward_gpu(ddp_kernels_ctx *ctx, F *out, const F *inp1, const F *inp2, size_t N,
+                                            cudaStream_t stream)
+{
+    (void)ctx;
+    constexpr int n = ddp__pack<F>::n;
+    if (N == 0) return cudaSuccess;
+    const bool vec = ddp__aligned16(out) && ddp__aligned16(inp1) && ddp__aligned16(inp2);
+    ddp__residual_forward_kernel<<<ddp__blocks(N, 256 * n), 256, 0, stream>>>(out, inp1, inp2, (long)N, vec);
+    return cudaGetLastError();
+}
+
+/* dinp1 (N) +=, dinp2 (N) += dout (N) */
+template <typename F>
+static inline cudaError_t ddp_residual_backward_gpu(ddp_kernels_ctx *ctx, F *dinp1, F *dinp2, const F *dout, size_t N,
+                                             cudaStream_t stream)
+{
+    (void)ctx;
+    constexpr int n = ddp__pack<F>::n;
+    if (N == 0) return cudaSuccess;
+    const bool vec = ddp__aligned16(dinp1) && ddp__aligned16(dinp2) && ddp__aligned16(dout);
+    ddp__residual_backward_kernel<<<ddp__blocks(N, 256 * n), 256, 0, stream>>>(dinp1, dinp2, dout, (long)N, vec);
+    return cudaGetLastError();
+}
+
+/* ---- fused softmax + cross-entropy -------------------------------------- */
+static __global__ void ddp__count_valid_kernel(int *n_valid, const int *targets, int BT, int ignore_index)
+{
+    int c = 0;
+    for (int i = threadIdx.x; i < BT; i += blockDim.x) c += targets[i] != ignore_index;
+    c = ddp__block_reduce(c, ddp__sum_op());
+    if (threadIdx.x == 0) *n_valid = c;
+}
+
+/* One block per row: max, then sum of exponentials, then loss and dlogits. */
+template <typename F>
+static __global__ void ddp__crossentropy_kernel(float *losses, F *dlogits, const F *logits, const int *targets,
+                                                const int *n_valid, int V, int ignore_index, float dloss, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const long row = blockIdx.x;
+    const int tgt = targets[row];
+    const F *x = logits + row * V;
+    F *dx = dlogits ? dlogits + row * V : NULL;
+    float v[n];
+    if (tgt == ignore_index) {
+        if (threadIdx.x == 0) losses[row] = 0.0f;
+        for (int k = 0; k < n; k++) v[k] = 0.0f;
+        if (dx)
+            for (int c = threadIdx.x * n; c < V; c += blockDim.x * n) ddp__store(dx, v, c, V, vec);
+        return;
+    }
+    const float x_tgt = ddp__f(x[tgt]); /* read before dlogits may overwrite it in place */
+    float m = -INFINITY, s = 0.0f;
+    for (int c = threadIdx.x * n; c < V; c += blockDim.x * n) {
+        ddp__load(v, x, c, V, vec);
+#pragma unroll
+        for (int k = 0; k < n; k++)
+            if (c + k < V) m = fmaxf(m, v[k]);
+    }
+    m = ddp__block_reduce(m, ddp__max_op());
+    for (int c = threadIdx.x * n; c < V; c += blockDim.x * n) {
+        ddp__load(v, x, c, V, vec);
+#pragma unroll
+        for (int k = 0; k < n; k++)
+            if (c + k < V) s += expf(v[k] - m);
+    }
+    s = ddp__block_reduce(s, ddp__sum_op());
+    if (threadIdx.x == 0) losses[row] = logf(s) + m - x_tgt;
+    if (!dx) return;
+    const float g = dloss / *n_valid, inv_s = 1.0f / s; /* n_valid >= 1: this row counts */
+    for (int c = threadIdx.x * n; c < V; c += blockDim.x * n) {
+        ddp__load(v, x, c, V, vec);
+#pragma unroll
+        for (int k = 0; k < n; k++) v[k] = g * (expf(v[k] - m) * inv_s - (c + k == tgt ? 1.0f : 0.0f));
+        ddp__store(dx, v, c, V, vec);
+    }
+}
+
+static __global__ void ddp__mean_loss_kernel(float *loss, const float *losses, const int *n_valid, int BT)
+{
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < BT; i += blockDim.x) s += losses[i];
+    s = ddp__block_reduce(s, ddp__sum_op());
+    if (threadIdx.x == 0) *loss = *n_valid ? s / *n_valid : 0.0f;
+}
+
+/* loss (1, device) = mean of losses over targets != ignore_index; losses (B,T);
+   targets (B,T) in [0,V) or ignore_index;
+   dlogits (B,T,V) overwritten (may alias logits) or NULL; logits (B,T,V). */
+template <typename F>
+static inline cudaError_t ddp_crossentropy_forward_backward_gpu(ddp_kernels_ctx *ctx, float *loss, float *losses,
+                                                         typename ddp__same<F>::type *dlogits, const F *logits,
+                                                         const int *targets, int B, int T, int V,
+                                                         int ignore_index, float dloss, cudaStream_t stream)
+{
+    const int BT = B * T;
+    const bool vec = V % ddp__pack<F>::n == 0 && ddp__aligned16(logits) && (!dlogits || ddp__aligned16(dlogits));
+    void *n_valid;
+    DDP__TRY(ddp__scratch(ctx, sizeof(int), stream, &n_valid));
+    ddp__count_valid_kernel<<<1, 1024, 0, stream>>>((int *)n_valid, targets, BT, ignore_index);
+    DDP__TRY(cudaGetLastError());
+    if (BT > 0) {
+        ddp__crossentropy_kernel<<<BT, 512, 0, stream>>>(losses, dlogits, logits, targets, (const int *)n_valid,
+                                                         V, ignore_index, dloss, vec);
+        DDP__TRY(cudaGetLastError());
+    }
+    ddp__mean_loss_kernel<<<1, 1024, 0, stream>>>(loss, losses, (const int *)n_valid, BT);
+    return cudaGetLastError();
+}
+
+/* ---- AdamW -------------------------------------------------------------- */
+template <typename F>
+static __global__ void ddp__adamw_kernel(F *params, float *master, const F *grads, float *m, float *v, long N,
+                                         float lr, float beta1, float beta2, float eps, float wd, float c1, float c2)
+{
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    const float g = ddp__f(grads[i]);
+    float p = master ? master[i] : ddp__f(params[i]);
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g, vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    p -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p);
+    m[i] = mi;
+    v[i] = vi;
+    if (master) master[i] = p;
+    params[i] = ddp__to<F>(p);
+}
+
+/* One step on params (N); master (N) fp32 master copy that params mirrors (rounded to
+   F), or NULL to update params directly; grads (N); m, v (N) fp32; step t from 1. */
+template <typename F>
+static inline cudaError_t ddp_adamw_update_gpu(ddp_kernels_ctx *ctx, F *params, float *master, const F *grads, float *m,
+                                        float *v, size_t N, float lr, float beta1, float beta2, float eps,
+                                        float weight_decay, int t, cudaStream_t stream)
+{
+    (void)ctx;
+    if (N == 0) return cudaSuccess;
+    const float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
+    ddp__adamw_kernel<<<ddp__blocks(N, 256), 256, 0, stream>>>(params, master, grads, m, v, (long)N, lr, beta1,
+                                                               beta2, eps, weight_decay, c1, c2);
+    return cudaGetLastError();
+}
+
+/* ---- global gradient norm and clipping ---------------------------------- */
+#define DDP__NORM_BLOCKS 1024
+
+template <typename F>
+static __global__ void ddp__sumsq_kernel(float *part, const F *a, long N, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    float s = 0.0f, x[n];
+    for (long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * n; i < N; i += (long)gridDim.x * blockDim.x * n) {
+        ddp__load(x, a, i, N, vec);
+#pragma unroll
+        for (int k = 0; k < n; k++) s += x[k] * x[k];
+    }
+    s = ddp__block_reduce(s, ddp__sum_op());
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+static __global__ void ddp__norm_finish_kernel(float *norm, const float *part, int nparts)
+{
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x) s += part[i];
+    s = ddp__block_reduce(s, ddp__sum_op());
+    if (threadIdx.x == 0) *norm = sqrtf(s);
+}
+
+/* norm (1, device) = sqrt(sum grads^2); grads (N), all gradients in one buffer. */
+template <typename F>
+static inline cudaError_t ddp_grad_norm_gpu(ddp_kernels_ctx *ctx, float *norm, const F *grads, size_t N, cudaStream_t stream)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const unsigned blocks = N ? ddp__blocks(N, 256 * n) : 1;
+    const int nparts = blocks < DDP__NORM_BLOCKS ? (int)blocks : DDP__NORM_BLOCKS; /* depends on N only */
+    void *part;
+    DDP__TRY(ddp__scratch(ctx, nparts * sizeof(float), stream, &part));
+    ddp__sumsq_kernel<<<nparts, 256, 0, stream>>>((float *)part, grads, (long)N, ddp__aligned16(grads));
+    DDP__TRY(cudaGetLastError());
+    ddp__norm_finish_kernel<<<1, 1024, 0, stream>>>(norm, (const float *)part, nparts);
+    return cudaGetLastError();
+}
+
+template <typename F>
+static __global__ void ddp__clip_kernel(F *grads, long N, float max_norm, const float *norm, bool vec)
+{
+    constexpr int n = ddp__pack<F>::n;
+    const float f = max_norm / (*norm + 1e-6f);
+    const long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * n;
+    if (f >= 1.0f || i >= N) return;
+    float x[n];
+    ddp__load(x, grads, i, N, vec);
+#pragma unroll
+    for (int k = 0; k < n; k++) x[k] *= f;
+    ddp__store(grads, x, i, N, vec);
+}
+
+/* grads (N) *= max_norm / (norm + 1e-6) when below 1; norm (1, device) from ddp_grad_norm_gpu. */
+template <typename F>
+static inline cudaError_t ddp_grad_clip_gpu(ddp_kernels_ctx *ctx, F *grads, size_t N, float max_norm, const float *norm,
+                                     cudaStream_t stream)
+{
+    (void)ctx;
+    constexpr int n = ddp__pack<F>::n;
+    if (N == 0) return cudaSuccess;
+    ddp__clip_kernel<<<ddp__blocks(N, 256 * n), 256, 0, stream>>>(grads, (long)N, max_norm, norm, ddp__aligned16(grads));
+    return cudaGetLastError();
+}
+
+#endif /* __CUDACC__ */
+
+#endif /* DDP_KERNELS_CUH */
+
+/*
+MIT License
+
+Copyright (c) 2026 the ddp.h authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of this
+software and associated documentation files (the "Software"), to deal in the Software
+without restriction, including without limitation the rights to use, copy, modify,
+merge, publish, distribute, sublicense, and/or sell copies of the Software, and to
+permit persons to whom the Software is furnished to do so, subject to the following
+conditions:
+
+The above copyright notice and this permission notice shall be included in all copies
+or substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED,
+INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A
+PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT
+HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF
+CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION WITH THE SOFTWARE
+OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+*/

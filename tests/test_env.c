@@ -1,0 +1,172 @@
+/* Where rank and world size come from: each launcher's variables, the legacy
+   --local_rank argument, and clear errors for values that cannot be right. */
+#define DDP_IMPLEMENTATION
+#include "ddp.h"
+#include "test.h"
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const all_vars[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_JOB_ID",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "DDP_BACKEND", "DDP_TIMEOUT", "DDP_JOB_ID",
+    "TORCHELASTIC_RUN_ID", "DDP_SHM_CHUNK", NULL};
+
+static void clear_env(void)
+{
+    int i;
+    for (i = 0; all_vars[i]; i++) unsetenv(all_vars[i]);
+}
+
+/* "A=1 B=2" -> setenv each */
+static void set_env(const char *spec)
+{
+    char buf[512], *tok, *save = NULL;
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(tok, '=');
+        *eq = 0;
+        setenv(tok, eq + 1, 1);
+    }
+}
+
+static void silent(void *user, int level, const char *msg) { (void)user; (void)level; (void)msg; }
+
+/* ddp_init must fail with `want` and a message containing `needle`. */
+static void bad_env(const char *name, const char *spec, ddp_result want, const char *needle)
+{
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_result r;
+    memset(&d, 0, sizeof d);
+    d.log = silent;
+    clear_env();
+    set_env(spec);
+    r = ddp_init(&ctx, &d);
+    CHECK(name, r == want && strstr(ddp_error(&ctx), needle), "%s: got %s '%s', want %s mentioning '%s'", spec,
+          ddp_strerror(r), ddp_error(&ctx), ddp_strerror(want), needle);
+    ddp_destroy(&ctx);
+}
+
+static void legacy_argv(void)
+{
+    char a0[] = "prog", a1[] = "--local_rank=0", a2[] = "x", b1[] = "--local-rank", b2[] = "0";
+    char *argv1[] = {a0, a1, a2, NULL}, *argv2[] = {a0, b1, b2, a2, NULL};
+    int argc1 = 3, argc2 = 4;
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_result r;
+    clear_env();
+    memset(&d, 0, sizeof d);
+    d.argc = &argc1;
+    d.argv = argv1;
+    r = ddp_init(&ctx, &d);
+    CHECK("env.legacy_local_rank_removed", r == DDP_OK && argc1 == 2 && strcmp(argv1[1], "x") == 0 && !argv1[2],
+          "result %s, argc %d", ddp_strerror(r), argc1);
+    ddp_destroy(&ctx);
+    d.argc = &argc2;
+    d.argv = argv2;
+    r = ddp_init(&ctx, &d);
+    CHECK("env.legacy_local_dash_rank_removed", r == DDP_OK && argc2 == 2 && strcmp(argv2[1], "x") == 0,
+          "result %s, argc %d", ddp_strerror(r), argc2);
+    ddp_destroy(&ctx);
+}
+
+/* ---- multi-process: the launchers' own variables ----
+   Each child sets one launcher's variables, inits, and checks the context. */
+static int child(const char *which, int rank, int world, int port)
+{
+    char spec[512];
+    ddp_ctx ctx;
+    ddp_desc d;
+    int want_local = rank, ok;
+    char a0[] = "prog", a1[32];
+    char *argv[] = {a0, a1, NULL};
+    int argc = 2;
+    clear_env();
+    snprintf(a1, sizeof a1, "--local_rank=%d", rank);
+    memset(&d, 0, sizeof d);
+    if (strcmp(which, "torchrun") == 0)
+        snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d GROUP_RANK=0", rank, world, rank, world);
+    else if (strcmp(which, "torch.distributed.launch") == 0) {
+        snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=%d", rank, world);
+        d.argc = &argc;
+        d.argv = argv;
+    } else if (strcmp(which, "slurm") == 0)
+        snprintf(spec, sizeof spec, "SLURM_PROCID=%d SLURM_NTASKS=%d SLURM_LOCALID=%d SLURM_NODEID=0 SLURM_JOB_ID=77", rank, world, rank);
+    else if (strcmp(which, "openmpi") == 0)
+        snprintf(spec, sizeof spec, "OMPI_COMM_WORLD_RANK=%d OMPI_COMM_WORLD_SIZE=%d", rank, world); /* local: derived */
+    else
+        snprintf(spec, sizeof spec, "PMI_RANK=%d PMI_SIZE=%d MPI_LOCALRANKID=%d", rank, world, rank);
+    set_env(spec);
+    snprintf(spec, sizeof spec, "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d DDP_TIMEOUT=20", port);
+    set_env(spec);
+    if (ddp_init(&ctx, &d) != DDP_OK) return 10;
+    ok = ctx.rank == rank && ctx.world_size == world && ctx.local_rank == want_local &&
+         ctx.local_world_size == world && ctx.node_rank == 0 && ctx.num_nodes == 1 &&
+         ctx.backend == DDP_BACKEND_CPU && (d.argc == NULL || argc == 1);
+    if (!ok)
+        fprintf(stderr, "%s rank %d: got rank %d/%d local %d/%d node %d/%d argc %d\n", which, rank, ctx.rank,
+                ctx.world_size, ctx.local_rank, ctx.local_world_size, ctx.node_rank, ctx.num_nodes, argc);
+    {
+        int x = rank + 1;
+        ok &= ddp_all_reduce(&ctx, &x, &x, 1, DDP_I32, DDP_SUM, NULL) == DDP_OK && x == world * (world + 1) / 2;
+    }
+    ddp_destroy(&ctx);
+    return ok ? 0 : 1;
+}
+
+static void launcher(const char *which, int world)
+{
+    pid_t pids[8];
+    int r, bad = 0, port = ddp__free_port();
+    char name[96];
+    fflush(NULL);
+    for (r = 0; r < world; r++)
+        if ((pids[r] = fork()) == 0) _exit(child(which, r, world, port));
+    for (r = 0; r < world; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        bad += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    snprintf(name, sizeof name, "env.%s.world%d", which, world);
+    CHECK(name, bad == 0, "%d of %d ranks saw the wrong topology or failed", bad, world);
+}
+
+int main(void)
+{
+    ddp_ctx ctx;
+    ddp_result r;
+    /* nothing set: a world of one, no networking */
+    clear_env();
+    r = ddp_init(&ctx, NULL);
+    CHECK("env.nothing_set_is_world_of_one", r == DDP_OK && ctx.world_size == 1 && ctx.rank == 0 &&
+          ctx.local_rank == 0 && ctx.backend == DDP_BACKEND_CPU, "result %s", ddp_strerror(r));
+    ddp_destroy(&ctx);
+    bad_env("env.rank_beyond_world", "RANK=4 WORLD_SIZE=4 MASTER_ADDR=127.0.0.1", DDP_ERR_ENV, "RANK=4");
+    bad_env("env.rank_not_a_number", "RANK=one WORLD_SIZE=2", DDP_ERR_ENV, "RANK='one'");
+    bad_env("env.rank_without_world", "RANK=0", DDP_ERR_ENV, "WORLD_SIZE");
+    bad_env("env.world_zero", "RANK=0 WORLD_SIZE=0", DDP_ERR_ENV, "WORLD_SIZE=0");
+    bad_env("env.missing_master_addr", "RANK=0 WORLD_SIZE=2", DDP_ERR_ENV, "MASTER_ADDR");
+    bad_env("env.bad_master_port", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=70000", DDP_ERR_ENV, "MASTER_PORT=70000");
+    bad_env("env.master_port_not_a_number", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=x", DDP_ERR_ENV, "MASTER_PORT='x'");
+    bad_env("env.slurm_rank_beyond", "SLURM_PROCID=5 SLURM_NTASKS=2", DDP_ERR_ENV, "SLURM_PROCID=5");
+    bad_env("env.openmpi_size_not_a_number", "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=abc", DDP_ERR_ENV,
+            "OMPI_COMM_WORLD_SIZE='abc'");
+    bad_env("env.pmi_negative_rank", "PMI_RANK=-1 PMI_SIZE=2", DDP_ERR_ENV, "PMI_RANK=-1");
+    bad_env("env.local_rank_beyond_local_world", "RANK=0 WORLD_SIZE=1 LOCAL_RANK=2 LOCAL_WORLD_SIZE=2",
+            DDP_ERR_ENV, "local rank 2");
+    bad_env("env.unknown_backend", "DDP_BACKEND=gpu", DDP_ERR_ENV, "DDP_BACKEND='gpu'");
+#ifndef DDP_NCCL
+    bad_env("env.nccl_not_built", "DDP_BACKEND=nccl", DDP_ERR_BACKEND, "without it");
+#endif
+    bad_env("env.bad_timeout", "DDP_TIMEOUT=-3", DDP_ERR_ENV, "DDP_TIMEOUT='-3'");
+    legacy_argv();
+    launcher("torchrun", 3);
+    launcher("torch.distributed.launch", 2);
+    launcher("slurm", 4);
+    launcher("openmpi", 3);
+    launcher("mpich", 5);
+    TEST_EXIT();
+}

@@ -1,0 +1,294 @@
+/* Failure paths: nothing hangs. A rank that exits, a rank that is late, a job whose
+   peers never come, a store spoken to by strangers, a launcher whose child fails.
+   Timeouts here are a few seconds so that every case ends quickly. */
+#define DDP_IMPLEMENTATION
+#include "ddp.h"
+#include "test.h"
+#include <stdlib.h>
+#include <string.h>
+
+static double now_s(void) { return ddp__now_ms() / 1000.0; }
+
+/* Runs fn(rank) in `world` forked processes with torchrun's variables set; returns
+   how many children exited non-zero. Children report through their exit status. */
+static int spawn(int world, int port, int (*fn)(int rank), double *seconds)
+{
+    pid_t pids[16];
+    int r, failed = 0;
+    double t0 = now_s();
+    char num[16], rk[16], po[16];
+    fflush(NULL);
+    for (r = 0; r < world; r++) {
+        if ((pids[r] = fork()) == 0) {
+            snprintf(num, sizeof num, "%d", world);
+            snprintf(rk, sizeof rk, "%d", r);
+            snprintf(po, sizeof po, "%d", port);
+            setenv("RANK", rk, 1);
+            setenv("WORLD_SIZE", num, 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            setenv("MASTER_PORT", po, 1);
+            _exit(fn(r));
+        }
+    }
+    for (r = 0; r < world; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        failed += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    if (seconds) *seconds = now_s() - t0;
+    return failed;
+}
+
+static int quiet(ddp_ctx *ctx, ddp_desc *d)
+{
+    memset(d, 0, sizeof *d);
+    return ddp_init(ctx, d);
+}
+
+/* rank 1 exits after init; the others must see DDP_ERR_PEER naming it, fast */
+static int peer_death(int rank)
+{
+    ddp_ctx ctx;
+    ddp_desc d;
+    float x[1000] = {0};
+    double t0;
+    ddp_result r;
+    if (quiet(&ctx, &d) != DDP_OK) return 10;
+    if (rank == 1) _exit(0); /* gone without a word */
+    t0 = now_s();
+    r = ddp_all_reduce(&ctx, x, x, 1000, DDP_F32, DDP_SUM, NULL);
+    if (r != DDP_ERR_PEER && r != DDP_ERR_ABORTED) return 11;
+    if (!strstr(ddp_error(&ctx), "rank 1")) return 12;
+    if (now_s() - t0 > 5) return 13;
+    /* a broken group refuses further work at once */
+    if (ddp_all_reduce(&ctx, x, x, 1, DDP_F32, DDP_SUM, NULL) != DDP_ERR_ABORTED) return 14;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
+/* rank 1 is late by more than the timeout: rank 0 times out naming rank 1, rank 1
+   then finds the collective aborted */
+static int late_peer(int rank)
+{
+    ddp_ctx ctx;
+    ddp_desc d;
+    float x = 1;
+    ddp_result r;
+    double t0;
+    if (quiet(&ctx, &d) != DDP_OK) return 10;
+    if (rank == 1) { /* the scenario itself: a peer stuck in computation */
+        struct timespec ts = {2, 500000000L};
+        nanosleep(&ts, NULL);
+    }
+    t0 = now_s();
+    r = ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
+    if (rank == 0) {
+        if (r != DDP_ERR_TIMEOUT) return 11;
+        if (!strstr(ddp_error(&ctx), "waiting for rank 1")) return 12;
+        if (now_s() - t0 < 0.9 || now_s() - t0 > 3) return 13;
+    } else {
+        if (r != DDP_ERR_ABORTED || !strstr(ddp_error(&ctx), "rank 0 failed")) return 14;
+    }
+    ddp_destroy(&ctx);
+    return 0;
+}
+
+/* a world of 3 where only ranks 0 and 1 exist: init gives up within the timeout */
+static int missing_peer(int rank)
+{
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_result r;
+    (void)rank;
+    setenv("WORLD_SIZE", "3", 1);
+    r = quiet(&ctx, &d);
+    ddp_destroy(&ctx);
+    /* the first to give up times out; the other may instead learn that it left */
+    return r == DDP_ERR_TIMEOUT || r == DDP_ERR_PEER ? 0 : 1;
+}
+
+/* rank 1 of another job knocks on this job's store: refused with a reason */
+static int foreign_job(int rank)
+{
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_result r;
+    setenv("DDP_JOB_ID", rank == 0 ? "job-a" : "job-b", 1);
+    r = quiet(&ctx, &d);
+    if (rank == 1) {
+        int ok = r == DDP_ERR_ENV && strstr(ddp_error(&ctx), "job-a");
+        ddp_destroy(&ctx);
+        return ok ? 0 : 1;
+    }
+    ddp_destroy(&ctx);
+    return r == DDP_ERR_TIMEOUT || r == DDP_ERR_PEER ? 0 : 1;
+}
+
+/* two processes both claiming rank 0 of a world of 2 */
+static int duplicate_rank(int rank)
+{
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_result r;
+    (void)rank;
+    setenv("RANK", "0", 1);
+    setenv("DDP_TIMEOUT", "2", 1);
+    r = quiet(&ctx, &d);
+    ddp_destroy(&ctx);
+    /* one of them owns the store; the other cannot bind it or is refused */
+    return r != DDP_OK ? 0 : 1;
+}
+
+/* ---- the store, spoken to directly: two ranks as threads of this process ---- */
+typedef struct store_rank { int rank, port; ddp_ctx ctx; ddp_result r; pthread_barrier_t *gate; long long sum; char got[16]; } store_rank;
+
+static void *store_main(void *arg)
+{
+    store_rank *s = (store_rank *)arg;
+    ddp_desc d;
+    long long v = 0;
+    int i;
+    char *val = NULL;
+    memset(&d, 0, sizeof d);
+    d.world_size = 2;
+    d.rank = s->rank;
+    d.master_addr = "127.0.0.1";
+    d.master_port = s->port;
+    d.job_id = "store-test";
+    d.timeout_ms = 10000;
+    if ((s->r = ddp_init(&s->ctx, &d)) != DDP_OK) { pthread_barrier_wait(s->gate); pthread_barrier_wait(s->gate); return NULL; }
+    pthread_barrier_wait(s->gate); /* the main thread now throws junk at the store */
+    pthread_barrier_wait(s->gate);
+    for (i = 0; i < 500 && s->r == DDP_OK; i++) s->r = ddp__store_add(&s->ctx, "counter", 1, &v);
+    if (s->r == DDP_OK && s->rank == 1) s->r = ddp__store_set(&s->ctx, "greeting", "hello", 5);
+    if (s->r == DDP_OK && s->rank == 0) s->r = ddp__store_get(&s->ctx, "greeting", &val, NULL);
+    if (val) { snprintf(s->got, sizeof s->got, "%s", val); free(val); }
+    if (s->r == DDP_OK) s->r = ddp__store_barrier(&s->ctx, "counted");
+    if (s->r == DDP_OK) s->r = ddp__store_add(&s->ctx, "counter", 0, &s->sum);
+    ddp_destroy(&s->ctx);
+    return NULL;
+}
+
+static int raw_connect(int port)
+{
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) { close(fd); return -1; }
+    return fd;
+}
+
+static void test_store(void)
+{
+    pthread_t th[2];
+    pthread_barrier_t gate;
+    store_rank s[2];
+    int i, port = ddp__free_port(), fd, refused = 0, dropped = 0;
+    pthread_barrier_init(&gate, NULL, 3);
+    memset(s, 0, sizeof s);
+    for (i = 0; i < 2; i++) {
+        s[i].rank = i;
+        s[i].port = port;
+        s[i].gate = &gate;
+        pthread_create(&th[i], NULL, store_main, &s[i]);
+    }
+    pthread_barrier_wait(&gate);
+    /* junk: a bad magic number gets the connection closed */
+    if ((fd = raw_connect(port)) >= 0) {
+        char junk[64], b;
+        memset(junk, 0x5a, sizeof junk);
+        if (write(fd, junk, sizeof junk) < 0) {}
+        dropped = ddp__read_all(fd, &b, 1, ddp__now_ms() + 3000) != 0 && errno == ECONNRESET;
+        close(fd);
+    }
+    /* a stranger's hello: refused with a reason naming the job */
+    if ((fd = raw_connect(port)) >= 0) {
+        uint32_t h[4], n;
+        char reply[256] = "";
+        const char *job = "other-job", *val = "1 2";
+        h[0] = htonl(DDP__MAGIC); h[1] = htonl(DDP__HELLO);
+        h[2] = htonl((uint32_t)strlen(job)); h[3] = htonl((uint32_t)strlen(val));
+        if (write(fd, h, 16) < 0 || write(fd, job, strlen(job)) < 0 || write(fd, val, strlen(val)) < 0) {}
+        if (ddp__read_all(fd, h, 16, ddp__now_ms() + 3000) == 0 && ntohl(h[1]) == 1) {
+            n = ntohl(h[3]);
+            if (n < sizeof reply && ddp__read_all(fd, reply, n, ddp__now_ms() + 3000) == 0)
+                refused = strstr(reply, "store-test") != NULL;
+        }
+        close(fd);
+    }
+    pthread_barrier_wait(&gate);
+    for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    CHECK("store.junk_dropped", dropped, "the store kept a connection that sent garbage");
+    CHECK("store.foreign_job_refused", refused, "a hello from another job was not refused by name");
+    CHECK("store.add_set_get_barrier", s[0].r == DDP_OK && s[1].r == DDP_OK && s[0].sum == 1000 &&
+          s[1].sum == 1000 && strcmp(s[0].got, "hello") == 0,
+          "results %d %d, counter %lld %lld, got '%s'", (int)s[0].r, (int)s[1].r, s[0].sum, s[1].sum, s[0].got);
+    pthread_barrier_destroy(&gate);
+}
+
+/* ---- the launcher ---- */
+static int launched_child(const char *mode)
+{
+    ddp_ctx ctx;
+    ddp_desc d;
+    float x = 1;
+    FILE *f = fopen(getenv("PID_FILE"), "a");
+    if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
+    if (quiet(&ctx, &d) != DDP_OK) return 10;
+    if (strcmp(mode, "exit3") == 0 && ctx.rank == 2) return 3;
+    if (strcmp(mode, "segv") == 0 && ctx.rank == 1) raise(SIGSEGV);
+    /* everyone else waits for rank 2 in a collective that never completes */
+    ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
+    ddp_destroy(&ctx);
+    return 0;
+}
+
+static void test_launcher(const char *self, const char *mode, int want)
+{
+    char pidfile[] = "/tmp/ddp-test-pids-XXXXXX", name[64];
+    char *args[4];
+    int fd = mkstemp(pidfile), rc, orphans = 0, pid;
+    double t0 = now_s(), dt;
+    FILE *f;
+    close(fd);
+    setenv("PID_FILE", pidfile, 1);
+    setenv("DDP_TIMEOUT", "600", 1); /* only the launcher can end this quickly */
+    args[0] = (char *)self; args[1] = (char *)"--launched"; args[2] = (char *)mode; args[3] = NULL;
+    rc = ddp_run(4, args);
+    dt = now_s() - t0;
+    f = fopen(pidfile, "r");
+    while (f && fscanf(f, "%d", &pid) == 1) orphans += kill(pid, 0) == 0;
+    if (f) fclose(f);
+    unlink(pidfile);
+    snprintf(name, sizeof name, "launcher.%s_stops_the_job", mode);
+    CHECK(name, rc == want && dt < 5 && orphans == 0, "status %d (want %d) after %.1f s, %d ranks left running",
+          rc, want, dt, orphans);
+}
+
+int main(int argc, char **argv)
+{
+    double s;
+    int bad;
+    if (argc > 2 && strcmp(argv[1], "--launched") == 0) return launched_child(argv[2]);
+    setenv("DDP_TIMEOUT", "30", 1);
+    bad = spawn(3, ddp__free_port(), peer_death, &s);
+    CHECK("failures.peer_death_detected", bad == 0 && s < 10, "%d ranks misbehaved, %.1f s", bad, s);
+    setenv("DDP_TIMEOUT", "1", 1);
+    bad = spawn(2, ddp__free_port(), late_peer, &s);
+    CHECK("failures.timeout_names_late_rank", bad == 0, "%d ranks misbehaved", bad);
+    setenv("DDP_TIMEOUT", "1.5", 1);
+    bad = spawn(2, ddp__free_port(), missing_peer, &s);
+    CHECK("failures.missing_peer_times_out", bad == 0 && s < 5, "%d ranks misbehaved, %.1f s", bad, s);
+    bad = spawn(2, ddp__free_port(), foreign_job, &s);
+    CHECK("failures.foreign_job_refused", bad == 0 && s < 5, "%d ranks misbehaved, %.1f s", bad, s);
+    bad = spawn(2, ddp__free_port(), duplicate_rank, &s);
+    CHECK("failures.duplicate_rank_refused", bad == 0 && s < 5, "%d ranks misbehaved, %.1f s", bad, s);
+    unsetenv("DDP_TIMEOUT");
+    test_store();
+    test_launcher(argv[0], "exit3", 3);
+    test_launcher(argv[0], "segv", 128 + SIGSEGV);
+    TEST_EXIT();
+}

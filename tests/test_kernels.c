@@ -1,0 +1,355 @@
+/* tests/test_kernels.c - the CPU half of ddp_kernels.cuh.
+   Every backward is checked against central finite differences of its forward:
+   L = sum(out * w) for random w, so dL/dout = w is the dout fed to the backward.
+   The forwards run in fp32, so the numerical derivative uses the fourth-order
+   stencil (8(L(x+h) - L(x-h)) - (L(x+2h) - L(x-2h))) / 12h, accumulated in double,
+   with h = 2^-4: its truncation error is O(h^4) ~ 1e-6 and the fp32 rounding noise
+   of L divided by h stays near 1e-5 (observed worst, cross-entropy: 2e-5), well
+   inside the 1e-4 bound that a wrong gradient term would break. Inputs are
+   multiples of 2^-12, so x +- h and x +- 2h are exact in fp32.
+   Gradients are pre-filled with a constant to check that backward adds (+=). */
+#include "ddp_kernels.cuh"
+#include "tests/test.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* odd sizes on purpose */
+enum { B = 2, T = 5, C = 12, NH = 3, V = 7, OC = 9, MAXT = 6 };
+#define FD_H (1.0f / 16.0f)
+#define PREFILL 0.5f
+#define TOL 1e-4
+
+static unsigned long long rng_state = 0x9E3779B97F4A7C15ull;
+static unsigned rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (unsigned)(rng_state >> 32);
+}
+/* uniform in [-scale, scale], a multiple of scale * 2^-12 */
+static void fill(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++) x[i] = scale * ((int)(rng_u32() % 8193) - 4096) / 4096.0f;
+}
+static void fill_const(float *x, size_t n, float c)
+{
+    for (size_t i = 0; i < n; i++) x[i] = c;
+}
+static float *alloc(size_t n) { return (float *)calloc(n, sizeof(float)); }
+
+static double weighted_sum(const float *out, const float *w, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)out[i] * w[i];
+    return s;
+}
+
+/* The scalar loss of one layer, recomputed after each perturbation. */
+typedef double (*loss_fn)(void *state);
+
+/* max |analytic - numeric| / max(max |numeric|, 1e-3) over the elements of x;
+   analytic was computed on top of PREFILL. */
+static double fd_error(loss_fn f, void *state, float *x, const float *analytic, size_t n)
+{
+    double max_err = 0.0, max_num = 1e-3;
+    for (size_t i = 0; i < n; i++) {
+        float x0 = x[i];
+        double L[4];
+        const float off[4] = {FD_H, -FD_H, 2 * FD_H, -2 * FD_H};
+        for (int k = 0; k < 4; k++) {
+            x[i] = x0 + off[k];
+            L[k] = f(state);
+        }
+        x[i] = x0;
+        double num = (8.0 * (L[0] - L[1]) - (L[2] - L[3])) / (12.0 * FD_H);
+        double err = fabs((analytic[i] - PREFILL) - num);
+        if (err > max_err) max_err = err;
+        if (fabs(num) > max_num) max_num = fabs(num);
+    }
+    return max_err / max_num;
+}
+
+static void check_grad(const char *name, loss_fn f, void *s, float *x, const float *g, size_t n)
+{
+    double e = fd_error(f, s, x, g, n);
+    CHECK(name, e <= TOL, "relative error %.3g > %.0e", e, TOL);
+}
+
+/* ---- embedding ---- */
+typedef struct { int tok[B * T]; float wte[V * C], wpe[MAXT * C], out[B * T * C], w[B * T * C]; } emb_s;
+static double emb_loss(void *p)
+{
+    emb_s *s = (emb_s *)p;
+    ddp_embedding_forward_cpu(s->out, s->tok, s->wte, s->wpe, B, T, C);
+    return weighted_sum(s->out, s->w, B * T * C);
+}
+static void test_embedding(void)
+{
+    static emb_s s;
+    float *dwte = alloc(V * C), *dwpe = alloc(MAXT * C);
+    for (int i = 0; i < B * T; i++) s.tok[i] = (int)(rng_u32() % 4); /* repeats on purpose */
+    fill(s.wte, V * C, 1); fill(s.wpe, MAXT * C, 1); fill(s.w, B * T * C, 1);
+    fill_const(dwte, V * C, PREFILL); fill_const(dwpe, MAXT * C, PREFILL);
+    ddp_embedding_backward_cpu(dwte, dwpe, s.w, s.tok, B, T, C);
+    check_grad("kernels.embedding.backward.wte", emb_loss, &s, s.wte, dwte, V * C);
+    check_grad("kernels.embedding.backward.wpe", emb_loss, &s, s.wpe, dwpe, MAXT * C);
+    free(dwte); free(dwpe);
+}
+
+/* ---- layernorm ---- */
+typedef struct { float x[B * T * C], wt[C], bias[C], out[B * T * C], mean[B * T], rstd[B * T], w[B * T * C]; } ln_s;
+static double ln_loss(void *p)
+{
+    ln_s *s = (ln_s *)p;
+    ddp_layernorm_forward_cpu(s->out, s->mean, s->rstd, s->x, s->wt, s->bias, B, T, C);
+    return weighted_sum(s->out, s->w, B * T * C);
+}
+static void test_layernorm(void)
+{
+    static ln_s s;
+    float *dx = alloc(B * T * C), *dwt = alloc(C), *db = alloc(C);
+    fill(s.x, B * T * C, 1); fill(s.wt, C, 1); fill(s.bias, C, 1); fill(s.w, B * T * C, 1);
+    fill_const(dx, B * T * C, PREFILL); fill_const(dwt, C, PREFILL); fill_const(db, C, PREFILL);
+    ln_loss(&s);
+    ddp_layernorm_backward_cpu(dx, dwt, db, s.w, s.x, s.wt, s.mean, s.rstd, B, T, C);
+    check_grad("kernels.layernorm.backward.inp", ln_loss, &s, s.x, dx, B * T * C);
+    check_grad("kernels.layernorm.backward.weight", ln_loss, &s, s.wt, dwt, C);
+    check_grad("kernels.layernorm.backward.bias", ln_loss, &s, s.bias, db, C);
+    {   /* each normalized row has mean 0 and variance 1 before the affine part */
+        float one[C], zero[C], out[B * T * C], mean[B * T], rstd[B * T];
+        double worst = 0.0;
+        fill_const(one, C, 1); fill_const(zero, C, 0);
+        ddp_layernorm_forward_cpu(out, mean, rstd, s.x, one, zero, B, T, C);
+        for (int r = 0; r < B * T; r++) {
+            double m = 0, v = 0;
+            for (int c = 0; c < C; c++) m += out[r * C + c];
+            for (int c = 0; c < C; c++) v += out[r * C + c] * out[r * C + c];
+            m /= C; v /= C;
+            worst = fmax(worst, fmax(fabs(m), fabs(v - 1.0) * 0.1));
+        }
+        CHECK("kernels.layernorm.forward.normalized", worst < 1e-4, "row stats off by %g", worst);
+    }
+    free(dx); free(dwt); free(db);
+}
+
+/* ---- matmul ---- */
+typedef struct { float x[B * T * C], wt[OC * C], bias[OC], out[B * T * OC], w[B * T * OC]; } mm_s;
+static double mm_loss(void *p)
+{
+    mm_s *s = (mm_s *)p;
+    ddp_matmul_forward_cpu(s->out, s->x, s->wt, s->bias, B, T, C, OC);
+    return weighted_sum(s->out, s->w, B * T * OC);
+}
+static void test_matmul(void)
+{
+    static mm_s s;
+    float *dx = alloc(B * T * C), *dwt = alloc(OC * C), *db = alloc(OC);
+    fill(s.x, B * T * C, 1); fill(s.wt, OC * C, 1); fill(s.bias, OC, 1); fill(s.w, B * T * OC, 1);
+    fill_const(dx, B * T * C, PREFILL); fill_const(dwt, OC * C, PREFILL); fill_const(db, OC, PREFILL);
+    ddp_matmul_backward_cpu(dx, dwt, db, s.w, s.x, s.wt, B, T, C, OC);
+    check_grad("kernels.matmul.backward.inp", mm_loss, &s, s.x, dx, B * T * C);
+    check_grad("kernels.matmul.backward.weight", mm_loss, &s, s.wt, dwt, OC * C);
+    check_grad("kernels.matmul.backward.bias", mm_loss, &s, s.bias, db, OC);
+    {   /* against a plain triple loop in double, with and without bias */
+        double worst = 0.0;
+        float out2[B * T * OC];
+        ddp_matmul_forward_cpu(s.out, s.x, s.wt, s.bias, B, T, C, OC);
+        ddp_matmul_forward_cpu(out2, s.x, s.wt, NULL, B, T, C, OC);
+        for (int r = 0; r < B * T; r++)
+            for (int o = 0; o < OC; o++) {
+                double acc = 0;
+                for (int c = 0; c < C; c++) acc += (double)s.x[r * C + c] * s.wt[o * C + c];
+                worst = fmax(worst, fabs(s.out[r * OC + o] - (acc + s.bias[o])));
+                worst = fmax(worst, fabs(out2[r * OC + o] - acc));
+            }
+        CHECK("kernels.matmul.forward", worst < 1e-5, "max error %g", worst);
+    }
+    free(dx); free(dwt); free(db);
+}
+
+/* ---- attention ---- */
+typedef struct { float x[B * T * 3 * C], out[B * T * C], lse[B * NH * T], w[B * T * C]; } att_s;
+static double att_loss(void *p)
+{
+    att_s *s = (att_s *)p;
+    ddp_attention_forward_cpu(s->out, s->lse, s->x, B, T, C, NH);
+    return weighted_sum(s->out, s->w, B * T * C);
+}
+static void test_attention(void)
+{
+    static att_s s;
+    static float dx[B * T * 3 * C], x2[B * T * 3 * C], out2[B * T * C], lse2[B * NH * T];
+    fill(s.x, B * T * 3 * C, 2); fill(s.w, B * T * C, 1);
+    fill_const(dx, B * T * 3 * C, PREFILL);
+    att_loss(&s);
+    ddp_attention_backward_cpu(dx, s.w, s.x, s.out, s.lse, B, T, C, NH);
+    check_grad("kernels.attention.backward", att_loss, &s, s.x, dx, B * T * 3 * C);
+
+    /* causal: changing tokens t >= 3 leaves outputs t < 3 bitwise unchanged */
+    memcpy(x2, s.x, sizeof x2);
+    for (int b = 0; b < B; b++)
+        fill(x2 + (size_t)(b * T + 3) * 3 * C, (size_t)(T - 3) * 3 * C, 2);
+    att_loss(&s);
+    ddp_attention_forward_cpu(out2, lse2, x2, B, T, C, NH);
+    int same = 1, changed = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T * C; i++) {
+            int diff = s.out[b * T * C + i] != out2[b * T * C + i];
+            if (i < 3 * C) same &= !diff; else changed |= diff;
+        }
+    CHECK("kernels.attention.forward.causal", same && changed,
+          "past outputs %s, future outputs %s", same ? "kept" : "changed", changed ? "changed" : "kept");
+
+    /* softmax rows sum to 1: with every value vector all ones, every output is 1 */
+    for (int r = 0; r < B * T; r++) fill_const(x2 + (size_t)r * 3 * C + 2 * C, C, 1);
+    ddp_attention_forward_cpu(out2, lse2, x2, B, T, C, NH);
+    double worst = 0.0;
+    for (int i = 0; i < B * T * C; i++) worst = fmax(worst, fabs(out2[i] - 1.0));
+    CHECK("kernels.attention.forward.rows_sum_to_1", worst < 1e-6, "max |out - 1| = %g", worst);
+}
+
+/* ---- gelu ---- */
+#define NE (B * T * C)
+typedef struct { float x[NE], out[NE], w[NE]; } gelu_s;
+static double gelu_loss(void *p)
+{
+    gelu_s *s = (gelu_s *)p;
+    ddp_gelu_forward_cpu(s->out, s->x, NE);
+    return weighted_sum(s->out, s->w, NE);
+}
+static void test_gelu(void)
+{
+    static gelu_s s;
+    float dx[NE], y[3];
+    const float xs[3] = {-1.0f, 0.0f, 2.0f};
+    fill(s.x, NE, 4); fill(s.w, NE, 1); fill_const(dx, NE, PREFILL);
+    ddp_gelu_backward_cpu(dx, s.x, s.w, NE);
+    check_grad("kernels.gelu.backward", gelu_loss, &s, s.x, dx, NE);
+    /* reference values of the tanh form: gelu(-1), gelu(0), gelu(2) */
+    ddp_gelu_forward_cpu(y, xs, 3);
+    CHECK("kernels.gelu.forward", fabs(y[0] + 0.158808) < 1e-5 && y[1] == 0.0f && fabs(y[2] - 1.954598) < 1e-5,
+          "got %.6f %.6f %.6f", y[0], y[1], y[2]);
+}
+
+/* ---- residual ---- */
+typedef struct { float a[NE], b[NE], out[NE], w[NE]; } res_s;
+static double res_loss(void *p)
+{
+    res_s *s = (res_s *)p;
+    ddp_residual_forward_cpu(s->out, s->a, s->b, NE);
+    return weighted_sum(s->out, s->w, NE);
+}
+static void test_residual(void)
+{
+    static res_s s;
+    float da[NE], db[NE];
+    fill(s.a, NE, 1); fill(s.b, NE, 1); fill(s.w, NE, 1);
+    fill_const(da, NE, PREFILL); fill_const(db, NE, PREFILL);
+    ddp_residual_backward_cpu(da, db, s.w, NE);
+    check_grad("kernels.residual.backward.inp1", res_loss, &s, s.a, da, NE);
+    check_grad("kernels.residual.backward.inp2", res_loss, &s, s.b, db, NE);
+}
+
+/* ---- cross-entropy ---- */
+typedef struct { float logits[B * T * V], losses[B * T], loss; int tgt[B * T]; } ce_s;
+static double ce_loss(void *p)
+{
+    ce_s *s = (ce_s *)p;
+    ddp_crossentropy_forward_backward_cpu(&s->loss, s->losses, NULL, s->logits, s->tgt, B, T, V, -1, 1.0f);
+    return s->loss;
+}
+static void test_crossentropy(void)
+{
+    static ce_s s;
+    static float dl[B * T * V];
+    fill(s.logits, B * T * V, 3);
+    for (int i = 0; i < B * T; i++) s.tgt[i] = (int)(rng_u32() % V);
+    s.tgt[1] = s.tgt[7] = -1; /* padding */
+    ddp_crossentropy_forward_backward_cpu(&s.loss, s.losses, dl, s.logits, s.tgt, B, T, V, -1, 1.0f);
+    for (int i = 0; i < B * T * V; i++) dl[i] += PREFILL; /* dlogits is overwritten, not added */
+    check_grad("kernels.crossentropy.backward", ce_loss, &s, s.logits, dl, B * T * V);
+
+    /* softmax rows sum to 1: probs = dlogits * n_valid + onehot (dloss = 1) */
+    ddp_crossentropy_forward_backward_cpu(&s.loss, s.losses, dl, s.logits, s.tgt, B, T, V, -1, 1.0f);
+    double worst = 0.0, sum_valid = 0.0;
+    int zero_ignored = 1;
+    for (int i = 0; i < B * T; i++) {
+        double ps = 0.0;
+        for (int v = 0; v < V; v++) {
+            ps += dl[i * V + v] * (B * T - 2) + (v == s.tgt[i]);
+            if (s.tgt[i] == -1) zero_ignored &= dl[i * V + v] == 0.0f;
+        }
+        if (s.tgt[i] != -1) {
+            worst = fmax(worst, fabs(ps - 1.0));
+            sum_valid += s.losses[i];
+        }
+    }
+    CHECK("kernels.crossentropy.softmax_rows_sum_to_1", worst < 1e-5, "max |sum - 1| = %g", worst);
+
+    /* the ignored rows neither count in the mean nor get a gradient */
+    double mean_valid = sum_valid / (B * T - 2);
+    CHECK("kernels.crossentropy.ignore_index",
+          fabs(s.loss - mean_valid) < 1e-6 && zero_ignored && s.losses[1] == 0.0f && s.losses[7] == 0.0f,
+          "loss %.7f, mean over valid %.7f, ignored rows zero: %d", s.loss, mean_valid, zero_ignored);
+
+    /* uniform logits: every row's loss is ln V */
+    fill_const(s.logits, B * T * V, 0.25f);
+    ce_loss(&s);
+    CHECK("kernels.crossentropy.uniform_is_lnV", fabs(s.loss - log((double)V)) < 1e-6,
+          "loss %.7f, ln V %.7f", s.loss, log((double)V));
+
+    /* all targets ignored: loss 0, gradient 0, no division by zero */
+    for (int i = 0; i < B * T; i++) s.tgt[i] = -1;
+    ddp_crossentropy_forward_backward_cpu(&s.loss, s.losses, dl, s.logits, s.tgt, B, T, V, -1, 1.0f);
+    CHECK("kernels.crossentropy.all_ignored", s.loss == 0.0f && dl[0] == 0.0f && dl[B * T * V - 1] == 0.0f,
+          "loss %g", s.loss);
+}
+
+/* ---- AdamW: two steps against values worked out by hand ---- */
+static void test_adamw(void)
+{
+    /* lr 0.1, betas (0.9, 0.999), weight decay 0.1. With a constant gradient g the
+       bias-corrected moments are exactly g and g^2, so each step moves a parameter
+       by -lr * (sign(g) + wd * p):
+         p = 1.0, g = 0.5:  0.89   then 0.89 - 0.1 (1 + 0.089)  = 0.7811
+         p = 0.5, g = -2:   0.595  then 0.595 + 0.1 (1 - 0.0595) = 0.68905
+       m after two steps: 0.9*0.05 + 0.05 = 0.095;  v: 0.999*0.00025 + 0.00025 = 0.00049975
+       (v to fp32 accuracy: 1 - 0.999f is not exactly 0.001) */
+    float p[2] = {1.0f, 0.5f}, g[2] = {0.5f, -2.0f}, m[2] = {0, 0}, v[2] = {0, 0};
+    ddp_adamw_update_cpu(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 1);
+    int ok1 = fabs(p[0] - 0.89) < 1e-6 && fabs(p[1] - 0.595) < 1e-6;
+    ddp_adamw_update_cpu(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 2);
+    CHECK("kernels.adamw.update",
+          ok1 && fabs(p[0] - 0.7811) < 1e-6 && fabs(p[1] - 0.68905) < 1e-6 &&
+              fabs(m[0] - 0.095) < 1e-7 && fabs(v[0] - 0.00049975) < 1e-4 * 0.00049975,
+          "after step 1 ok=%d, step 2 p = %.7f %.7f m = %.7f v = %.9f", ok1, p[0], p[1], m[0], v[0]);
+}
+
+/* ---- gradient norm and clipping: a 3-4-12-13 right triangle ---- */
+static void test_grad_norm(void)
+{
+    float g[4] = {3, 4, 0, -12}, norm = 0;
+    ddp_grad_norm_cpu(&norm, g, 4);
+    CHECK("kernels.grad_norm", norm == 13.0f, "norm %g, expected 13", norm);
+    ddp_grad_clip_cpu(g, 4, 20.0f, &norm);
+    CHECK("kernels.grad_clip.below_max", g[0] == 3 && g[1] == 4 && g[3] == -12, "grads changed: %g %g %g", g[0], g[1], g[3]);
+    ddp_grad_clip_cpu(g, 4, 6.5f, &norm);
+    CHECK("kernels.grad_clip.above_max", fabs(g[0] - 1.5) < 1e-6 && fabs(g[1] - 2) < 1e-6 && fabs(g[3] + 6) < 1e-6,
+          "got %g %g %g, expected 1.5 2 -6", g[0], g[1], g[3]);
+}
+
+int main(void)
+{
+    (void)test_skip; /* every CPU check always runs */
+    test_embedding();
+    test_layernorm();
+    test_matmul();
+    test_attention();
+    test_gelu();
+    test_residual();
+    test_crossentropy();
+    test_adamw();
+    test_grad_norm();
+    TEST_EXIT();
+}

@@ -1,0 +1,457 @@
+/* tests/test_kernels_gpu.cu - every GPU kernel of ddp_kernels.cuh against its CPU twin.
+   Each check runs in fp32 (relative error <= 1e-5) and bf16 (<= 1e-2) on fresh random
+   inputs, for three shapes: odd sizes (scalar paths, head size 4), several attention
+   tiles with a partial one (head size 64), and head size 128. bf16 inputs are rounded
+   first and the CPU twin sees the same rounded values. Outputs are poisoned with 0xFF
+   bytes (NaN) before each run; gradients start from random values, so "+=" is checked.
+   Every backward also runs twice: the results must be bitwise equal.
+   Without a GPU every check prints SKIP and the program exits 0. */
+#include "ddp_kernels.cuh"
+#include "tests/test.h"
+#include <math.h>
+#include <string.h>
+#include <vector>
+
+struct Shape { const char *name; int B, T, C, NH, V, OC; };
+static const Shape shapes[] = {
+    {"odd", 2, 5, 12, 3, 7, 9},
+    {"tiles", 2, 150, 192, 3, 333, 200},
+    {"hs128", 1, 70, 256, 2, 64, 40},
+};
+
+struct Result {
+    double err = 0.0;  /* worst relative error over the compared tensors */
+    int same = -1;     /* backward rerun bitwise equal: 1 yes, 0 no, -1 not checked */
+    const char *why = "";
+};
+
+static ddp_kernels_ctx g_ctx;
+
+/* ---- host helpers ---- */
+static unsigned long long g_rng = 0x2545F4914F6CDD1Dull;
+static unsigned rng_u32()
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (unsigned)(g_rng >> 32);
+}
+static std::vector<float> rnd(size_t n, float scale)
+{
+    std::vector<float> v(n);
+    for (float &x : v) x = scale * ((float)(rng_u32() % 20001) / 10000.0f - 1.0f);
+    return v;
+}
+static std::vector<int> rnd_int(size_t n, int hi)
+{
+    std::vector<int> v(n);
+    for (int &x : v) x = (int)(rng_u32() % (unsigned)hi);
+    return v;
+}
+
+static float to_host_float(float x) { return x; }
+static float to_host_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename F> static F from_host_float(float x);
+template <> float from_host_float<float>(float x) { return x; }
+template <> __nv_bfloat16 from_host_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+
+/* max |gpu - ref| / max(max |ref|, 1e-3); NaN anywhere counts as infinite */
+static double relerr(const std::vector<float> &gpu, const std::vector<float> &ref)
+{
+    double e = 0.0, m = 1e-3;
+    for (size_t i = 0; i < ref.size(); i++) {
+        if (isnan(gpu[i])) return INFINITY;
+        e = fmax(e, fabs((double)gpu[i] - ref[i]));
+        m = fmax(m, fabs((double)ref[i]));
+    }
+    return e / m;
+}
+
+/* Device buffers of one check, freed when it ends. */
+struct Bufs {
+    std::vector<void *> ptrs;
+    ~Bufs() { for (void *p : ptrs) cudaFree(p); }
+    template <typename F> F *alloc(size_t n) /* poisoned: every byte 0xFF */
+    {
+        void *p = NULL;
+        if (cudaMalloc(&p, n * sizeof(F)) != cudaSuccess) return NULL;
+        ptrs.push_back(p);
+        cudaMemset(p, 0xFF, n * sizeof(F));
+        return (F *)p;
+    }
+    /* rounds h to F in place, so the CPU twin sees what the GPU sees */
+    template <typename F> F *up(std::vector<float> &h)
+    {
+        std::vector<F> t(h.size());
+        for (size_t i = 0; i < h.size(); i++) {
+            t[i] = from_host_float<F>(h[i]);
+            h[i] = to_host_float(t[i]);
+        }
+        F *d = alloc<F>(h.size());
+        if (d) cudaMemcpy(d, t.data(), t.size() * sizeof(F), cudaMemcpyHostToDevice);
+        return d;
+    }
+    int *up_int(const std::vector<int> &h)
+    {
+        int *d = alloc<int>(h.size());
+        if (d) cudaMemcpy(d, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice);
+        return d;
+    }
+};
+
+template <typename F> static cudaError_t reload(F *d, const std::vector<float> &h)
+{
+    std::vector<F> t(h.size());
+    for (size_t i = 0; i < h.size(); i++) t[i] = from_host_float<F>(h[i]);
+    return cudaMemcpy(d, t.data(), t.size() * sizeof(F), cudaMemcpyHostToDevice);
+}
+
+template <typename F> static cudaError_t down(std::vector<float> &h, const F *d, size_t n)
+{
+    std::vector<F> t(n);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaMemcpy(t.data(), d, n * sizeof(F), cudaMemcpyDeviceToHost);
+    h.resize(n);
+    for (size_t i = 0; i < n; i++) h[i] = to_host_float(t[i]);
+    return e;
+}
+
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { r->err = INFINITY; r->why = cudaGetErrorString(e_); return; } } while (0)
+#define ALLOCATED(...) do { if (!(__VA_ARGS__)) { r->err = INFINITY; r->why = "cudaMalloc failed"; return; } } while (0)
+#define WORST(gpu, ref) (r->err = fmax(r->err, relerr(gpu, ref)))
+
+/* Runs a backward from freshly loaded gradients twice; keeps the first result in
+   out and records whether the second matched it bit for bit. */
+template <typename F, typename Run>
+static cudaError_t twice(Result *r, Run run, std::vector<F *> grads, std::vector<std::vector<float>> init,
+                         std::vector<std::vector<float>> &out)
+{
+    std::vector<std::vector<float>> again(grads.size());
+    out.assign(grads.size(), std::vector<float>());
+    for (int pass = 0; pass < 2; pass++) {
+        cudaError_t e = cudaSuccess;
+        for (size_t i = 0; i < grads.size() && !e; i++) e = reload(grads[i], init[i]);
+        if (!e) e = run();
+        for (size_t i = 0; i < grads.size() && !e; i++) e = down(pass ? again[i] : out[i], grads[i], init[i].size());
+        if (e) return e;
+    }
+    r->same = 1;
+    for (size_t i = 0; i < grads.size(); i++)
+        r->same &= memcmp(out[i].data(), again[i].data(), out[i].size() * sizeof(float)) == 0;
+    return cudaSuccess;
+}
+
+/* ---- checks ---- */
+template <typename F> static void t_embedding_fwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const int BT = s.B * s.T;
+    auto wte = rnd((size_t)s.V * s.C, 1), wpe = rnd((size_t)s.T * s.C, 1);
+    auto tok = rnd_int(BT, s.V);
+    F *dwte = m.up<F>(wte), *dwpe = m.up<F>(wpe), *dout = m.alloc<F>((size_t)BT * s.C);
+    int *dtok = m.up_int(tok);
+    ALLOCATED(dwte && dwpe && dout && dtok);
+    CK(ddp_embedding_forward_gpu(&g_ctx, dout, dtok, dwte, dwpe, s.B, s.T, s.C, 0));
+    std::vector<float> ref((size_t)BT * s.C), got;
+    ddp_embedding_forward_cpu(ref.data(), tok.data(), wte.data(), wpe.data(), s.B, s.T, s.C);
+    CK(down(got, dout, ref.size()));
+    WORST(got, ref);
+}
+
+template <typename F> static void t_embedding_bwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const int BT = s.B * s.T;
+    auto gout = rnd((size_t)BT * s.C, 1), gwte = rnd((size_t)s.V * s.C, 1), gwpe = rnd((size_t)s.T * s.C, 1);
+    auto tok = rnd_int(BT, s.V < 13 ? s.V : 13); /* long runs of repeated tokens */
+    F *dgout = m.up<F>(gout), *dgwte = m.up<F>(gwte), *dgwpe = m.up<F>(gwpe);
+    int *dtok = m.up_int(tok);
+    ALLOCATED(dgout && dgwte && dgwpe && dtok);
+    std::vector<std::vector<float>> got;
+    CK(twice<F>(r, [&] { return ddp_embedding_backward_gpu(&g_ctx, dgwte, dgwpe, dgout, dtok, s.B, s.T, s.C, 0); },
+                {dgwte, dgwpe}, {gwte, gwpe}, got));
+    ddp_embedding_backward_cpu(gwte.data(), gwpe.data(), gout.data(), tok.data(), s.B, s.T, s.C);
+    WORST(got[0], gwte);
+    WORST(got[1], gwpe);
+}
+
+template <typename F> static void t_layernorm_fwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const int BT = s.B * s.T;
+    auto x = rnd((size_t)BT * s.C, 2), w = rnd(s.C, 1), b = rnd(s.C, 1);
+    F *dx = m.up<F>(x), *dw = m.up<F>(w), *db = m.up<F>(b), *dout = m.alloc<F>((size_t)BT * s.C);
+    float *dmean = m.alloc<float>(BT), *drstd = m.alloc<float>(BT);
+    ALLOCATED(dx && dw && db && dout && dmean && drstd);
+    CK(ddp_layernorm_forward_gpu(&g_ctx, dout, dmean, drstd, dx, dw, db, s.B, s.T, s.C, 0));
+    std::vector<float> out((size_t)BT * s.C), mean(BT), rstd(BT), got;
+    ddp_layernorm_forward_cpu(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), s.B, s.T, s.C);
+    CK(down(got, dout, out.size())); WORST(got, out);
+    CK(down(got, dmean, mean.size())); WORST(got, mean);
+    CK(down(got, drstd, rstd.size())); WORST(got, rstd);
+}
+
+template <typename F> static void t_layernorm_bwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const int BT = s.B * s.T;
+    const size_t N = (size_t)BT * s.C;
+    auto x = rnd(N, 2), w = rnd(s.C, 1), b = rnd(s.C, 1), gout = rnd(N, 1);
+    auto gx = rnd(N, 1), gw = rnd(s.C, 1), gb = rnd(s.C, 1);
+    std::vector<float> out(N), mean(BT), rstd(BT);
+    F *dx = m.up<F>(x), *dw = m.up<F>(w), *dgout = m.up<F>(gout);
+    F *dgx = m.up<F>(gx), *dgw = m.up<F>(gw), *dgb = m.up<F>(gb);
+    m.up<F>(b); /* rounds b like the others */
+    ddp_layernorm_forward_cpu(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), s.B, s.T, s.C);
+    float *dmean = m.up<float>(mean), *drstd = m.up<float>(rstd);
+    ALLOCATED(dx && dw && dgout && dgx && dgw && dgb && dmean && drstd);
+    std::vector<std::vector<float>> got;
+    CK(twice<F>(r, [&] { return ddp_layernorm_backward_gpu(&g_ctx, dgx, dgw, dgb, dgout, dx, dw, dmean, drstd,
+                                                            s.B, s.T, s.C, 0); },
+                {dgx, dgw, dgb}, {gx, gw, gb}, got));
+    ddp_layernorm_backward_cpu(gx.data(), gw.data(), gb.data(), gout.data(), x.data(), w.data(), mean.data(),
+                               rstd.data(), s.B, s.T, s.C);
+    WORST(got[0], gx);
+    WORST(got[1], gw);
+    WORST(got[2], gb);
+}
+
+template <typename F> static void t_matmul_fwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const int BT = s.B * s.T;
+    auto x = rnd((size_t)BT * s.C, 1), w = rnd((size_t)s.OC * s.C, 1), b = rnd(s.OC, 1);
+    F *dx = m.up<F>(x), *dw = m.up<F>(w), *db = m.up<F>(b), *dout = m.alloc<F>((size_t)BT * s.OC);
+    F *dout2 = m.alloc<F>((size_t)BT * s.OC);
+    ALLOCATED(dx && dw && db && dout && dout2);
+    CK(ddp_matmul_forward_gpu(&g_ctx, dout, dx, dw, db, s.B, s.T, s.C, s.OC, 0));
+    CK(ddp_matmul_forward_gpu(&g_ctx, dout2, dx, dw, NULL, s.B, s.T, s.C, s.OC, 0));
+    std::vector<float> out((size_t)BT * s.OC), out2(out.size()), got;
+    ddp_matmul_forward_cpu(out.data(), x.data(), w.data(), b.data(), s.B, s.T, s.C, s.OC);
+    ddp_matmul_forward_cpu(out2.data(), x.data(), w.data(), NULL, s.B, s.T, s.C, s.OC);
+    CK(down(got, dout, out.size())); WORST(got, out);
+    CK(down(got, dout2, out2.size())); WORST(got, out2);
+}
+
+template <typename F> static void t_matmul_bwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const int BT = s.B * s.T;
+    auto x = rnd((size_t)BT * s.C, 1), w = rnd((size_t)s.OC * s.C, 1), gout = rnd((size_t)BT * s.OC, 1);
+    auto gx = rnd(x.size(), 1), gw = rnd(w.size(), 1), gb = rnd(s.OC, 1);
+    F *dx = m.up<F>(x), *dw = m.up<F>(w), *dgout = m.up<F>(gout);
+    F *dgx = m.up<F>(gx), *dgw = m.up<F>(gw), *dgb = m.up<F>(gb);
+    ALLOCATED(dx && dw && dgout && dgx && dgw && dgb);
+    std::vector<std::vector<float>> got;
+    CK(twice<F>(r, [&] { return ddp_matmul_backward_gpu(&g_ctx, dgx, dgw, dgb, dgout, dx, dw, s.B, s.T, s.C, s.OC, 0); },
+                {dgx, dgw, dgb}, {gx, gw, gb}, got));
+    ddp_matmul_backward_cpu(gx.data(), gw.data(), gb.data(), gout.data(), x.data(), w.data(), s.B, s.T, s.C, s.OC);
+    WORST(got[0], gx);
+    WORST(got[1], gw);
+    WORST(got[2], gb);
+}
+
+template <typename F> static void t_attention_fwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const int BT = s.B * s.T;
+    auto x = rnd((size_t)BT * 3 * s.C, 2);
+    F *dx = m.up<F>(x), *dout = m.alloc<F>((size_t)BT * s.C);
+    float *dlse = m.alloc<float>((size_t)s.B * s.NH * s.T);
+    ALLOCATED(dx && dout && dlse);
+    CK(ddp_attention_forward_gpu(&g_ctx, dout, dlse, dx, s.B, s.T, s.C, s.NH, 0));
+    std::vector<float> out((size_t)BT * s.C), lse((size_t)s.B * s.NH * s.T), got;
+    ddp_attention_forward_cpu(out.data(), lse.data(), x.data(), s.B, s.T, s.C, s.NH);
+    CK(down(got, dout, out.size())); WORST(got, out);
+    CK(down(got, dlse, lse.size())); WORST(got, lse);
+}
+
+template <typename F> static void t_attention_bwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const int BT = s.B * s.T;
+    auto x = rnd((size_t)BT * 3 * s.C, 2), gout = rnd((size_t)BT * s.C, 1), gx = rnd(x.size(), 1);
+    std::vector<float> out((size_t)BT * s.C), lse((size_t)s.B * s.NH * s.T);
+    F *dx = m.up<F>(x), *dgout = m.up<F>(gout), *dgx = m.up<F>(gx);
+    ddp_attention_forward_cpu(out.data(), lse.data(), x.data(), s.B, s.T, s.C, s.NH);
+    F *dout = m.up<F>(out); /* the backward sees out as stored in F */
+    float *dlse = m.up<float>(lse);
+    ALLOCATED(dx && dgout && dgx && dout && dlse);
+    std::vector<std::vector<float>> got;
+    CK(twice<F>(r, [&] { return ddp_attention_backward_gpu(&g_ctx, dgx, dgout, dx, dout, dlse, s.B, s.T, s.C, s.NH, 0); },
+                {dgx}, {gx}, got));
+    ddp_attention_backward_cpu(gx.data(), gout.data(), x.data(), out.data(), lse.data(), s.B, s.T, s.C, s.NH);
+    WORST(got[0], gx);
+}
+
+template <typename F> static void t_gelu_fwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const size_t N = (size_t)s.B * s.T * 4 * s.C + 3; /* +3: a ragged tail */
+    auto x = rnd(N, 4);
+    F *dx = m.up<F>(x), *dout = m.alloc<F>(N);
+    ALLOCATED(dx && dout);
+    CK(ddp_gelu_forward_gpu(&g_ctx, dout, dx, N, 0));
+    std::vector<float> out(N), got;
+    ddp_gelu_forward_cpu(out.data(), x.data(), N);
+    CK(down(got, dout, N)); WORST(got, out);
+}
+
+template <typename F> static void t_gelu_bwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const size_t N = (size_t)s.B * s.T * 4 * s.C + 3;
+    auto x = rnd(N, 4), gout = rnd(N, 1), gx = rnd(N, 1);
+    F *dx = m.up<F>(x), *dgout = m.up<F>(gout), *dgx = m.up<F>(gx);
+    ALLOCATED(dx && dgout && dgx);
+    std::vector<std::vector<float>> got;
+    CK(twice<F>(r, [&] { return ddp_gelu_backward_gpu(&g_ctx, dgx, dx, dgout, N, 0); }, {dgx}, {gx}, got));
+    ddp_gelu_backward_cpu(gx.data(), x.data(), gout.data(), N);
+    WORST(got[0], gx);
+}
+
+template <typename F> static void t_residual_fwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const size_t N = (size_t)s.B * s.T * s.C + 5;
+    auto a = rnd(N, 1), b = rnd(N, 1);
+    F *da = m.up<F>(a), *db = m.up<F>(b), *dout = m.alloc<F>(N);
+    ALLOCATED(da && db && dout);
+    CK(ddp_residual_forward_gpu(&g_ctx, dout, da, db, N, 0));
+    std::vector<float> out(N), got;
+    ddp_residual_forward_cpu(out.data(), a.data(), b.data(), N);
+    CK(down(got, dout, N)); WORST(got, out);
+}
+
+template <typename F> static void t_residual_bwd(const Shape &s, Result *r)
+{
+    Bufs m;
+    const size_t N = (size_t)s.B * s.T * s.C + 5;
+    auto gout = rnd(N, 1), ga = rnd(N, 1), gb = rnd(N, 1);
+    F *dgout = m.up<F>(gout), *dga = m.up<F>(ga), *dgb = m.up<F>(gb);
+    ALLOCATED(dgout && dga && dgb);
+    std::vector<std::vector<float>> got;
+    CK(twice<F>(r, [&] { return ddp_residual_backward_gpu(&g_ctx, dga, dgb, dgout, N, 0); }, {dga, dgb}, {ga, gb}, got));
+    ddp_residual_backward_cpu(ga.data(), gb.data(), gout.data(), N);
+    WORST(got[0], ga);
+    WORST(got[1], gb);
+}
+
+template <typename F> static void t_crossentropy(const Shape &s, Result *r)
+{
+    Bufs m;
+    const int BT = s.B * s.T;
+    auto logits = rnd((size_t)BT * s.V, 4);
+    auto tgt = rnd_int(BT, s.V);
+    tgt[0] = tgt[BT - 1] = -1; /* padding */
+    F *dlogits = m.up<F>(logits), *dgrad = m.alloc<F>(logits.size());
+    int *dtgt = m.up_int(tgt);
+    float *dlosses = m.alloc<float>(BT), *dloss = m.alloc<float>(1);
+    ALLOCATED(dlogits && dgrad && dtgt && dlosses && dloss);
+    std::vector<float> grad(logits.size()), losses(BT), loss(1);
+    std::vector<std::vector<float>> got;
+    CK(twice<float>(r, [&] {
+        cudaError_t e = cudaMemset(dgrad, 0xFF, grad.size() * sizeof(F));
+        return e ? e : ddp_crossentropy_forward_backward_gpu(&g_ctx, dloss, dlosses, dgrad, dlogits, dtgt, s.B, s.T,
+                                                             s.V, -1, 0.5f, 0);
+    }, {dlosses, dloss}, {losses, loss}, got));
+    std::vector<float> g1, g2;
+    CK(down(g1, dgrad, grad.size()));
+    ddp_crossentropy_forward_backward_cpu(loss.data(), losses.data(), grad.data(), logits.data(), tgt.data(),
+                                          s.B, s.T, s.V, -1, 0.5f);
+    WORST(got[0], losses);
+    WORST(got[1], loss);
+    WORST(g1, grad);
+    /* in place: dlogits overwrites logits */
+    CK(ddp_crossentropy_forward_backward_gpu(&g_ctx, dloss, dlosses, dlogits, dlogits, dtgt, s.B, s.T, s.V, -1, 0.5f, 0));
+    CK(down(g2, dlogits, grad.size()));
+    WORST(g2, grad);
+}
+
+template <typename F> static void t_adamw(const Shape &s, Result *r)
+{
+    Bufs m;
+    const size_t N = (size_t)s.OC * s.C + 7;
+    auto p = rnd(N, 1), g = rnd(N, 1), mo = rnd(N, 0.1f), v = rnd(N, 0.01f);
+    for (float &x : v) x = fabsf(x);
+    F *dp = m.up<F>(p), *dg = m.up<F>(g);
+    float *dmaster = m.up<float>(p), *dm = m.up<float>(mo), *dv = m.up<float>(v);
+    ALLOCATED(dp && dg && dmaster && dm && dv);
+    /* fp32 updates params in place; bf16 keeps an fp32 master copy */
+    float *master = sizeof(F) == 4 ? NULL : dmaster;
+    for (int t = 1; t <= 2; t++) {
+        CK(ddp_adamw_update_gpu(&g_ctx, dp, master, dg, dm, dv, N, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0));
+        ddp_adamw_update_cpu(p.data(), g.data(), mo.data(), v.data(), N, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+    std::vector<float> got;
+    CK(down(got, dp, N)); WORST(got, p);
+    if (master) { CK(down(got, dmaster, N)); WORST(got, p); }
+    CK(down(got, dm, N)); WORST(got, mo);
+    CK(down(got, dv, N)); WORST(got, v);
+}
+
+template <typename F> static void t_grad_norm_clip(const Shape &s, Result *r)
+{
+    Bufs m;
+    const size_t N = (size_t)s.B * s.T * s.C * 37 + 11;
+    auto g = rnd(N, 1);
+    F *dg = m.up<F>(g);
+    float *dnorm = m.alloc<float>(1);
+    ALLOCATED(dg && dnorm);
+    std::vector<float> norm(1);
+    std::vector<std::vector<float>> got;
+    CK(twice<float>(r, [&] { return ddp_grad_norm_gpu(&g_ctx, dnorm, dg, N, 0); }, {dnorm}, {norm}, got));
+    ddp_grad_norm_cpu(norm.data(), g.data(), N);
+    WORST(got[0], norm);
+    const float max_norm = norm[0] / 3; /* clipping happens */
+    CK(ddp_grad_clip_gpu(&g_ctx, dg, N, max_norm, dnorm, 0));
+    ddp_grad_clip_cpu(g.data(), N, max_norm, norm.data());
+    std::vector<float> gg;
+    CK(down(gg, dg, N)); WORST(gg, g);
+}
+
+/* ---- the table ---- */
+typedef void (*check_fn)(const Shape &, Result *);
+struct Check { const char *name; check_fn fp32, bf16; };
+#define CASE(name, fn) {name, fn<float>, fn<__nv_bfloat16>}
+static const Check checks[] = {
+    CASE("embedding.forward", t_embedding_fwd),  CASE("embedding.backward", t_embedding_bwd),
+    CASE("layernorm.forward", t_layernorm_fwd),  CASE("layernorm.backward", t_layernorm_bwd),
+    CASE("matmul.forward", t_matmul_fwd),        CASE("matmul.backward", t_matmul_bwd),
+    CASE("attention.forward", t_attention_fwd),  CASE("attention.backward", t_attention_bwd),
+    CASE("gelu.forward", t_gelu_fwd),            CASE("gelu.backward", t_gelu_bwd),
+    CASE("residual.forward", t_residual_fwd),    CASE("residual.backward", t_residual_bwd),
+    CASE("crossentropy", t_crossentropy),        CASE("adamw", t_adamw),
+    CASE("grad_norm_clip", t_grad_norm_clip),
+};
+/* the checks whose backward runs twice, for the determinism lines */
+static bool reruns(const char *name) { return strstr(name, "backward") || !strcmp(name, "crossentropy") || !strcmp(name, "grad_norm_clip"); }
+
+int main()
+{
+    int ndev = 0;
+    const bool gpu = cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0;
+    const char *why = "no CUDA device";
+    cudaError_t e = cudaSuccess;
+    if (gpu && (e = ddp_kernels_init(&g_ctx)) != cudaSuccess) why = cudaGetErrorString(e);
+    const bool run = gpu && e == cudaSuccess;
+    for (const Shape &s : shapes)
+        for (const Check &c : checks)
+            for (int bf = 0; bf < 2; bf++) {
+                char name[160], det[180];
+                snprintf(name, sizeof name, "kernels_gpu.%s.%s.%s", c.name, bf ? "bf16" : "fp32", s.name);
+                snprintf(det, sizeof det, "%s.deterministic", name);
+                if (!run) {
+                    test_skip(name, why);
+                    if (reruns(c.name)) test_skip(det, why);
+                    continue;
+                }
+                Result r;
+                const double tol = bf ? 1e-2 : 1e-5;
+                (bf ? c.bf16 : c.fp32)(s, &r);
+                CHECK(name, r.err <= tol, "relative error %.3g > %.0e %s", r.err, tol, r.why);
+                if (reruns(c.name)) CHECK(det, r.same == 1, "second run differs (%d) %s", r.same, r.why);
+            }
+    if (run) ddp_kernels_destroy(&g_ctx);
+    TEST_EXIT();
+}
