@@ -20,8 +20,8 @@ HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
 EXAMPLES     = $(patsubst %.c,%,$(wildcard examples/*.c))
 GPU_EXAMPLES = $(patsubst %.c,%_gpu,$(filter-out examples/ddprun.c,$(wildcard examples/*.c))) \
                $(patsubst %.cu,%,$(wildcard examples/*.cu))
-TESTS        = $(patsubst %.c,%,$(wildcard tests/test_*.c)) \
-               $(patsubst %.cu,%,$(wildcard tests/test_*.cu))
+GPU_TESTS    = $(patsubst %.cu,%,$(wildcard tests/test_*.cu))
+TESTS        = $(patsubst %.c,%,$(wildcard tests/test_*.c)) $(GPU_TESTS)
 TEST_SCRIPTS = $(wildcard tests/test_*.sh)
 HEADERS      = ddp.h ddp_kernels.cuh
 
@@ -45,8 +45,8 @@ run: examples/train_classifier
 test: $(EXAMPLES) $(if $(HAVE_NVCC),$(GPU_EXAMPLES)) $(TESTS)
 	@tests/run.sh $(TESTS) $(TEST_SCRIPTS)
 
-check-gpu: $(GPU_EXAMPLES) $(TESTS)
-	@tests/run.sh $(filter %_gpu,$(TESTS))
+check-gpu: $(GPU_EXAMPLES) $(GPU_TESTS)
+	@tests/run.sh $(GPU_TESTS)
 	./examples/hello_allreduce_gpu
 	./examples/bench_allreduce_gpu --iters 20
 	./examples/bench_kernels

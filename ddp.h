@@ -64,7 +64,8 @@
      - call exit() or print anything but errors unless asked (DDP_DEBUG, ddp_print)
 
    VERSION HISTORY
-     0.1 (2026-12-02) process group, launcher, TCP store, CPU + NCCL collectives
+     0.1 (2026-12-02) process group, launcher, TCP store, CPU + NCCL collectives,
+                      sampler, gradient sync, metrics
 */
 #ifndef DDP_H_INCLUDED
 #define DDP_H_INCLUDED
@@ -138,6 +139,8 @@ typedef struct ddp_desc {
     void *log_user;
 } ddp_desc;
 
+/* Filled by ddp_init; keep it at one address until ddp_destroy (a CPU worker thread
+   refers to it). */
 typedef struct ddp_ctx {
     int rank, world_size;
     int local_rank, local_world_size;
