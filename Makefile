@@ -21,7 +21,7 @@ EXAMPLES     = $(patsubst %.c,%,$(wildcard examples/*.c))
 GPU_EXAMPLES = $(patsubst %.c,%_gpu,$(filter-out examples/ddprun.c,$(wildcard examples/*.c))) \
                $(patsubst %.cu,%,$(wildcard examples/*.cu))
 GPU_TESTS    = $(patsubst %.cu,%,$(wildcard tests/test_*.cu))
-TESTS        = $(patsubst %.c,%,$(wildcard tests/test_*.c)) $(GPU_TESTS)
+TESTS        = $(patsubst %.c,%,$(wildcard tests/test_*.c)) $(if $(HAVE_NVCC),$(GPU_TESTS))
 TEST_SCRIPTS = $(wildcard tests/test_*.sh)
 HEADERS      = ddp.h ddp_kernels.cuh
 
