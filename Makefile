@@ -39,8 +39,8 @@ tests/%: tests/%.c tests/test.h $(HEADERS)
 tests/%: tests/%.cu tests/test.h $(HEADERS)
 	$(NVCC) $(NVFLAGS) -I. $< -o $@ $(NVLIBS)
 
-run: examples/train_classifier
-	./examples/train_classifier --nproc 4 --epochs 5
+run: examples/train_gpt
+	./examples/train_gpt --nproc 2
 
 test: $(EXAMPLES) $(if $(HAVE_NVCC),$(GPU_EXAMPLES)) $(TESTS)
 	@tests/run.sh $(TESTS) $(TEST_SCRIPTS)

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# tests/test_train_gpt.sh - examples/train_gpt on a tiny model (2 layers, dim 32, ctx 16):
+#   world-size invariance: 1 x 8, 2 x 4 and 4 x 2 sequences per step give the same
+#     losses and parameters; grad accumulation: 4 micro-steps of 2 = one step of 8;
+#   resume: 4 steps, save, resume for 4 more = 8 steps in one go (losses and weights);
+#   checkpoints are safetensors (loaded by Python's safetensors when installed);
+#   --log writes one JSON object per step; bad data and bad flags fail in one line.
+# The Makefile builds the example.
+cd "$(dirname "$0")/.." || exit 1
+bin=$PWD/examples/train_gpt
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+report() { # name ok why
+  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
+}
+if [ ! -x "$bin" ]; then
+  echo "FAIL train_gpt: $bin is not built (make examples/train_gpt)"
+  exit 1
+fi
+cd "$tmp" || exit 1
+head -c 30000 "$OLDPWD/ddp.h" >data.txt
+tiny="--layers 2 --heads 2 --dim 32 --ctx 16 --data data.txt --val-every 4 --sample-len 16 --seed 5"
+run() { # name args...: runs train_gpt with the tiny model, output in name.txt
+  local name=$1; shift
+  timeout 60 "$bin" $tiny "$@" >"$name.txt" 2>&1
+  local rc=$?
+  report "train_gpt $name runs" "$rc" "exit $rc: $(tail -n 3 "$name.txt" | tr '\n' ' ')"
+}
+losses() { grep '^step ' "$1" | awk '{ print $2, $5 }'; }  # "step/steps loss" per line
+same_params() { # a b: max relative difference <= 1e-5
+  local out
+  out=$("$bin" --compare "$1" "$2" 2>&1) && awk -v l="$out" 'BEGIN { split(l, x, " "); exit !(x[1] == "max_rel_diff" && x[2] <= 1e-5) }'
+}
+compare_runs() { # what a b
+  [ -s "$2.txt" ] && [ "$(losses "$2.txt")" = "$(losses "$3.txt")" ] && [ -n "$(losses "$2.txt")" ]
+  report "train_gpt $1: the same losses" $? "$(losses "$2.txt" | tail -n 1) vs $(losses "$3.txt" | tail -n 1)"
+  same_params "$2.st" "$3.st"
+  report "train_gpt $1: the same parameters (rel 1e-5)" $? "$("$bin" --compare "$2.st" "$3.st" 2>&1)"
+}
+
+# ---- world-size invariance and gradient accumulation --------------------------------
+run one --nproc 1 --batch-size 8 --steps 8 --save one.st --log one.jsonl
+run two --nproc 2 --batch-size 4 --steps 8 --save two.st
+run four --nproc 4 --batch-size 2 --steps 8 --save four.st
+run accum --nproc 1 --batch-size 2 --grad-accum 4 --steps 8 --save accum.st
+run accum2 --nproc 2 --batch-size 1 --grad-accum 4 --steps 8 --save accum2.st
+compare_runs "1 x 8 vs 2 x 4" one two
+compare_runs "1 x 8 vs 4 x 2" one four
+compare_runs "accum 4 x 2 vs 1 x 8" one accum
+compare_runs "2 ranks x accum 4 x 1 vs 1 x 8" one accum2
+
+[ "$(grep -c '^step ' one.txt)" -eq 8 ] && [ "$(grep -c '^step ' four.txt)" -eq 8 ]
+report "train_gpt prints one line per step, on rank 0 only" $? "$(grep -c '^step ' four.txt) step lines for 4 ranks"
+awk '/^step / { if (!first) first = $5; last = $5 } END { exit !(last < first) }' one.txt
+report "train_gpt: the loss falls" $? "$(losses one.txt | head -n 1) -> $(losses one.txt | tail -n 1)"
+grep -q '| val ' one.txt && grep -q '^sample' one.txt
+report "train_gpt validates and prints a sample" $? "$(tail -n 3 one.txt | tr '\n' ' ')"
+
+# ---- resume ------------------------------------------------------------------------------
+run paused --nproc 2 --batch-size 4 --steps 8 --stop-after 4 --save resumed.st
+run resumed --nproc 2 --batch-size 4 --steps 8 --resume resumed.st --save resumed.st
+cat paused.txt resumed.txt >both.txt
+cp resumed.st both.st
+compare_runs "4 steps + resume 4 vs 8 steps" two both
+run regrown --nproc 4 --batch-size 2 --steps 11 --resume two.st
+[ "$(grep -c '^step ' regrown.txt)" -eq 3 ]
+report "train_gpt resumes with another world size" $? "$(grep -c '^step ' regrown.txt) steps after resuming"
+
+# ---- checkpoint and log formats ----------------------------------------------------------
+[ ! -e one.st.tmp ] && head -c 8 one.st | od -An -tu8 | awk '{ exit !($1 % 8 == 0 && $1 > 100) }'
+report "train_gpt checkpoint: safetensors header length, no .tmp left" $? "$(ls)"
+[ "$(wc -l <one.jsonl)" -eq 8 ] && grep -q '"val_loss"' one.jsonl &&
+  ! grep -v '^{"step": [0-9]*, "loss": [0-9.]*, \("val_loss": [0-9.]*, \)\?"lr": [0-9.e+-]*, "tokens_per_s": [0-9.]*, "world_size": 1}$' one.jsonl
+report "train_gpt --log: one JSON object per step" $? "$(head -n 2 one.jsonl | tr '\n' ' ')"
+if python3 -c 'import safetensors.numpy' 2>/dev/null; then
+  python3 - one.st <<'EOF' >py.txt 2>&1
+import sys, json, struct
+from safetensors.numpy import load_file
+from safetensors import safe_open
+t = load_file(sys.argv[1])
+with safe_open(sys.argv[1], "np") as f:
+    meta = f.metadata()
+assert t["wte.weight"].shape == (256, 32), t["wte.weight"].shape
+assert t["h.1.mlp.c_fc.weight"].shape == (128, 32)
+assert t["opt.v.ln_f.bias"].shape == (32,)
+assert meta["step"] == "8" and meta["layers"] == "2", meta
+print(len(t), "tensors")
+EOF
+  report "train_gpt checkpoint loads in Python safetensors" $? "$(tail -n 2 py.txt | tr '\n' ' ')"
+else
+  echo "SKIP train_gpt checkpoint loads in Python safetensors: python3 safetensors and numpy not installed"
+fi
+
+# ---- errors: one line on stderr, non-zero exit, no hang ----------------------------------
+one_line_error() { # name args...
+  local name=$1; shift
+  timeout 20 "$bin" "$@" >/dev/null 2>err.txt
+  local rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$(wc -l <err.txt)" -eq 1 ]
+  report "train_gpt error: $name" $? "exit $rc, stderr: $(head -c 300 err.txt | tr '\n' '|')"
+}
+: >empty.txt
+head -c 100 data.txt >short.txt
+printf '\x2c\x01\x05\x00' >big.bin            # uint16 token 300 >= vocab 256
+printf '\x01\x00\x02' >odd.bin
+head -c 1000 one.st >truncated.st
+{ printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x10\x00\x00\x00'; head -c 1012 /dev/zero; } >shard.bin
+                                              # llm.c header (20240520, 1, 16 tokens), no tokens
+one_line_error "empty data file" --nproc 2 --data empty.txt
+one_line_error "data too short for a window" --nproc 2 --data short.txt --ctx 16
+one_line_error "token >= vocab" --nproc 2 --data big.bin
+one_line_error "odd-length .bin" --nproc 2 --data odd.bin
+one_line_error "llm.c shard shorter than its header says" --nproc 2 --data shard.bin
+one_line_error "missing data file" --nproc 2 --data no-such-file
+one_line_error "unknown flag" --nproc 2 --no-such-flag 1
+one_line_error "bad number" --nproc 2 --lr fast
+one_line_error "zero layers" --layers 0
+one_line_error "dim not a multiple of heads" --dim 32 --heads 3
+one_line_error "--save-every without --save" --save-every 5
+one_line_error "flag without a value" --steps
+one_line_error "resume with another model shape" --nproc 2 $tiny --dim 64 --resume one.st
+one_line_error "resume from a truncated checkpoint" --nproc 2 $tiny --resume truncated.st
+one_line_error "compare with a missing file" --compare one.st nothing.st
+"$bin" --nproc 2 --lr fast >/dev/null 2>&1
+rc=$?
+[ "$rc" -eq 2 ]
+report "train_gpt: a bad flag exits 2" $? "exit $rc"
+exit $fail
