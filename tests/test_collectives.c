@@ -16,29 +16,6 @@ static const size_t sizes[] = {0, 1, 7, 1000, 300001};
 /* A small integer, different per rank and element: exact in every dtype. */
 static double value(int rank, size_t i) { return (double)((rank * 7 + (int)(i % 101) * 3) % 13) - 6.0; }
 
-static void put(void *buf, ddp_dtype t, size_t i, double v)
-{
-    switch (t) {
-    case DDP_F32: ((float *)buf)[i] = (float)v; break;
-    case DDP_F64: ((double *)buf)[i] = v; break;
-    case DDP_BF16: ((uint16_t *)buf)[i] = ddp_f32_to_bf16((float)v); break;
-    case DDP_F16: ((uint16_t *)buf)[i] = ddp_f32_to_f16((float)v); break;
-    case DDP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    default: ((int64_t *)buf)[i] = (int64_t)v; break;
-    }
-}
-
-static double get(const void *buf, ddp_dtype t, size_t i)
-{
-    switch (t) {
-    case DDP_F32: return ((const float *)buf)[i];
-    case DDP_F64: return ((const double *)buf)[i];
-    case DDP_BF16: return ddp_bf16_to_f32(((const uint16_t *)buf)[i]);
-    case DDP_F16: return ddp_f16_to_f32(((const uint16_t *)buf)[i]);
-    case DDP_I32: return ((const int32_t *)buf)[i];
-    default: return (double)((const int64_t *)buf)[i];
-    }
-}
 
 /* What a reduction over ranks 0..W-1 must give, rounded the way the dtype rounds. */
 static double expect(ddp_dtype t, ddp_op op, int world, size_t i)
@@ -56,8 +33,8 @@ static double expect(ddp_dtype t, ddp_op op, int world, size_t i)
     case DDP_F64: tmp = acc / world; break;
     default: tmp = (double)((int64_t)acc / world); break;
     }
-    put(one, t, 0, tmp);
-    return get(one, t, 0);
+    test_put(one, t, 0, tmp);
+    return test_get(one, t, 0);
 }
 
 static int all_ok(ddp_ctx *ctx, int ok)
@@ -96,16 +73,16 @@ static int worker(void)
                 for (inplace = 0; inplace < 2; inplace++) {
                     size_t n = sizes[si];
                     void *out = inplace ? a : b;
-                    for (i = 0; i < n; i++) put(a, t, i, value(me, i));
+                    for (i = 0; i < n; i++) test_put(a, t, i, value(me, i));
                     memset(b, 0xff, n * 8);
                     if (ddp_all_reduce(&ctx, a, out, n, t, (ddp_op)op, NULL) != DDP_OK) {
                         snprintf(detail, sizeof detail, "%s", ddp_error(&ctx));
                         ok = 0;
                     }
                     for (i = 0; i < n && ok; i++)
-                        if (get(out, t, i) != expect(t, (ddp_op)op, W, i)) {
+                        if (test_get(out, t, i) != expect(t, (ddp_op)op, W, i)) {
                             snprintf(detail, sizeof detail, "%s n=%zu%s: [%zu] = %g, want %g", op_names[op], n,
-                                     inplace ? " in place" : "", i, get(out, t, i), expect(t, (ddp_op)op, W, i));
+                                     inplace ? " in place" : "", i, test_get(out, t, i), expect(t, (ddp_op)op, W, i));
                             ok = 0;
                         }
                 }
@@ -115,11 +92,11 @@ static int worker(void)
         ok = 1;
         for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
             size_t n = sizes[si];
-            for (i = 0; i < n; i++) put(a, t, i, me == W - 1 ? value(W - 1, i) : 99);
+            for (i = 0; i < n; i++) test_put(a, t, i, me == W - 1 ? value(W - 1, i) : 99);
             if (ddp_broadcast(&ctx, a, n, t, W - 1, NULL) != DDP_OK) ok = 0;
             for (i = 0; i < n && ok; i++)
-                if (get(a, t, i) != value(W - 1, i)) {
-                    snprintf(detail, sizeof detail, "n=%zu: [%zu] = %g, want %g", n, i, get(a, t, i), value(W - 1, i));
+                if (test_get(a, t, i) != value(W - 1, i)) {
+                    snprintf(detail, sizeof detail, "n=%zu: [%zu] = %g, want %g", n, i, test_get(a, t, i), value(W - 1, i));
                     ok = 0;
                 }
         }
@@ -129,12 +106,12 @@ static int worker(void)
         ok = 1;
         for (si = 0; si < 4; si++) {
             size_t n = sizes[si] * 3 + 1, r;
-            for (i = 0; i < n; i++) put(a, t, i, value(me, i));
+            for (i = 0; i < n; i++) test_put(a, t, i, value(me, i));
             if (ddp_all_gather(&ctx, a, b, n, t, NULL) != DDP_OK) ok = 0;
             for (r = 0; r < (size_t)W && ok; r++)
                 for (i = 0; i < n && ok; i++)
-                    if (get(b, t, r * n + i) != value((int)r, i)) {
-                        snprintf(detail, sizeof detail, "n=%zu: block %zu [%zu] = %g", n, r, i, get(b, t, r * n + i));
+                    if (test_get(b, t, r * n + i) != value((int)r, i)) {
+                        snprintf(detail, sizeof detail, "n=%zu: block %zu [%zu] = %g", n, r, i, test_get(b, t, r * n + i));
                         ok = 0;
                     }
         }
@@ -146,12 +123,12 @@ static int worker(void)
             for (si = 0; si < 4; si++) {
                 size_t n = sizes[si] * 3 + 2, r;
                 for (r = 0; r < (size_t)W; r++)
-                    for (i = 0; i < n; i++) put(a, t, r * n + i, value(me, r * n + i));
+                    for (i = 0; i < n; i++) test_put(a, t, r * n + i, value(me, r * n + i));
                 if (ddp_reduce_scatter(&ctx, a, b, n, t, (ddp_op)op, NULL) != DDP_OK) ok = 0;
                 for (i = 0; i < n && ok; i++)
-                    if (get(b, t, i) != expect(t, (ddp_op)op, W, (size_t)me * n + i)) {
+                    if (test_get(b, t, i) != expect(t, (ddp_op)op, W, (size_t)me * n + i)) {
                         snprintf(detail, sizeof detail, "%s n=%zu: [%zu] = %g, want %g", op_names[op], n, i,
-                                 get(b, t, i), expect(t, (ddp_op)op, W, (size_t)me * n + i));
+                                 test_get(b, t, i), expect(t, (ddp_op)op, W, (size_t)me * n + i));
                         ok = 0;
                     }
             }

@@ -12,29 +12,6 @@ static const char *const names[] = {"f32", "f64", "bf16", "f16", "i32", "i64"};
 static const char *const checks[] = {"all_reduce", "all_reduce_async", "broadcast", "all_gather",
                                      "reduce_scatter", "grad_sync", "metrics"};
 
-static void put(void *buf, ddp_dtype t, size_t i, double v)
-{
-    switch (t) {
-    case DDP_F32: ((float *)buf)[i] = (float)v; break;
-    case DDP_F64: ((double *)buf)[i] = v; break;
-    case DDP_BF16: ((uint16_t *)buf)[i] = ddp_f32_to_bf16((float)v); break;
-    case DDP_F16: ((uint16_t *)buf)[i] = ddp_f32_to_f16((float)v); break;
-    case DDP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    default: ((int64_t *)buf)[i] = (int64_t)v; break;
-    }
-}
-
-static double get(const void *buf, ddp_dtype t, size_t i)
-{
-    switch (t) {
-    case DDP_F32: return ((const float *)buf)[i];
-    case DDP_F64: return ((const double *)buf)[i];
-    case DDP_BF16: return ddp_bf16_to_f32(((const uint16_t *)buf)[i]);
-    case DDP_F16: return ddp_f16_to_f32(((const uint16_t *)buf)[i]);
-    case DDP_I32: return ((const int32_t *)buf)[i];
-    default: return (double)((const int64_t *)buf)[i];
-    }
-}
 
 /* In a world of one every collective returns its input: check that, through NCCL. */
 static int roundtrip(ddp_ctx *ctx, ddp_dtype t, int which, size_t n, char *why)
@@ -47,7 +24,7 @@ static int roundtrip(ddp_ctx *ctx, ddp_dtype t, int which, size_t n, char *why)
     int ok = 1;
     cudaMalloc(&a, n * es);
     cudaMalloc(&b, n * es);
-    for (i = 0; i < n; i++) put(host, t, i, (double)((int)(i % 11) - 5));
+    for (i = 0; i < n; i++) test_put(host, t, i, (double)((int)(i % 11) - 5));
     cudaMemcpy(a, host, n * es, cudaMemcpyHostToDevice);
     cudaMemset(b, 0xff, n * es); /* poison */
     switch (which) {
@@ -64,8 +41,8 @@ static int roundtrip(ddp_ctx *ctx, ddp_dtype t, int which, size_t n, char *why)
     cudaMemcpy(back, b, n * es, cudaMemcpyDeviceToHost);
     if (r != DDP_OK) { snprintf(why, 400, "%s: %s", names[t], ddp_error(ctx)); ok = 0; }
     for (i = 0; i < n && ok; i++)
-        if (get(back, t, i) != get(host, t, i)) {
-            snprintf(why, 400, "%s n=%zu [%zu] = %g, want %g", names[t], n, i, get(back, t, i), get(host, t, i));
+        if (test_get(back, t, i) != test_get(host, t, i)) {
+            snprintf(why, 400, "%s n=%zu [%zu] = %g, want %g", names[t], n, i, test_get(back, t, i), test_get(host, t, i));
             ok = 0;
         }
     if (which != 2) cudaFree(b);
