@@ -302,8 +302,30 @@ static void metrics(void)
     CHECK("metrics reduce in a world of one", ok, "changed the values or failed");
 }
 
-int main(void)
+/* "N W RANK SEED EPOCH DROP_LAST": print that rank's indices (for test_sampler_torch.sh) */
+static int print_indices(char **a)
 {
+    ddp_sampler s;
+    ddp_sampler_desc d;
+    const size_t *ix;
+    size_t i;
+    memset(&d, 0, sizeof d);
+    d.dataset_size = strtoull(a[0], NULL, 10);
+    d.world_size = atoi(a[1]);
+    d.rank = atoi(a[2]);
+    d.seed = strtoull(a[3], NULL, 10);
+    d.drop_last = atoi(a[5]);
+    if (ddp_sampler_init(&s, NULL, &d) != DDP_OK) return 1;
+    ix = ddp_sampler_epoch(&s, strtoull(a[4], NULL, 10));
+    for (i = 0; i < s.num_samples; i++) printf("%zu ", ix[i]);
+    printf("\n");
+    ddp_sampler_destroy(&s);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 7) return print_indices(argv + 1);
     torch_values();
     invariants();
     batches();
