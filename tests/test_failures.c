@@ -240,6 +240,7 @@ static int launched_child(const char *mode)
     if (quiet(&ctx, &d) != DDP_OK) return 10;
     if (strcmp(mode, "exit3") == 0 && ctx.rank == 2) return 3;
     if (strcmp(mode, "segv") == 0 && ctx.rank == 1) raise(SIGSEGV);
+    if (strcmp(mode, "wait") == 0 && ctx.rank != 0) pause(); /* until a signal ends it */
     /* everyone else waits for rank 2 in a collective that never completes */
     ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
     ddp_destroy(&ctx);
@@ -268,6 +269,45 @@ static void test_launcher(const char *self, const char *mode, int want)
           rc, want, dt, orphans);
 }
 
+/* SIGTERM to the launcher reaches every rank: the job ends, nothing is left. */
+static void test_launcher_signal(const char *self)
+{
+    char pidfile[] = "/tmp/ddp-test-pids-XXXXXX";
+    char *args[4];
+    int fd = mkstemp(pidfile), st = 0, orphans = 0, pid, lines = 0;
+    double t0, dt;
+    pid_t launcher;
+    FILE *f;
+    close(fd);
+    setenv("PID_FILE", pidfile, 1);
+    setenv("DDP_TIMEOUT", "600", 1);
+    args[0] = (char *)self; args[1] = (char *)"--launched"; args[2] = (char *)"wait"; args[3] = NULL;
+    fflush(NULL);
+    if ((launcher = fork()) == 0) _exit(ddp_run(3, args));
+    /* wait until all three ranks have started: each appends its pid to the file */
+    for (t0 = now_s(); lines < 3 && now_s() - t0 < 10;) {
+        struct timespec ts = {0, 20000000L};
+        lines = 0;
+        if ((f = fopen(pidfile, "r")) != NULL) {
+            while (fscanf(f, "%d", &pid) == 1) lines++;
+            fclose(f);
+        }
+        if (lines < 3) nanosleep(&ts, NULL); /* polling a file the ranks write */
+    }
+    t0 = now_s();
+    kill(launcher, SIGTERM);
+    waitpid(launcher, &st, 0);
+    dt = now_s() - t0;
+    f = fopen(pidfile, "r");
+    while (f && fscanf(f, "%d", &pid) == 1) orphans += kill(pid, 0) == 0;
+    if (f) fclose(f);
+    unlink(pidfile);
+    unsetenv("DDP_TIMEOUT");
+    CHECK("launcher.sigterm_reaches_every_rank", lines == 3 && WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGTERM &&
+          dt < 5 && orphans == 0, "%d ranks started, launcher status %d after %.1f s, %d ranks left running",
+          lines, WIFEXITED(st) ? WEXITSTATUS(st) : -1, dt, orphans);
+}
+
 int main(int argc, char **argv)
 {
     double s;
@@ -290,5 +330,6 @@ int main(int argc, char **argv)
     test_store();
     test_launcher(argv[0], "exit3", 3);
     test_launcher(argv[0], "segv", 128 + SIGSEGV);
+    test_launcher_signal(argv[0]);
     TEST_EXIT();
 }
