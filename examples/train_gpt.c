@@ -18,8 +18,13 @@
    depends on which rank or micro-step a sequence fell on, so 1 x 8, 2 x 4, 4 x 2 and
    1 x 2 with --grad-accum 4 give the same parameters (tests/test_train_gpt.sh).
 
-   Built with nvcc this file runs the same CPU math on the CPU backend (see
-   gpu_note below); the GPU kernels are exercised by tests/test_kernels_gpu. */
+   On GPUs: built with nvcc (make builds examples/train_gpt_gpu) and run with one GPU
+   per rank, the model trains on the device (see "the GPU path" below): the _gpu
+   kernels over whole micro-batches on one stream, fp32 gradients all-reduced by NCCL
+   in buckets while the backward pass runs, the same schedule, metrics and
+   checkpoint format (a checkpoint moves between CPU and GPU runs). GPU results match
+   the CPU path to fp32 rounding, not bit for bit. The nvcc build without a visible
+   GPU (or with DDP_BACKEND=cpu) trains on the CPU exactly as the gcc build does. */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "ddp_kernels.cuh"
@@ -351,6 +356,328 @@ static ddp_result gpt_backward(gpt *g, int B, ddp_grad *sync)
     }
     return ready(sync, WTE(g), WPE(g));
 }
+
+/* ---- the GPU path -------------------------------------------------------------------
+   Built with nvcc and given a GPU per rank (ddp_init chose the NCCL backend), the same
+   model trains on the device: parameters, AdamW moments, gradients and activations
+   live in device memory, allocated once in the host buffers' layout, and every layer
+   runs as its _gpu twin from ddp_kernels.cuh on one stream. Unlike the CPU path, each
+   launch covers the whole micro-batch (B sequences), and the gradients are summed in
+   fp32 in place on the device: ddp_grad all-reduces those device buffers (NCCL) while
+   the backward pass goes on, and the step divides by the global token count, as the
+   CPU path does with its double sum. Results agree with the CPU path to fp32 rounding,
+   not bit for bit, and do not have the CPU path's exact world-size invariance.
+   This first version keeps everything in fp32 (exact fp32 matmuls, no TF32): the
+   kernels also take bf16 activations with fp32 master weights (ddp_floatX), which is
+   the next step for speed. The host model keeps the checkpoint's copy of params, m
+   and v (refreshed from the device before a save) and the tokens of a micro-batch,
+   which go up through pinned buffers with cudaMemcpyAsync. Any CUDA failure prints
+   one line naming the call and exits. */
+typedef struct gpu gpu;
+#ifdef __CUDACC__
+struct gpu {
+    cudaStream_t stream;      /* every kernel, copy and collective of this rank */
+    ddp_kernels_ctx k;        /* cuBLASLt handle and scratch */
+    float *params, *m, *v;    /* device, laid out as the host's */
+    float *grads;             /* device: summed over micro-steps and ranks, then the mean */
+    float *scalars;           /* device: [0] mean loss of a micro-batch, [1] grad norm */
+    activations a;            /* device, room for B sequences; backward scratch for all B */
+    int *h_tokens, *h_targets; /* pinned host (B,T): the micro-batch on its way up */
+    float *h_norm;            /* pinned host (1) */
+};
+
+static void cuda_check(cudaError_t e, const ddp_kernels_ctx *k, const char *call, int line)
+{
+    if (e == cudaSuccess) return;
+    if (k && e == cudaErrorUnknown) /* a launcher's way of saying cuBLASLt failed */
+        fprintf(stderr, PROG ": %.*s failed (line %d): cuBLASLt status %d\n", (int)strcspn(call, "("), call, line,
+                (int)k->cublas_status);
+    else
+        fprintf(stderr, PROG ": %.*s failed (line %d): %s\n", (int)strcspn(call, "("), call, line,
+                cudaGetErrorString(e));
+    exit(1);
+}
+#define CUDA(call) cuda_check((call), NULL, #call, __LINE__)
+/* a ddp_kernels.cuh launcher on this rank's stream: LAUNCH(ddp_gelu_forward_gpu, out, inp, N) */
+#define LAUNCH(fn, ...) cuda_check(fn(&d->k, __VA_ARGS__, d->stream), &d->k, #fn, __LINE__)
+
+static float *dev_floats(cudaStream_t stream, size_t n)
+{
+    float *p;
+    CUDA(cudaMalloc((void **)&p, (n ? n : 1) * sizeof(float)));
+    CUDA(cudaMemsetAsync(p, 0, (n ? n : 1) * sizeof(float), stream));
+    return p;
+}
+
+static int *dev_ints(cudaStream_t stream, size_t n)
+{
+    int *p;
+    CUDA(cudaMalloc((void **)&p, (n ? n : 1) * sizeof(int)));
+    CUDA(cudaMemsetAsync(p, 0, (n ? n : 1) * sizeof(int), stream));
+    return p;
+}
+
+static float *dparam(const gpu *d, const tensor *t) { return d->params + t->offset; }
+static float *dgrad(const gpu *d, const tensor *t) { return d->grads + t->offset; }
+
+/* x (n) *= s */
+static __global__ void scale_kernel(float *x, size_t n, float s)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+/* The device copy of the model: this rank's host params, m and v go up (ddp_grad_init
+   then broadcasts rank 0's parameters). Sizes as in gpt_create, except that the
+   backward scratch holds B sequences instead of one. */
+static gpu *gpu_create(gpt *g)
+{
+    const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads, B = g->B;
+    const size_t BT = (size_t)B * T, BTC = BT * C, P = g->num_params;
+    gpu *d = (gpu *)calloc(1, sizeof(gpu));
+    activations *a;
+    cudaStream_t s;
+    if (!d) {
+        fprintf(stderr, PROG ": out of memory\n");
+        exit(1);
+    }
+    a = &d->a;
+    CUDA(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+    s = d->stream;
+    cuda_check(ddp_kernels_init(&d->k), &d->k, "ddp_kernels_init", __LINE__);
+    d->params = dev_floats(s, P);
+    d->m = dev_floats(s, P);
+    d->v = dev_floats(s, P);
+    d->grads = dev_floats(s, P);
+    d->scalars = dev_floats(s, 2);
+    a->tokens = dev_ints(s, BT);
+    a->targets = dev_ints(s, BT);
+    a->x = dev_floats(s, (size_t)(L + 1) * BTC);
+    a->ln1 = dev_floats(s, L * BTC);
+    a->ln1_mean = dev_floats(s, L * BT);
+    a->ln1_rstd = dev_floats(s, L * BT);
+    a->qkv = dev_floats(s, L * 3 * BTC);
+    a->atty = dev_floats(s, L * BTC);
+    a->lse = dev_floats(s, L * BT * NH);
+    a->xmid = dev_floats(s, L * BTC);
+    a->ln2 = dev_floats(s, L * BTC);
+    a->ln2_mean = dev_floats(s, L * BT);
+    a->ln2_rstd = dev_floats(s, L * BT);
+    a->fch = dev_floats(s, L * 4 * BTC);
+    a->fch_gelu = dev_floats(s, L * 4 * BTC);
+    a->lnf = dev_floats(s, BTC);
+    a->lnf_mean = dev_floats(s, BT);
+    a->lnf_rstd = dev_floats(s, BT);
+    a->logits = dev_floats(s, BT * V);
+    a->losses = dev_floats(s, BT);
+    a->tmp = dev_floats(s, BTC);
+    a->dx = dev_floats(s, BTC);
+    a->dfch_gelu = dev_floats(s, 4 * BTC);
+    a->dfch = dev_floats(s, 4 * BTC);
+    a->dln = dev_floats(s, BTC);
+    a->datty = dev_floats(s, BTC);
+    a->dqkv = dev_floats(s, 3 * BTC);
+    CUDA(cudaMallocHost((void **)&d->h_tokens, BT * sizeof(int)));
+    CUDA(cudaMallocHost((void **)&d->h_targets, BT * sizeof(int)));
+    CUDA(cudaMallocHost((void **)&d->h_norm, sizeof(float)));
+    CUDA(cudaMemcpyAsync(d->params, g->params, P * sizeof(float), cudaMemcpyHostToDevice, s));
+    CUDA(cudaMemcpyAsync(d->m, g->m, P * sizeof(float), cudaMemcpyHostToDevice, s));
+    CUDA(cudaMemcpyAsync(d->v, g->v, P * sizeof(float), cudaMemcpyHostToDevice, s));
+    CUDA(cudaStreamSynchronize(s));
+    return d;
+}
+
+static void gpu_destroy(gpu *d)
+{
+    activations *a = &d->a;
+    void *all[] = {d->params, d->m, d->v, d->grads, d->scalars, a->tokens, a->targets, a->x, a->ln1, a->ln1_mean,
+                   a->ln1_rstd, a->qkv, a->atty, a->lse, a->xmid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch,
+                   a->fch_gelu, a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->losses, a->tmp, a->dx,
+                   a->dfch_gelu, a->dfch, a->dln, a->datty, a->dqkv};
+    size_t i;
+    CUDA(cudaStreamSynchronize(d->stream));
+    for (i = 0; i < sizeof all / sizeof all[0]; i++) CUDA(cudaFree(all[i]));
+    CUDA(cudaFreeHost(d->h_tokens));
+    CUDA(cudaFreeHost(d->h_targets));
+    CUDA(cudaFreeHost(d->h_norm));
+    ddp_kernels_destroy(&d->k);
+    CUDA(cudaStreamDestroy(d->stream));
+    free(d);
+}
+
+/* ddp_grad on the device: fp32 gradients and parameters (for the broadcast), ordered
+   on this rank's stream. */
+static void gpu_grad_desc(const gpu *d, ddp_grad_desc *gd)
+{
+    gd->grads = d->grads;
+    gd->dtype = DDP_F32;
+    gd->params = d->params;
+    gd->param_dtype = DDP_F32;
+    gd->stream = d->stream;
+}
+
+/* gpt_forward on the device, from the host's g->a.tokens (and targets); with targets
+   the per-token losses come back to g->a.losses, as gpt_forward leaves them. */
+static void gpu_forward(gpt *g, gpu *d, int B, int with_targets, int train)
+{
+    const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
+    const size_t BT = (size_t)B * T, BTC = BT * C, LBT = (size_t)g->B * T, LBTC = LBT * C;
+    activations *a = &d->a;
+    int l;
+    /* the pinned buffers are free: the previous forward ended with a stream sync, or
+       (generation) its logits were fetched with one */
+    memcpy(d->h_tokens, g->a.tokens, BT * sizeof(int));
+    CUDA(cudaMemcpyAsync(a->tokens, d->h_tokens, BT * sizeof(int), cudaMemcpyHostToDevice, d->stream));
+    if (with_targets) {
+        memcpy(d->h_targets, g->a.targets, BT * sizeof(int));
+        CUDA(cudaMemcpyAsync(a->targets, d->h_targets, BT * sizeof(int), cudaMemcpyHostToDevice, d->stream));
+    }
+    LAUNCH(ddp_embedding_forward_gpu, a->x, a->tokens, dparam(d, WTE(g)), dparam(d, WPE(g)), B, T, C);
+#define P(k) dparam(d, block_tensor(g, l, k))
+    for (l = 0; l < L; l++) {
+        float *x = a->x + l * LBTC, *xout = a->x + (l + 1) * LBTC;
+        float *ln1 = a->ln1 + l * LBTC, *ln1_mean = a->ln1_mean + l * LBT, *ln1_rstd = a->ln1_rstd + l * LBT;
+        float *qkv = a->qkv + l * 3 * LBTC, *atty = a->atty + l * LBTC, *lse = a->lse + l * LBT * NH;
+        float *xmid = a->xmid + l * LBTC, *ln2 = a->ln2 + l * LBTC;
+        float *ln2_mean = a->ln2_mean + l * LBT, *ln2_rstd = a->ln2_rstd + l * LBT;
+        float *fch = a->fch + l * 4 * LBTC, *fch_gelu = a->fch_gelu + l * 4 * LBTC;
+        LAUNCH(ddp_layernorm_forward_gpu, ln1, ln1_mean, ln1_rstd, x, P(LN1W), P(LN1B), B, T, C);
+        LAUNCH(ddp_matmul_forward_gpu, qkv, ln1, P(QKVW), P(QKVB), B, T, C, 3 * C);
+        LAUNCH(ddp_attention_forward_gpu, atty, lse, qkv, B, T, C, NH);
+        LAUNCH(ddp_matmul_forward_gpu, a->tmp, atty, P(ATTPROJW), P(ATTPROJB), B, T, C, C);
+        LAUNCH(ddp_residual_forward_gpu, xmid, x, a->tmp, BTC);
+        LAUNCH(ddp_layernorm_forward_gpu, ln2, ln2_mean, ln2_rstd, xmid, P(LN2W), P(LN2B), B, T, C);
+        LAUNCH(ddp_matmul_forward_gpu, fch, ln2, P(FCW), P(FCB), B, T, C, 4 * C);
+        LAUNCH(ddp_gelu_forward_gpu, fch_gelu, fch, 4 * BTC);
+        LAUNCH(ddp_matmul_forward_gpu, a->tmp, fch_gelu, P(FCPROJW), P(FCPROJB), B, T, 4 * C, C);
+        LAUNCH(ddp_residual_forward_gpu, xout, xmid, a->tmp, BTC);
+    }
+#undef P
+    LAUNCH(ddp_layernorm_forward_gpu, a->lnf, a->lnf_mean, a->lnf_rstd, a->x + L * LBTC, dparam(d, LNFW(g)),
+           dparam(d, LNFB(g)), B, T, C);
+    LAUNCH(ddp_matmul_forward_gpu, a->logits, a->lnf, dparam(d, WTE(g)), NULL, B, T, C, V); /* tied lm_head */
+    if (!with_targets) return;
+    /* dloss = B T: the gradient of the summed loss, as on the CPU */
+    LAUNCH(ddp_crossentropy_forward_backward_gpu, d->scalars, a->losses, train ? a->logits : NULL, a->logits,
+           a->targets, B, T, V, -1, (float)BT);
+    CUDA(cudaMemcpyAsync(g->a.losses, a->losses, BT * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
+    CUDA(cudaStreamSynchronize(d->stream));
+}
+
+/* Row `row` of the last forward's logits (sequence 0) to the host's g->a.logits. */
+static void gpu_logits_to_host(gpt *g, gpu *d, int row)
+{
+    const size_t V = (size_t)g->cfg.vocab;
+    CUDA(cudaMemcpyAsync(g->a.logits + row * V, d->a.logits + row * V, V * sizeof(float), cudaMemcpyDeviceToHost,
+                         d->stream));
+    CUDA(cudaStreamSynchronize(d->stream));
+}
+
+/* gpt_backward on the device, a layer at a time over the whole micro-batch: each
+   layer's parameter gradients are added into d->grads in place, and the region is
+   handed to ddp_grad_ready as soon as the layer is done, in the CPU path's order.
+   ready() records the point in the stream: NCCL reduces the bucket after the kernels
+   queued so far, while the layers below run. */
+static ddp_result gpu_backward(gpt *g, gpu *d, int B, ddp_grad *sync)
+{
+    const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
+    const size_t BTC = (size_t)B * T * C, LBT = (size_t)g->B * T, LBTC = LBT * C, fsize = sizeof(float);
+    activations *a = &d->a;
+    ddp_result r;
+    int l;
+    CUDA(cudaMemsetAsync(a->dx, 0, BTC * fsize, d->stream));
+    CUDA(cudaMemsetAsync(a->dln, 0, BTC * fsize, d->stream));
+    /* lm_head (tied to wte; dlogits are in a->logits) and the final layernorm */
+    LAUNCH(ddp_matmul_backward_gpu, a->dln, dgrad(d, WTE(g)), NULL, a->logits, a->lnf, dparam(d, WTE(g)), B, T, C, V);
+    LAUNCH(ddp_layernorm_backward_gpu, a->dx, dgrad(d, LNFW(g)), dgrad(d, LNFB(g)), a->dln, a->x + L * LBTC,
+           dparam(d, LNFW(g)), a->lnf_mean, a->lnf_rstd, B, T, C);
+    if ((r = ready(sync, LNFW(g), LNFB(g))) != DDP_OK) return r;
+
+    for (l = L - 1; l >= 0; l--) {
+        const tensor *first = block_tensor(g, l, 0), *last = block_tensor(g, l, PER_BLOCK - 1);
+        const size_t s = l * LBTC, st = l * LBT; /* block l's slices of the activations */
+#define P(k) dparam(d, block_tensor(g, l, k))
+#define G(k) dgrad(d, block_tensor(g, l, k))
+        CUDA(cudaMemsetAsync(a->dfch_gelu, 0, 4 * BTC * fsize, d->stream));
+        CUDA(cudaMemsetAsync(a->dfch, 0, 4 * BTC * fsize, d->stream));
+        CUDA(cudaMemsetAsync(a->dln, 0, BTC * fsize, d->stream));
+        CUDA(cudaMemsetAsync(a->datty, 0, BTC * fsize, d->stream));
+        CUDA(cudaMemsetAsync(a->dqkv, 0, 3 * BTC * fsize, d->stream));
+        LAUNCH(ddp_matmul_backward_gpu, a->dfch_gelu, G(FCPROJW), G(FCPROJB), a->dx, a->fch_gelu + 4 * s, P(FCPROJW),
+               B, T, 4 * C, C);
+        LAUNCH(ddp_gelu_backward_gpu, a->dfch, a->fch + 4 * s, a->dfch_gelu, 4 * BTC);
+        LAUNCH(ddp_matmul_backward_gpu, a->dln, G(FCW), G(FCB), a->dfch, a->ln2 + s, P(FCW), B, T, C, 4 * C);
+        LAUNCH(ddp_layernorm_backward_gpu, a->dx, G(LN2W), G(LN2B), a->dln, a->xmid + s, P(LN2W), a->ln2_mean + st,
+               a->ln2_rstd + st, B, T, C);
+        LAUNCH(ddp_matmul_backward_gpu, a->datty, G(ATTPROJW), G(ATTPROJB), a->dx, a->atty + s, P(ATTPROJW), B, T, C,
+               C);
+        LAUNCH(ddp_attention_backward_gpu, a->dqkv, a->datty, a->qkv + 3 * s, a->atty + s, a->lse + st * NH, B, T, C,
+               NH);
+        CUDA(cudaMemsetAsync(a->dln, 0, BTC * fsize, d->stream));
+        LAUNCH(ddp_matmul_backward_gpu, a->dln, G(QKVW), G(QKVB), a->dqkv, a->ln1 + s, P(QKVW), B, T, C, 3 * C);
+        LAUNCH(ddp_layernorm_backward_gpu, a->dx, G(LN1W), G(LN1B), a->dln, a->x + s, P(LN1W), a->ln1_mean + st,
+               a->ln1_rstd + st, B, T, C);
+#undef P
+#undef G
+        if ((r = ready(sync, first, last)) != DDP_OK) return r;
+    }
+    LAUNCH(ddp_embedding_backward_gpu, dgrad(d, WTE(g)), dgrad(d, WPE(g)), a->dx, a->tokens, B, T, C);
+    return ready(sync, WTE(g), WPE(g));
+}
+
+/* The optimizer step after ddp_grad_finish: the summed gradient becomes the mean over
+   the global batch's tokens, then norm, clipping and AdamW as on the CPU. Zeroes the
+   gradients for the next step; returns the norm before clipping. */
+static float gpu_step(gpt *g, gpu *d, float lr, float weight_decay, float clip, int step, double tokens)
+{
+    const size_t N = g->num_params;
+    int l;
+    scale_kernel<<<(unsigned)((N + 255) / 256), 256, 0, d->stream>>>(d->grads, N, (float)(1.0 / tokens));
+    CUDA(cudaGetLastError());
+    LAUNCH(ddp_grad_norm_gpu, d->scalars + 1, d->grads, N);
+    if (clip > 0) LAUNCH(ddp_grad_clip_gpu, d->grads, N, clip, d->scalars + 1);
+    for (l = 0; l < g->num_tensors; l++) { /* no decay for biases and layernorm weights */
+        const tensor *t = &g->tensors[l];
+        LAUNCH(ddp_adamw_update_gpu, dparam(d, t), (float *)NULL, dgrad(d, t), d->m + t->offset, d->v + t->offset,
+               t->numel, lr, 0.9f, 0.95f, 1e-8f, t->ndim == 2 ? weight_decay : 0.0f, step + 1);
+    }
+    CUDA(cudaMemsetAsync(d->grads, 0, N * sizeof(float), d->stream));
+    CUDA(cudaMemcpyAsync(d->h_norm, d->scalars + 1, sizeof(float), cudaMemcpyDeviceToHost, d->stream));
+    CUDA(cudaStreamSynchronize(d->stream));
+    return *d->h_norm;
+}
+
+/* params, m and v to the host model, for a checkpoint */
+static void gpu_to_host(gpt *g, gpu *d)
+{
+    const size_t bytes = g->num_params * sizeof(float);
+    CUDA(cudaMemcpyAsync(g->params, d->params, bytes, cudaMemcpyDeviceToHost, d->stream));
+    CUDA(cudaMemcpyAsync(g->m, d->m, bytes, cudaMemcpyDeviceToHost, d->stream));
+    CUDA(cudaMemcpyAsync(g->v, d->v, bytes, cudaMemcpyDeviceToHost, d->stream));
+    CUDA(cudaStreamSynchronize(d->stream));
+}
+#undef LAUNCH
+#else
+/* Without nvcc there is no GPU path: dev stays NULL (main refuses an NCCL backend),
+   and these stand-ins never run. */
+static gpu *gpu_create(gpt *g) { return (void)g, NULL; }
+static void gpu_destroy(gpu *d) { (void)d; }
+static void gpu_grad_desc(const gpu *d, ddp_grad_desc *gd) { (void)d, (void)gd; }
+static void gpu_forward(gpt *g, gpu *d, int B, int targets, int train)
+{
+    (void)g, (void)d, (void)B, (void)targets, (void)train;
+}
+static void gpu_logits_to_host(gpt *g, gpu *d, int row) { (void)g, (void)d, (void)row; }
+static ddp_result gpu_backward(gpt *g, gpu *d, int B, ddp_grad *sync)
+{
+    return (void)g, (void)d, (void)B, (void)sync, DDP_ERR_BACKEND;
+}
+static float gpu_step(gpt *g, gpu *d, float lr, float wd, float clip, int step, double tokens)
+{
+    return (void)g, (void)d, (void)lr, (void)wd, (void)clip, (void)step, (void)tokens, 0.0f;
+}
+static void gpu_to_host(gpt *g, gpu *d) { (void)g, (void)d; }
+#endif
 
 /* ---- data ---------------------------------------------------------------------------
    A token stream, split: the first 90% trains, the last 10% validates. Window i of a
@@ -893,7 +1220,9 @@ static const char usage[] =
     "  sample:   --prompt \"The \" --sample-len 200 --temperature 0.8 (0: greedy)\n"
     "  sync:     --bucket-kb 1024 (gradient bucket size)\n"
     "            --bench-no-sync (benchmark only: no gradient all-reduce; ranks diverge)\n"
-    "  compare:  train_gpt --compare A.safetensors B.safetensors (max relative difference)\n";
+    "  compare:  train_gpt --compare A.safetensors B.safetensors (max relative difference)\n"
+    "  device:   the nvcc build (train_gpt_gpu) trains on the GPUs, one per rank, when it\n"
+    "            sees them (NCCL backend, fp32); without one, or with DDP_BACKEND=cpu, on the CPU\n";
 
 static int int_flag(const char *v, long lo, long hi, int *out)
 {
@@ -1034,7 +1363,7 @@ static float learning_rate(const options *o, int step)
 }
 
 /* Mean loss over every validation window, on all ranks together (padding skipped). */
-static int evaluate(ddp_ctx *ctx, gpt *g, const dataset *d, ddp_sampler *val, double *loss)
+static int evaluate(ddp_ctx *ctx, gpt *g, gpu *dev, const dataset *d, ddp_sampler *val, double *loss)
 {
     const int T = g->cfg.ctx;
     ddp_metric m;
@@ -1045,7 +1374,8 @@ static int evaluate(ddp_ctx *ctx, gpt *g, const dataset *d, ddp_sampler *val, do
         ddp_batch bt = ddp_sampler_batch(val, 0, b);
         if (!bt.num_real) continue;
         fill_batch(g, d->tokens + d->n_train, bt.indices, (int)bt.num_real);
-        gpt_forward(g, (int)bt.num_real, 1, 0);
+        if (dev) gpu_forward(g, dev, (int)bt.num_real, 1, 0);
+        else gpt_forward(g, (int)bt.num_real, 1, 0);
         for (i = 0; i < (int)bt.num_real * T; i++) ddp_metric_add(&m, g->a.losses[i], 1);
     }
     if (ddp_metric_reduce(ctx, &m, 1) != DDP_OK) return 0;
@@ -1054,7 +1384,7 @@ static int evaluate(ddp_ctx *ctx, gpt *g, const dataset *d, ddp_sampler *val, do
 }
 
 /* Rank 0 continues the prompt, one token at a time, from a seeded generator. */
-static void generate(gpt *g, const options *o)
+static void generate(gpt *g, gpu *dev, const options *o)
 {
     const int T = g->cfg.ctx, V = g->cfg.vocab;
     int *seq = (int *)calloc((size_t)o->sample_len + strlen(o->prompt) + 1, sizeof(int));
@@ -1070,7 +1400,12 @@ static void generate(gpt *g, const options *o)
         int start = n > T ? n - T : 0, len = n - start, next = 0;
         const float *logits;
         for (i = 0; i < T; i++) g->a.tokens[i] = i < len ? seq[start + i] : 0;
-        gpt_forward(g, 1, 0, 0);
+        if (dev) { /* the device's forward; only the row we sample from comes back */
+            gpu_forward(g, dev, 1, 0, 0);
+            gpu_logits_to_host(g, dev, len - 1);
+        } else {
+            gpt_forward(g, 1, 0, 0);
+        }
         logits = g->a.logits + (size_t)(len - 1) * V;
         for (i = 1; i < V; i++) next = logits[i] > logits[next] ? i : next;
         if (o->temperature > 0) { /* softmax(logits / temperature), then one draw */
@@ -1101,6 +1436,7 @@ int main(int argc, char **argv)
     options o;
     dataset data;
     gpt model;
+    gpu *dev = NULL; /* the model's device copy when training on a GPU */
     ddp_ctx ctx;
     ddp_desc desc;
     ddp_grad sync;
@@ -1112,6 +1448,7 @@ int main(int argc, char **argv)
     size_t train_windows, val_windows, steps_per_epoch, global_batch, i;
     double t_start, t_train = 0;
     int status, step, start_step = 0, stop, l;
+    ddp_result r;
     uint64_t seed;
 
     status = parse_options(argc, argv, &o);
@@ -1142,9 +1479,6 @@ int main(int argc, char **argv)
     memset(&desc, 0, sizeof desc);
     desc.argc = &argc;
     desc.argv = argv;
-#ifdef __CUDACC__
-    desc.backend = DDP_BACKEND_CPU; /* gpu_note: the model lives in host memory (see below) */
-#endif
     if (ddp_init(&ctx, &desc) != DDP_OK) return 1; /* the reason is on stderr */
 #ifdef _OPENMP
     /* ranks share the cores: spinning threads of several ranks on one core crawl */
@@ -1163,6 +1497,8 @@ int main(int argc, char **argv)
        gradient sum is what the ranks reduce: sum, not average, because the loss is the
        mean over the global batch's tokens and the step divides by their count. */
     if (!o.resume) gpt_init_weights(&model, o.seed + (uint64_t)ctx.rank);
+    if (ctx.backend == DDP_BACKEND_NCCL && !(dev = gpu_create(&model)))
+        return fail("the NCCL backend needs the GPU path: build with nvcc, or set DDP_BACKEND=cpu");
     memset(&gd, 0, sizeof gd);
     gd.grads = model.grad_sum;
     gd.count = model.num_params;
@@ -1171,6 +1507,7 @@ int main(int argc, char **argv)
     gd.bucket_bytes = (size_t)o.bucket_kb << 10;
     gd.params = model.params;
     gd.param_dtype = DDP_F32;
+    if (dev) gpu_grad_desc(dev, &gd); /* fp32 device gradients, summed in place */
     if (ddp_grad_init(&sync, &ctx, &gd) != DDP_OK) return 1;
 
     /* One sampler over the training windows: drop_last (no padding), and every step a
@@ -1196,9 +1533,8 @@ int main(int argc, char **argv)
         return fail(err);
     }
 #ifdef __CUDACC__
-    /* gpu_note: the GPU kernels exist (ddp_kernels.cuh); this example still trains
-       with their CPU twins, so it runs anywhere and matches the CPU build bit for bit. */
-    ddp_print(&ctx, "note: this nvcc build trains with the CPU kernels (backend %s)\n", ddp_backend_name(ctx.backend));
+    if (!dev) ddp_print(&ctx, "note: no GPU in use (backend %s): training with the CPU kernels\n",
+                        ddp_backend_name(ctx.backend));
 #endif
     ddp_print(&ctx, "model: %d layers, %d heads, dim %d, ctx %d, vocab %d: %.2f M parameters\n", o.cfg.layers,
               o.cfg.heads, o.cfg.dim, o.cfg.ctx, o.cfg.vocab, (double)model.num_params / 1e6);
@@ -1228,29 +1564,35 @@ int main(int argc, char **argv)
             ddp_batch bt = ddp_sampler_batch(&train, (uint64_t)(step / steps_per_epoch), b);
             if (ddp_grad_no_sync(&sync, k < o.grad_accum - 1 || o.bench_no_sync) != DDP_OK) return 1;
             fill_batch(&model, data.tokens, bt.indices, (int)bt.count);
-            gpt_forward(&model, (int)bt.count, 1, 1);
+            if (dev) gpu_forward(&model, dev, (int)bt.count, 1, 1);
+            else gpt_forward(&model, (int)bt.count, 1, 1);
             for (i = 0; i < bt.count * o.cfg.ctx; i++) ddp_metric_add(&loss, model.a.losses[i], 1);
-            if (gpt_backward(&model, (int)bt.count, &sync) != DDP_OK || ddp_grad_finish(&sync) != DDP_OK) return 1;
+            r = dev ? gpu_backward(&model, dev, (int)bt.count, &sync) : gpt_backward(&model, (int)bt.count, &sync);
+            if (r != DDP_OK || ddp_grad_finish(&sync) != DDP_OK) return 1;
             tokens += (double)bt.global_count * o.cfg.ctx;
         }
-        /* the mean gradient over the global batch's tokens, then clip its norm */
-        for (i = 0; i < model.num_params; i++) model.grads[i] = (float)(model.grad_sum[i] / tokens);
-        ddp_grad_norm_cpu(&norm, model.grads, model.num_params);
-        if (o.clip > 0) ddp_grad_clip_cpu(model.grads, model.num_params, o.clip, &norm);
-        /* template: optimizer.step(). AdamW per tensor: no decay for biases and
-           layernorm weights (the 1-D tensors) */
-        for (l = 0; l < model.num_tensors; l++) {
-            const tensor *t = &model.tensors[l];
-            ddp_adamw_update_cpu(param(&model, t), grad(&model, t), model.m + t->offset, model.v + t->offset, t->numel,
-                                 lr, 0.9f, 0.95f, 1e-8f, t->ndim == 2 ? o.weight_decay : 0.0f, step + 1);
+        if (dev) { /* the same step on the device */
+            norm = gpu_step(&model, dev, lr, o.weight_decay, o.clip, step, tokens);
+        } else {
+            /* the mean gradient over the global batch's tokens, then clip its norm */
+            for (i = 0; i < model.num_params; i++) model.grads[i] = (float)(model.grad_sum[i] / tokens);
+            ddp_grad_norm_cpu(&norm, model.grads, model.num_params);
+            if (o.clip > 0) ddp_grad_clip_cpu(model.grads, model.num_params, o.clip, &norm);
+            /* template: optimizer.step(). AdamW per tensor: no decay for biases and
+               layernorm weights (the 1-D tensors) */
+            for (l = 0; l < model.num_tensors; l++) {
+                const tensor *t = &model.tensors[l];
+                ddp_adamw_update_cpu(param(&model, t), grad(&model, t), model.m + t->offset, model.v + t->offset,
+                                     t->numel, lr, 0.9f, 0.95f, 1e-8f, t->ndim == 2 ? o.weight_decay : 0.0f, step + 1);
+            }
+            memset(model.grads, 0, model.num_params * sizeof(float)); /* the backward pass accumulates into it */
         }
-        memset(model.grads, 0, model.num_params * sizeof(float)); /* the backward pass accumulates into it */
         if (ddp_metric_reduce(&ctx, &loss, 1) != DDP_OK) return 1;
         step_time = now_s() - t0;
         t_train += step_time;
 
         if (o.val_every && ((step + 1) % o.val_every == 0 || step + 1 == stop)) {
-            if (!evaluate(&ctx, &model, &data, &val, &val_loss)) return 1;
+            if (!evaluate(&ctx, &model, dev, &data, &val, &val_loss)) return 1;
             has_val = 1;
         }
         if (ddp_is_main(&ctx)) {
@@ -1267,19 +1609,22 @@ int main(int argc, char **argv)
                 fprintf(log, "\"lr\": %.6g, \"tokens_per_s\": %.1f, \"world_size\": %d}\n", lr, tok_s, ctx.world_size);
                 fflush(log);
             }
-            if (o.save && ((o.save_every && (step + 1) % o.save_every == 0) || step + 1 == stop) &&
-                !save_checkpoint(&model, o.save, step + 1, seed, ctx.world_size)) {
-                snprintf(err, sizeof err, "cannot write checkpoint %s: %s", o.save, strerror(errno));
-                return fail(err);
+            if (o.save && ((o.save_every && (step + 1) % o.save_every == 0) || step + 1 == stop)) {
+                if (dev) gpu_to_host(&model, dev); /* the same file as a CPU run's */
+                if (!save_checkpoint(&model, o.save, step + 1, seed, ctx.world_size)) {
+                    snprintf(err, sizeof err, "cannot write checkpoint %s: %s", o.save, strerror(errno));
+                    return fail(err);
+                }
             }
         }
     }
     ddp_print(&ctx, "trained %d steps in %.1f s: %.0f tokens/s over %d ranks\n", stop - start_step, t_train,
               t_train > 0 ? (double)(stop - start_step) * global_batch * o.cfg.ctx / t_train : 0.0, ctx.world_size);
-    if (ddp_is_main(&ctx) && o.sample_len) generate(&model, &o);
+    if (ddp_is_main(&ctx) && o.sample_len) generate(&model, dev, &o);
 
     if (log) fclose(log);
     ddp_grad_destroy(&sync);
+    if (dev) gpu_destroy(dev);
     ddp_sampler_destroy(&train);
     ddp_sampler_destroy(&val);
     gpt_destroy(&model);
