@@ -1880,21 +1880,33 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
     return r;
 }
 
+/* Fills in a collective and issues it. */
+static ddp_result ddp__post(ddp_ctx *ctx, int kind, const void *send, void *recv, size_t count, ddp_dtype dtype,
+                            ddp_op op, int root, void *stream, ddp_work *work)
+{
+    ddp__coll c;
+    c.kind = kind;
+    c.send = send;
+    c.recv = recv;
+    c.count = count;
+    c.dtype = dtype;
+    c.op = op;
+    c.root = root;
+    c.seq = 0;
+    return ddp__issue(ctx, &c, stream, work);
+}
+
 ddp_result ddp_all_reduce(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype,
                           ddp_op op, void *stream)
 {
-    ddp__coll c = {DDP__ALL_REDUCE, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, 0};
-    c.send = send; c.recv = recv; c.count = count; c.dtype = dtype; c.op = op;
-    return ddp__issue(ctx, &c, stream, NULL);
+    return ddp__post(ctx, DDP__ALL_REDUCE, send, recv, count, dtype, op, 0, stream, NULL);
 }
 
 ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *recv, size_t count,
                                 ddp_dtype dtype, ddp_op op, void *stream, ddp_work *work)
 {
-    ddp__coll c = {DDP__ALL_REDUCE, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, 0};
     if (!work) return ddp__fail(ctx, DDP_ERR_ARG, "all_reduce_async needs a ddp_work to fill");
-    c.send = send; c.recv = recv; c.count = count; c.dtype = dtype; c.op = op;
-    return ddp__issue(ctx, &c, stream, work);
+    return ddp__post(ctx, DDP__ALL_REDUCE, send, recv, count, dtype, op, 0, stream, work);
 }
 
 ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
@@ -1920,32 +1932,26 @@ ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
 
 ddp_result ddp_broadcast(ddp_ctx *ctx, void *buf, size_t count, ddp_dtype dtype, int root, void *stream)
 {
-    ddp__coll c = {DDP__BROADCAST, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, 0};
-    c.send = buf; c.recv = buf; c.count = count; c.dtype = dtype; c.root = root;
-    return ddp__issue(ctx, &c, stream, NULL);
+    return ddp__post(ctx, DDP__BROADCAST, buf, buf, count, dtype, DDP_SUM, root, stream, NULL);
 }
 
 ddp_result ddp_all_gather(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype,
                           void *stream)
 {
-    ddp__coll c = {DDP__ALL_GATHER, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, 0};
-    c.send = send; c.recv = recv; c.count = count; c.dtype = dtype;
-    if (ctx && ctx->world_size == 1) c.kind = DDP__ALL_REDUCE; /* a copy */
-    return ddp__issue(ctx, &c, stream, NULL);
+    /* in a world of one it is a copy, which all_reduce does on every backend */
+    int kind = ctx && ctx->world_size == 1 ? DDP__ALL_REDUCE : DDP__ALL_GATHER;
+    return ddp__post(ctx, kind, send, recv, count, dtype, DDP_SUM, 0, stream, NULL);
 }
 
 ddp_result ddp_reduce_scatter(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype,
                               ddp_op op, void *stream)
 {
-    ddp__coll c = {DDP__REDUCE_SCATTER, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, 0};
-    c.send = send; c.recv = recv; c.count = count; c.dtype = dtype; c.op = op;
-    return ddp__issue(ctx, &c, stream, NULL);
+    return ddp__post(ctx, DDP__REDUCE_SCATTER, send, recv, count, dtype, op, 0, stream, NULL);
 }
 
 ddp_result ddp_barrier(ddp_ctx *ctx)
 {
-    ddp__coll c = {DDP__BARRIER, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, 0};
-    return ddp__issue(ctx, &c, NULL, NULL);
+    return ddp__post(ctx, DDP__BARRIER, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);
 }
 
 /* ---- process group ------------------------------------------------------------------------------ */
