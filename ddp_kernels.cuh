@@ -47,7 +47,9 @@
      mean and 1/std are saved for backward. eps = 1e-5.
    - matmul: out = inp @ weight^T + bias, weight stored (OC,C) as in torch.nn.Linear.
      GPU: cuBLASLt with the bias fused as an epilogue, fp32 accumulation (TF32 only
-     if ctx->allow_tf32). CPU: rows in blocks so a weight row is reused from cache.
+     if ctx->allow_tf32). CPU: register tiles of 5 rows x 16 columns over panels of the
+     other operand packed contiguous, so gcc vectorizes the inner loop into fused
+     multiply-adds; each element sums in ascending k whatever the threads or batch.
    - attention: causal softmax(q k^T / sqrt(hs)) v per head, on the fused qkv
      activation (B,T,3C) of the preceding matmul. The GPU forward is tiled in the
      flash-attention way: a block streams key/value tiles through shared memory,
@@ -204,45 +206,135 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 }
 
 /* ---- matmul ------------------------------------------------------------- */
-#define DDP__ROWS 8 /* rows of inp that share one pass over a weight row */
+/* The forward and both backward products run through one blocked kernel,
+   c (M,N) = init + a (M,K) @ b (K,N), with each operand given by its strides. A task
+   owns up to DDP__MC rows by DDP__NR columns of c; it copies a DDP__KC-deep slice of those
+   columns of b into a contiguous panel (zero past N) that stays in L1, and sweeps a
+   register tile of DDP__MR rows down it, so the inner loop is DDP__MR vector
+   multiply-adds along the columns per loaded panel row. Each element of c is one
+   chain of multiply-adds in ascending k, started from init (bias, zero, or c itself)
+   and stored in fp32 between panels, so its bits do not depend on the blocking, on
+   which other rows are in the batch, or on how many threads share the tasks. */
+#define DDP__MR 5   /* rows of a register tile: 10 accumulators + 5 broadcasts + 1 load fit 16 AVX registers */
+#define DDP__NR 16  /* columns of a register tile: two 8-wide vectors */
+#define DDP__KC 256 /* depth of a panel of b: 16 KB */
+#define DDP__MC 255 /* most rows of a that one task walks per panel: ~128 KB of a in L2 */
+#define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) /* X(i) for each row of a tile */
+
+/* fmaf where the hardware has it (one rounding and the full multiply-add rate), else a*b+c */
+#ifdef FP_FAST_FMAF
+#define DDP__FMA(a, b, c) fmaf(a, b, c)
+#else
+#define DDP__FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* c[i*ldc + j] for i < mv, j < nv: = bias[j] (0 if NULL) + sum_k a(i,k) bp[k*DDP__NR + j]
+   when start, else += that sum. a(i,k) = a[i*am + k*ak]; rows past mv repeat row mv-1
+   (computed, not stored). The rows are unrolled by hand: gcc keeps the tile in
+   registers only when every index into it is a constant. */
+static inline void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const float *a, size_t am, size_t ak,
+                                  const float *bp, int kc, int start, const float *bias)
+{
+    float acc[DDP__MR][DDP__NR], edge[DDP__MR][DDP__NR], x[DDP__MR];
+    const float *ar[DDP__MR];
+    const int full = mv == DDP__MR && nv == DDP__NR;
+    for (int i = 0; i < DDP__MR; i++) ar[i] = a + (size_t)(i < mv ? i : mv - 1) * am;
+    if (full && !start)
+        for (int i = 0; i < DDP__MR; i++)
+            for (int j = 0; j < DDP__NR; j++) edge[i][j] = c[i * ldc + j];
+    else
+        for (int i = 0; i < DDP__MR; i++)
+            for (int j = 0; j < DDP__NR; j++)
+                edge[i][j] = start ? (bias && j < nv ? bias[j] : 0.0f) : i < mv && j < nv ? c[i * ldc + j] : 0.0f;
+    for (int i = 0; i < DDP__MR; i++)
+        for (int j = 0; j < DDP__NR; j++) acc[i][j] = edge[i][j];
+    for (int k = 0; k < kc; k++) {
+        const float *b = bp + k * DDP__NR;
+#define DDP__LOAD(i) x[i] = *ar[i]; ar[i] += ak;
+        DDP__TILE_ROWS(DDP__LOAD)
+#undef DDP__LOAD
+        for (int j = 0; j < DDP__NR; j++) {
+            const float bj = b[j];
+#define DDP__MADD(i) acc[i][j] = DDP__FMA(x[i], bj, acc[i][j]);
+            DDP__TILE_ROWS(DDP__MADD)
+#undef DDP__MADD
+        }
+    }
+    if (full)
+        for (int i = 0; i < DDP__MR; i++)
+            for (int j = 0; j < DDP__NR; j++) c[i * ldc + j] = acc[i][j];
+    else {
+        for (int i = 0; i < DDP__MR; i++)
+            for (int j = 0; j < DDP__NR; j++) edge[i][j] = acc[i][j];
+        for (int i = 0; i < mv; i++)
+            for (int j = 0; j < nv; j++) c[i * ldc + j] = edge[i][j];
+    }
+}
+
+/* bp (kc, DDP__NR) = b[k*bk + j*bn] for j < nv, zero past nv; loads run along
+   whichever of k and j is contiguous */
+static inline void ddp__gemm_pack(float *bp, const float *b, size_t bk, size_t bn, int kc, int nv)
+{
+    if (nv < DDP__NR)
+        for (int i = 0; i < kc * DDP__NR; i++) bp[i] = 0.0f;
+    if (bn == 1 && nv == DDP__NR)
+        for (int k = 0; k < kc; k++)
+            for (int j = 0; j < DDP__NR; j++) bp[k * DDP__NR + j] = b[k * bk + j];
+    else
+        for (int j = 0; j < nv; j++)
+            for (int k = 0; k < kc; k++) bp[k * DDP__NR + j] = b[k * bk + j * bn];
+}
+
+/* c (M,N) = (accumulate ? c : bias (N) or 0) + a @ b, with a(i,k) = a[i*am + k*ak] and
+   b(k,j) = b[k*bk + j*bn]. Call it inside a parallel region (or outside one, serially):
+   its tasks are shared out and nobody waits at the end. */
+static inline void ddp__gemm(float *c, const float *a, size_t am, size_t ak, const float *b, size_t bk, size_t bn,
+                             const float *bias, int accumulate, int M, int N, int K)
+{
+    /* row blocks of equal size (in whole tiles), so that the tasks balance */
+    const int blocks = M > 0 ? (M + DDP__MC - 1) / DDP__MC : 1, tiles = (M + DDP__MR - 1) / DDP__MR;
+    const int mc = (tiles + blocks - 1) / blocks * DDP__MR, panels = M > 0 ? (N + DDP__NR - 1) / DDP__NR : 0;
+    DDP__OMP(for schedule(dynamic) nowait)
+    for (int t = 0; t < blocks * panels; t++) {
+        float bp[DDP__KC * DDP__NR];
+        const int m0 = t / panels * mc, n0 = t % panels * DDP__NR;
+        const int m1 = m0 + mc < M ? m0 + mc : M, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
+        for (int k0 = 0; k0 < K || k0 == 0; k0 += DDP__KC) { /* K == 0 still writes bias */
+            const int kc = K - k0 < DDP__KC ? K - k0 : DDP__KC;
+            ddp__gemm_pack(bp, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
+            for (int m = m0; m < m1; m += DDP__MR)
+                ddp__gemm_tile(c + (size_t)m * N + n0, (size_t)N, m1 - m < DDP__MR ? m1 - m : DDP__MR, nv,
+                               a + (size_t)m * am + (size_t)k0 * ak, am, ak, bp, kc, k0 == 0 && !accumulate,
+                               bias ? bias + n0 : NULL);
+        }
+    }
+}
 
 /* out (B,T,OC) = inp (B,T,C) @ weight^T + bias; weight (OC,C); bias (OC) or NULL. */
 static inline void ddp_matmul_forward_cpu(float *out, const float *inp, const float *weight,
                                    const float *bias, int B, int T, int C, int OC)
 {
-    const int BT = B * T;
-    DDP__OMP(parallel for schedule(static))
-    for (int r0 = 0; r0 < BT; r0 += DDP__ROWS) {
-        int r1 = r0 + DDP__ROWS < BT ? r0 + DDP__ROWS : BT;
-        for (int o = 0; o < OC; o++) {
-            const float *w = weight + (size_t)o * C;
-            for (int r = r0; r < r1; r++)
-                out[(size_t)r * OC + o] = ddp__dot(inp + (size_t)r * C, w, C) + (bias ? bias[o] : 0.0f);
-        }
-    }
+    DDP__OMP(parallel)
+    ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C);
 }
 
-/* dinp (B,T,C) +=, dweight (OC,C) +=, dbias (OC) += (or NULL); dout (B,T,OC); inp (B,T,C); weight (OC,C). */
+/* dinp (B,T,C) +=, dweight (OC,C) +=, dbias (OC) += (or NULL); dout (B,T,OC); inp (B,T,C); weight (OC,C).
+   dweight and dbias add the rows in row order. The three products share one parallel region. */
 static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
                                     const float *inp, const float *weight, int B, int T, int C, int OC)
 {
     const int BT = B * T;
-    DDP__OMP(parallel for schedule(static))
-    for (int r = 0; r < BT; r++)
-        for (int o = 0; o < OC; o++)
-            ddp__axpy(dinp + (size_t)r * C, dout[(size_t)r * OC + o], weight + (size_t)o * C, C);
-    /* weight rows are independent; rows of inp are walked in blocks that stay in cache */
-    DDP__OMP(parallel for schedule(static))
-    for (int o0 = 0; o0 < OC; o0 += DDP__ROWS) {
-        int o1 = o0 + DDP__ROWS < OC ? o0 + DDP__ROWS : OC;
-        for (int r0 = 0; r0 < BT; r0 += 64) {
-            int r1 = r0 + 64 < BT ? r0 + 64 : BT;
-            for (int o = o0; o < o1; o++)
-                for (int r = r0; r < r1; r++) {
-                    float d = dout[(size_t)r * OC + o];
-                    ddp__axpy(dweight + (size_t)o * C, d, inp + (size_t)r * C, C);
-                    if (dbias) dbias[o] += d;
-                }
+    DDP__OMP(parallel)
+    {
+        ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC);
+        ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT);
+        if (dbias) {
+            DDP__OMP(for schedule(static) nowait)
+            for (int o0 = 0; o0 < OC; o0 += 64) {
+                const int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+                for (int r = 0; r < BT; r++)
+                    for (int o = o0; o < o1; o++) dbias[o] += dout[(size_t)r * OC + o];
+            }
         }
     }
 }

@@ -12,6 +12,9 @@
 #include "tests/test.h"
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* odd sizes on purpose */
 enum { B = 2, T = 5, C = 12, NH = 3, V = 7, OC = 9, MAXT = 6 };
@@ -166,6 +169,106 @@ static void test_matmul(void)
         CHECK("kernels.matmul.forward", worst < 1e-5, "max error %g", worst);
     }
     free(dx); free(dwt); free(db);
+}
+
+/* The blocked matmul against a double-precision triple loop on shapes that are not
+   multiples of its tiles (and depths past one panel, rows past one task), and its
+   bitwise determinism: the same bits with 1, 2 or 3 threads, for a row alone or in a
+   batch, and for dweight/dbias accumulated over one call or one call per sequence. */
+static int mm_run(float *o[5], const float *x, const float *wt, const float *bias, const float *dout,
+                  int M, int C, int OC, int threads)
+{
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#else
+    if (threads > 1) return 0;
+#endif
+    fill_const(o[1], (size_t)M * C, PREFILL); fill_const(o[2], (size_t)OC * C, PREFILL); fill_const(o[3], OC, PREFILL);
+    ddp_matmul_forward_cpu(o[0], x, wt, bias, 1, M, C, OC);
+    ddp_matmul_backward_cpu(o[1], o[2], o[3], dout, x, wt, 1, M, C, OC);
+    ddp_matmul_forward_cpu(o[4], x, wt, NULL, 1, M, C, OC);
+    return 1;
+}
+/* |got - ref| within the worst-case rounding of an n-term fp32 sum whose terms total mag */
+static double mm_excess(float got, double ref, double mag, int n) { return fabs(got - ref) - (n + 2) * 1.2e-7 * mag; }
+
+static void test_matmul_blocked(void)
+{
+    static const int shapes[][3] = {{1, 1, 1}, {1, 1, 17}, {3, 1, 1}, {7, 19, 1}, {11, 37, 33},
+                                    {17, 300, 20}, {6, 16, 300}, {260, 17, 5}, {300, 9, 40}};
+    double worst = 0.0;
+    int same_threads = 1, same_rows = 1, same_split = 1;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int M = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+        const size_t n[5] = {(size_t)M * OC, (size_t)M * C, (size_t)OC * C, (size_t)OC, (size_t)M * OC};
+        float *x = alloc((size_t)M * C), *wt = alloc((size_t)OC * C), *bias = alloc(OC), *dout = alloc((size_t)M * OC);
+        float *o[5], *p[5];
+        for (int k = 0; k < 5; k++) { o[k] = alloc(n[k]); p[k] = alloc(n[k]); }
+        fill(x, (size_t)M * C, 1); fill(wt, (size_t)OC * C, 1); fill(bias, OC, 1); fill(dout, (size_t)M * OC, 1);
+        mm_run(o, x, wt, bias, dout, M, C, OC, 1);
+        for (int r = 0; r < M; r++)
+            for (int j = 0; j < OC; j++) {
+                double acc = 0, mag = 0;
+                for (int c = 0; c < C; c++) {
+                    acc += (double)x[r * C + c] * wt[j * C + c];
+                    mag += fabs((double)x[r * C + c] * wt[j * C + c]);
+                }
+                worst = fmax(worst, mm_excess(o[0][r * OC + j], acc + bias[j], mag + fabs(bias[j]), C + 1));
+                worst = fmax(worst, mm_excess(o[4][r * OC + j], acc, mag, C));
+            }
+        for (int r = 0; r < M; r++)
+            for (int c = 0; c < C; c++) {
+                double acc = PREFILL, mag = PREFILL;
+                for (int j = 0; j < OC; j++) {
+                    acc += (double)dout[r * OC + j] * wt[j * C + c];
+                    mag += fabs((double)dout[r * OC + j] * wt[j * C + c]);
+                }
+                worst = fmax(worst, mm_excess(o[1][r * C + c], acc, mag, OC + 1));
+            }
+        for (int j = 0; j < OC; j++) {
+            double db = PREFILL, dbmag = PREFILL;
+            for (int c = 0; c < C; c++) {
+                double acc = PREFILL, mag = PREFILL;
+                for (int r = 0; r < M; r++) {
+                    acc += (double)dout[r * OC + j] * x[r * C + c];
+                    mag += fabs((double)dout[r * OC + j] * x[r * C + c]);
+                }
+                worst = fmax(worst, mm_excess(o[2][j * C + c], acc, mag, M + 1));
+            }
+            for (int r = 0; r < M; r++) { db += dout[r * OC + j]; dbmag += fabs(dout[r * OC + j]); }
+            worst = fmax(worst, mm_excess(o[3][j], db, dbmag, M + 1));
+        }
+        for (int threads = 2; threads <= 3; threads++)
+            if (mm_run(p, x, wt, bias, dout, M, C, OC, threads))
+                for (int k = 0; k < 5; k++) same_threads &= !memcmp(o[k], p[k], n[k] * sizeof(float));
+        mm_run(p, x, wt, bias, dout, M, C, OC, 2);
+        {   /* the last row alone: forward and dinp as in the batch */
+            const int r = M - 1;
+            float *drow = alloc(C);
+            fill_const(drow, C, PREFILL);
+            ddp_matmul_forward_cpu(p[0], x + (size_t)r * C, wt, bias, 1, 1, C, OC);
+            ddp_matmul_backward_cpu(drow, p[2], p[3], dout + (size_t)r * OC, x + (size_t)r * C, wt, 1, 1, C, OC);
+            same_rows &= !memcmp(p[0], o[0] + (size_t)r * OC, OC * sizeof(float));
+            same_rows &= !memcmp(drow, o[1] + (size_t)r * C, C * sizeof(float));
+            free(drow);
+        }
+        {   /* dweight and dbias over the rows in two calls, as the trainer does per sequence */
+            const int h = M / 2;
+            fill_const(p[2], n[2], PREFILL); fill_const(p[3], n[3], PREFILL);
+            ddp_matmul_backward_cpu(p[1], p[2], p[3], dout, x, wt, 1, h, C, OC);
+            ddp_matmul_backward_cpu(p[1], p[2], p[3], dout + (size_t)h * OC, x + (size_t)h * C, wt, 1, M - h, C, OC);
+            same_split &= !memcmp(p[2], o[2], n[2] * sizeof(float)) && !memcmp(p[3], o[3], n[3] * sizeof(float));
+        }
+        for (int k = 0; k < 5; k++) { free(o[k]); free(p[k]); }
+        free(x); free(wt); free(bias); free(dout);
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(omp_get_num_procs());
+#endif
+    CHECK("kernels.matmul.blocked.reference", worst <= 0.0, "error exceeds the fp32 bound by %g", worst);
+    CHECK("kernels.matmul.blocked.threads", same_threads, "results differ between 1, 2 and 3 threads");
+    CHECK("kernels.matmul.blocked.row_alone", same_rows, "a row's result depends on the other rows");
+    CHECK("kernels.matmul.blocked.split_rows", same_split, "dweight/dbias differ when the rows come in two calls");
 }
 
 /* ---- attention ---- */
@@ -345,6 +448,7 @@ int main(void)
     test_embedding();
     test_layernorm();
     test_matmul();
+    test_matmul_blocked();
     test_attention();
     test_gelu();
     test_residual();
