@@ -92,6 +92,8 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 /* OpenMP pragmas that vanish (without -Wunknown-pragmas noise) when OpenMP is off. */
 #ifdef _OPENMP
@@ -407,13 +409,48 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
 /* ---- gelu --------------------------------------------------------------- */
 #define DDP__GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 
-/* out (N) = gelu(inp (N)) */
+/* exp(a) for |a| < 87, within 2 ulp: a = n ln2 + r with |r| <= ln2/2, exp(r) by the
+   Cephes expf polynomial, 2^n built in the exponent bits. Unlike libm's expf it is
+   branch-free plain arithmetic, so loops calling it vectorize; the price is that
+   outside that range the result is meaningless (callers select around it). */
+static inline float ddp__exp(float a)
+{
+    /* adding 1.5*2^23 rounds a/ln2 to an integer n held in the low mantissa bits of t */
+    const float t = a * 1.44269504088896341f + 12582912.0f, n = t - 12582912.0f;
+    const float r = (a - n * 0.693359375f) - n * -2.12194440e-4f; /* ln2 split: n*hi exact */
+    const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
+                       + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f);
+    uint32_t bits;
+    float two_n;
+    memcpy(&bits, &t, 4);
+    bits = (bits - 0x4B400000u + 127u) << 23; /* unsigned: no overflow even for NaN */
+    memcpy(&two_n, &bits, 4);
+    return (p * (r * r) + r + 1.0f) * two_n;
+}
+
+/* gelu(x) = 0.5 x (1 + tanh(u)) = x s and gelu'(x) = s + 2 x u' s (1 - s), with
+   s = 1 / (1 + e), e = exp(-2u), u = sqrt(2/pi) (x + 0.044715 x^3); 1 - s is taken as
+   e s, which does not cancel near s = 1. Beyond |x| = 9 (where |2u| > 66) gelu is x or
+   below 2e-28 and gelu' is 1 or below 3e-27 in magnitude, so the results saturate
+   there. The formula runs over a block first and the saturation is a second pass: a
+   select in the same loop makes gcc branch instead of vectorizing. NaN propagates. */
+#define DDP__GELU_BLOCK 256
+
+static inline float ddp__gelu_exp(float x) /* exp(-2u), for |x| <= 9 */
+{
+    return ddp__exp(-2.0f * DDP__GELU_S * (x + 0.044715f * x * x * x));
+}
+
+/* out (N) = gelu(inp (N)); out may be inp. */
 static inline void ddp_gelu_forward_cpu(float *out, const float *inp, size_t N)
 {
     DDP__OMP(parallel for schedule(static))
-    for (long i = 0; i < (long)N; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(DDP__GELU_S * (x + 0.044715f * x * x * x)));
+    for (long i0 = 0; i0 < (long)N; i0 += DDP__GELU_BLOCK) {
+        const int n = (long)N - i0 < DDP__GELU_BLOCK ? (int)((long)N - i0) : DDP__GELU_BLOCK;
+        const float *x = inp + i0;
+        float y[DDP__GELU_BLOCK];
+        for (int j = 0; j < n; j++) y[j] = x[j] / (1.0f + ddp__gelu_exp(x[j]));
+        for (int j = 0; j < n; j++) out[i0 + j] = x[j] < -9.0f ? 0.0f : x[j] > 9.0f ? x[j] : y[j];
     }
 }
 
@@ -421,10 +458,17 @@ static inline void ddp_gelu_forward_cpu(float *out, const float *inp, size_t N)
 static inline void ddp_gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t N)
 {
     DDP__OMP(parallel for schedule(static))
-    for (long i = 0; i < (long)N; i++) {
-        float x = inp[i], th = tanhf(DDP__GELU_S * (x + 0.044715f * x * x * x));
-        float du = DDP__GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du) * dout[i];
+    for (long i0 = 0; i0 < (long)N; i0 += DDP__GELU_BLOCK) {
+        const int n = (long)N - i0 < DDP__GELU_BLOCK ? (int)((long)N - i0) : DDP__GELU_BLOCK;
+        const float *x = inp + i0;
+        float g[DDP__GELU_BLOCK];
+        for (int j = 0; j < n; j++) {
+            float e = ddp__gelu_exp(x[j]), s = 1.0f / (1.0f + e);
+            float du = DDP__GELU_S * (1.0f + 3.0f * 0.044715f * x[j] * x[j]);
+            g[j] = s + 2.0f * x[j] * du * s * (e * s);
+        }
+        for (int j = 0; j < n; j++)
+            dinp[i0 + j] += (x[j] < -9.0f ? 0.0f : x[j] > 9.0f ? 1.0f : g[j]) * dout[i0 + j];
     }
 }
 

@@ -321,6 +321,52 @@ static double gelu_loss(void *p)
     ddp_gelu_forward_cpu(s->out, s->x, NE);
     return weighted_sum(s->out, s->w, NE);
 }
+/* The CPU gelu computes tanh through its own exp; it must agree with the tanh formula
+   to fp32 rounding over a dense sweep, and saturate where that formula overflows (huge
+   |x|, where it gives NaN). The reference runs libm in double: in fp32 the formula's
+   1 - tanh^2 cancels to 0 while gelu' is still -2e-7 (x = -5.3), an error of its own
+   as large as the tolerance. */
+static double gelu_libm(double x) { return 0.5 * x * (1.0 + tanh(DDP__GELU_S * (x + 0.044715 * x * x * x))); }
+static double gelu_grad_libm(double x)
+{
+    double th = tanh(DDP__GELU_S * (x + 0.044715 * x * x * x));
+    double du = DDP__GELU_S * (1.0 + 3.0 * 0.044715 * x * x);
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du;
+}
+#define NSWEEP (24 * 4096 + 1 + 10)
+static void test_gelu_libm(void)
+{
+    static float x[NSWEEP], y[NSWEEP], g[NSWEEP], one[NSWEEP];
+    const float huge[10] = {INFINITY, -INFINITY, 3.4e38f, -3.4e38f, 1e20f, -1e20f, 1e5f, -1e5f, 13.0f, -13.0f};
+    int n = 0, bad_y = 0, bad_g = 0;
+    double worst_exp = 0;
+    for (int i = 0; i <= 24 * 4096; i++) x[n++] = -12.0f + i / 4096.0f;
+    for (int i = 0; i < 10; i++) x[n++] = huge[i];
+    fill_const(one, NSWEEP, 1.0f);
+    ddp_gelu_forward_cpu(y, x, NSWEEP);
+    ddp_gelu_backward_cpu(g, x, one, NSWEEP);
+    for (int i = 0; i < NSWEEP; i++) {
+        double ry = gelu_libm(x[i]), rg = gelu_grad_libm(x[i]);
+        int ok_y = isfinite(ry) ? fabs(y[i] - ry) <= 2e-7 + 1e-6 * fabs(ry)
+                                : (x[i] > 0 ? y[i] == x[i] : fabsf(y[i]) < 1e-27f);
+        int ok_g = isfinite(rg) ? fabs(g[i] - rg) <= 2e-7 + 1e-6 * fabs(rg)
+                                : (x[i] > 0 ? g[i] == 1.0f : fabsf(g[i]) < 1e-26f);
+        if (!ok_y && bad_y++ == 0) printf("  gelu(%g) = %.9g, libm %.9g\n", x[i], y[i], ry);
+        if (!ok_g && bad_g++ == 0) printf("  gelu'(%g) = %.9g, libm %.9g\n", x[i], g[i], rg);
+    }
+    CHECK("kernels.gelu.forward.matches_libm", bad_y == 0, "%d of %d values off", bad_y, NSWEEP);
+    CHECK("kernels.gelu.backward.matches_libm", bad_g == 0, "%d of %d values off", bad_g, NSWEEP);
+    x[0] = NAN;
+    ddp_gelu_forward_cpu(y, x, 1);
+    ddp_gelu_backward_cpu(g, x, one, 1);
+    CHECK("kernels.gelu.nan_propagates", isnan(y[0]) && isnan(g[0]), "gelu(NaN) = %g, gelu'(NaN) = %g", y[0], g[0]);
+    for (float a = -87.0f; a <= 87.0f; a += 1.0f / 1024) {
+        double e = exp((double)a), err = fabs(ddp__exp(a) - e) / e;
+        worst_exp = err > worst_exp ? err : worst_exp;
+    }
+    CHECK("kernels.gelu.exp_2ulp", worst_exp <= 0x1p-22, "relative error %g > 2^-22", worst_exp);
+}
+
 static void test_gelu(void)
 {
     static gelu_s s;
@@ -333,6 +379,7 @@ static void test_gelu(void)
     ddp_gelu_forward_cpu(y, xs, 3);
     CHECK("kernels.gelu.forward", fabs(y[0] + 0.158808) < 1e-5 && y[1] == 0.0f && fabs(y[2] - 1.954598) < 1e-5,
           "got %.6f %.6f %.6f", y[0], y[1], y[2]);
+    test_gelu_libm();
 }
 
 /* ---- residual ---- */
