@@ -40,7 +40,7 @@ tests/%: tests/%.cu tests/test.h $(HEADERS)
 	$(NVCC) $(NVFLAGS) -I. $< -o $@ $(NVLIBS)
 
 run: examples/train_gpt
-	./examples/train_gpt --nproc 2
+	./examples/train_gpt --nproc 2 --steps 400
 
 test: $(EXAMPLES) $(if $(HAVE_NVCC),$(GPU_EXAMPLES)) $(TESTS)
 	@tests/run.sh $(TESTS) $(TEST_SCRIPTS)
