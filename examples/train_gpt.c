@@ -860,7 +860,6 @@ typedef struct text {
     int ok;
 } text;
 
-static void put(text *t, const char *fmt, ...) DDP__PRINTF(2, 3);
 static void put(text *t, const char *fmt, ...)
 {
     va_list ap;
