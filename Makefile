@@ -50,6 +50,9 @@ check-gpu: $(GPU_EXAMPLES) $(GPU_TESTS)
 	./examples/hello_allreduce_gpu
 	./examples/bench_allreduce_gpu --iters 20
 	./examples/bench_kernels
+	./examples/train_gpt_gpu --steps 30 --val-every 10 --sample-len 64
+	./examples/train_gpt_gpu --layers 12 --heads 12 --dim 768 --ctx 1024 --vocab 50304 --batch-size 8 \
+		--steps 6 --val-every 0 --sample-len 0    # the GPT-2 124M shape: tokens/s
 
 install:
 	install -d $(DESTDIR)$(PREFIX)/include
