@@ -1649,7 +1649,7 @@ static ddp_result ddp__shm_open(ddp_ctx *ctx)
    One communicator per process on device local_rank, created non-blocking so that a
    stuck peer turns into a timeout and an abort instead of a hang. Collectives run on
    the context's own stream, ordered after the caller's stream by an event, and the
-   caller's stream is ordered after them. */
+   caller's stream is ordered after them (async ones: in ddp_wait, so they overlap). */
 #ifdef DDP_NCCL
 static ddp_result ddp__cuda(ddp_ctx *ctx, cudaError_t e, const char *what)
 {
@@ -1739,8 +1739,9 @@ static ddp_result ddp__nccl_init(ddp_ctx *ctx)
     return ddp__cuda(ctx, cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming), "cudaEventCreate");
 }
 
-/* Queues c on the NCCL stream after `user`'s work; *done is recorded after it. */
-static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_stream, cudaEvent_t done)
+/* Queues c on the NCCL stream after `user`'s work; *done is recorded after it, and
+   `user` waits for it unless async (then ddp_wait orders it). */
+static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_stream, cudaEvent_t done, int async)
 {
     struct ddp__state *st = ctx->st;
     cudaStream_t user = (cudaStream_t)user_stream;
@@ -1768,7 +1769,7 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
         break;
     }
     if ((r = ddp__nccl_settle(ctx, nr, ddp__coll_names[c->kind], c->seq)) != DDP_OK) return r;
-    if ((r = ddp__cuda(ctx, cudaEventRecord(done, st->stream), "cudaEventRecord")) != DDP_OK) return r;
+    if ((r = ddp__cuda(ctx, cudaEventRecord(done, st->stream), "cudaEventRecord")) != DDP_OK || async) return r;
     return ddp__cuda(ctx, cudaStreamWaitEvent(user, done, 0), "cudaStreamWaitEvent");
 }
 #endif
@@ -1843,7 +1844,7 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
             snprintf(name, sizeof name, "%llu", (unsigned long long)c->seq);
             r = ctx->world_size > 1 ? ddp__store_barrier(ctx, name) : DDP_OK;
         } else if ((r = ddp__cuda(ctx, cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate")) == DDP_OK &&
-                   (r = ddp__nccl_run(ctx, c, stream, done)) == DDP_OK && work) {
+                   (r = ddp__nccl_run(ctx, c, stream, done, work != NULL)) == DDP_OK && work) {
             work->seq = c->seq;
             work->event = done;
             return DDP_OK;
@@ -2052,6 +2053,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     }
 #ifdef DDP_NCCL
     if (ctx->backend == DDP_BACKEND_NCCL && (r = ddp__nccl_init(ctx)) != DDP_OK) {
+        st->broken = r;
         ddp__release(ctx);
         return r;
     }

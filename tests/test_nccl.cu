@@ -33,7 +33,11 @@ static int roundtrip(ddp_ctx *ctx, ddp_dtype t, int which, size_t n, char *why)
         r = ddp_all_reduce_async(ctx, a, b, n, t, DDP_MAX, NULL, &w);
         if (r == DDP_OK) r = ddp_wait(ctx, &w, NULL);
         break;
-    case 2: r = ddp_broadcast(ctx, a, n, t, 0, NULL); b = a; break;
+    case 2: /* in place */
+        cudaFree(b);
+        b = a;
+        r = ddp_broadcast(ctx, a, n, t, 0, NULL);
+        break;
     case 3: r = ddp_all_gather(ctx, a, b, n, t, NULL); break;
     default: r = ddp_reduce_scatter(ctx, a, b, n, t, DDP_AVG, NULL); break;
     }
