@@ -1918,7 +1918,9 @@ ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
 #ifdef DDP_NCCL
     if (work->event) {
         cudaEvent_t ev = (cudaEvent_t)work->event;
-        r = ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq);
+        r = ctx->st->broken ? ddp__fail(ctx, DDP_ERR_ABORTED, "wait for all_reduce #%llu refused: the process group "
+                                        "failed earlier", (unsigned long long)work->seq)
+                            : ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq);
         if (r == DDP_OK && stream) r = ddp__cuda(ctx, cudaStreamWaitEvent((cudaStream_t)stream, ev, 0), "cudaStreamWaitEvent");
         cudaEventDestroy(ev);
         work->event = NULL;
