@@ -26,8 +26,10 @@
          int status = ddp_launch(&argc, argv);    // "./prog --nproc 4" starts 4 ranks
          if (status != DDP_WORKER) return status; // the launcher: job finished
          ddp_ctx ctx;
-         if (ddp_init(&ctx, &(ddp_desc){ .argc = &argc, .argv = argv }) != DDP_OK)
-             return 1;                            // the reason went to stderr
+         ddp_desc desc = {0};                     // zero means default
+         desc.argc = &argc;                       // lets init take --local_rank N
+         desc.argv = argv;
+         if (ddp_init(&ctx, &desc) != DDP_OK) return 1; // the reason went to stderr
          float x = (float)(ctx.rank + 1);
          ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
          ddp_print(&ctx, "sum %g over %d ranks\n", x, ctx.world_size); // rank 0 only
