@@ -341,74 +341,6 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
     }
 }
 
-/* ---- attention ---------------------------------------------------------- */
-/* out (B,T,C); lse (B,NH,T) log-sum-exp of each softmax row, saved for backward;
-   inp (B,T,3C) = [q | k | v] per token, head h at channels h*hs .. h*hs+hs-1 of each. */
-static inline void ddp_attention_forward_cpu(float *out, float *lse, const float *inp,
-                                      int B, int T, int C, int NH)
-{
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs);
-    DDP__OMP(parallel for schedule(static))
-    for (int i = 0; i < B * NH * T; i++) {
-        int t = i % T, h = (i / T) % NH, b = i / (T * NH);
-        const float *q = inp + ((size_t)b * T + t) * C3 + h * hs;
-        float *o = out + ((size_t)b * T + t) * C + h * hs;
-        float m = -INFINITY, l = 0.0f;
-        for (int d = 0; d < hs; d++) o[d] = 0.0f;
-        /* online softmax: o and l are rescaled whenever the running max grows */
-        for (int t2 = 0; t2 <= t; t2++) {
-            const float *k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
-            float s = ddp__dot(q, k, hs) * scale;
-            if (s > m) {
-                float r = expf(m - s);
-                l *= r;
-                for (int d = 0; d < hs; d++) o[d] *= r;
-                m = s;
-            }
-            float p = expf(s - m);
-            l += p;
-            ddp__axpy(o, p, k + C, hs);
-        }
-        for (int d = 0; d < hs; d++) o[d] /= l;
-        lse[((size_t)b * NH + h) * T + t] = m + logf(l);
-    }
-}
-
-/* dinp (B,T,3C) +=; dout, out (B,T,C); inp (B,T,3C); lse (B,NH,T) from the forward. */
-static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, const float *inp,
-                                       const float *out, const float *lse,
-                                       int B, int T, int C, int NH)
-{
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs);
-    /* each (b,h) owns disjoint slices of dinp, so heads run in parallel */
-    DDP__OMP(parallel for schedule(static))
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        for (int t = 0; t < T; t++) {
-            size_t row = (size_t)b * T + t;
-            const float *q = inp + row * C3 + h * hs, *dO = dout + row * C + h * hs;
-            float *dq = dinp + row * C3 + h * hs;
-            /* D = sum_j P_j dP_j = dout . out, the softmax backward's shared term */
-            float D = ddp__dot(dO, out + row * C + h * hs, hs), L = lse[(size_t)bh * T + t];
-            for (int t2 = 0; t2 <= t; t2++) {
-                size_t row2 = (size_t)b * T + t2;
-                const float *k = inp + row2 * C3 + C + h * hs, *v = k + C;
-                float *dk = dinp + row2 * C3 + C + h * hs, *dv = dk + C;
-                float p = expf(ddp__dot(q, k, hs) * scale - L);
-                float ds = p * (ddp__dot(dO, v, hs) - D) * scale;
-                ddp__axpy(dv, p, dO, hs);
-                ddp__axpy(dq, ds, k, hs);
-                ddp__axpy(dk, ds, q, hs);
-            }
-        }
-    }
-}
-
-/* ---- gelu --------------------------------------------------------------- */
-#define DDP__GELU_S 0.7978845608028654f /* sqrt(2/pi) */
-
 /* exp(a) for |a| < 87, within 2 ulp: a = n ln2 + r with |r| <= ln2/2, exp(r) by the
    Cephes expf polynomial, 2^n built in the exponent bits. Unlike libm's expf it is
    branch-free plain arithmetic, so loops calling it vectorize; the price is that
@@ -427,6 +359,268 @@ static inline float ddp__exp(float a)
     memcpy(&two_n, &bits, 4);
     return (p * (r * r) + r + 1.0f) * two_n;
 }
+
+/* ---- attention ---------------------------------------------------------- */
+/* Keys are taken in blocks of DDP__ATT_BLOCK: the block's scores go to a small buffer
+   first (one dot product per key), then one branch-free loop exponentiates them with
+   ddp__exp, which vectorizes, then the values are accumulated in key order. Arguments of
+   ddp__exp are clamped to [-80, 80] (scores minus the row max are <= 0; exp(-80) is
+   below 2e-35, negligible against the row sum >= 1). Each row is computed on its own in
+   a fixed order, so results do not depend on the thread count or on the other rows. */
+#define DDP__ATT_BLOCK 128
+
+/* a < -80 ? -80 : a, as its own loop over a block so that gcc vectorizes it (a select
+   inside the ddp__exp loop would stop that); NaN is kept. */
+static inline void ddp__att_floor(float *s, int n)
+{
+    for (int j = 0; j < n; j++) s[j] = s[j] < -80.0f ? -80.0f : s[j];
+}
+
+static inline void ddp__att_exp(float *s, int n)
+{
+    for (int j = 0; j < n; j++) s[j] = ddp__exp(s[j]);
+}
+
+/* o[0..hs) += sum_j p[j] v_j[0..hs) over v_j = v + j*ld, j < n. Four keys at a time,
+   so the chain through o is a quarter as long. */
+static inline void ddp__att_accum(float *o, const float *p, const float *v, size_t ld, int n, int hs)
+{
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *v0 = v + j * ld, *v1 = v0 + ld, *v2 = v1 + ld, *v3 = v2 + ld;
+        const float p0 = p[j], p1 = p[j + 1], p2 = p[j + 2], p3 = p[j + 3];
+        for (int d = 0; d < hs; d++) o[d] += (p0 * v0[d] + p1 * v1[d]) + (p2 * v2[d] + p3 * v3[d]);
+    }
+    for (; j < n; j++) ddp__axpy(o, p[j], v + j * ld, hs);
+}
+
+/* The forward query by query, for heads too large for ddp_attention_forward_cpu's buffers. */
+static inline void ddp__attention_forward_rows(float *out, float *lse, const float *inp,
+                                      int B, int T, int C, int NH)
+{
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    DDP__OMP(parallel for schedule(static))
+    for (int i = 0; i < B * NH * T; i++) {
+        int t = i % T, h = (i / T) % NH, b = i / (T * NH);
+        const float *q = inp + ((size_t)b * T + t) * C3 + h * hs;
+        const float *kb = inp + (size_t)b * T * C3 + C + h * hs; /* key of token 0 */
+        float *o = out + ((size_t)b * T + t) * C + h * hs;
+        float s[DDP__ATT_BLOCK];
+        float m = -INFINITY, l = 0.0f;
+        for (int d = 0; d < hs; d++) o[d] = 0.0f;
+        /* softmax over blocks: o and l are rescaled whenever the running max grows */
+        for (int j0 = 0; j0 <= t; j0 += DDP__ATT_BLOCK) {
+            const int n = t + 1 - j0 < DDP__ATT_BLOCK ? t + 1 - j0 : DDP__ATT_BLOCK;
+            float mb = -INFINITY, lb = 0.0f;
+            for (int j = 0; j < n; j++) s[j] = ddp__dot(q, kb + (size_t)(j0 + j) * C3, hs) * scale;
+            for (int j = 0; j < n; j++) mb = s[j] > mb ? s[j] : mb;
+            if (mb > m) {
+                if (m != -INFINITY) {
+                    float r = m - mb < -80.0f ? 0.0f : ddp__exp(m - mb);
+                    l *= r;
+                    for (int d = 0; d < hs; d++) o[d] *= r;
+                }
+                m = mb;
+            }
+            for (int j = 0; j < n; j++) s[j] -= m;
+            ddp__att_floor(s, n);
+            ddp__att_exp(s, n);
+            for (int j = 0; j < n; j++) lb += s[j];
+            l += lb;
+            ddp__att_accum(o, s, kb + (size_t)j0 * C3 + C, (size_t)C3, n, hs);
+        }
+        for (int d = 0; d < hs; d++) o[d] /= l;
+        lse[((size_t)b * NH + h) * T + t] = m + logf(l);
+    }
+}
+
+#define DDP__ATT_KV 2048 /* floats in each per-block key/value buffer */
+#define DDP__ATT_QB 32   /* queries per work item of the forward */
+
+/* out (B,T,C); lse (B,NH,T) log-sum-exp of each softmax row, saved for backward;
+   inp (B,T,3C) = [q | k | v] per token, head h at channels h*hs .. h*hs+hs-1 of each.
+   Work items are blocks of DDP__ATT_QB queries of one (b,h); keys go in blocks of kb
+   (fixed by hs) whose k and v rows are first copied to contiguous buffers (the rows of
+   inp sit 12 C bytes apart, which maps them to few cache sets). Every query row sees
+   the same key blocks in the same order whatever the work split. */
+static inline void ddp_attention_forward_cpu(float *out, float *lse, const float *inp,
+                                      int B, int T, int C, int NH)
+{
+    const int hs = C / NH, C3 = 3 * C;
+    const int kb = DDP__ATT_KV / hs < DDP__ATT_BLOCK ? DDP__ATT_KV / hs : DDP__ATT_BLOCK;
+    const int nq = (T + DDP__ATT_QB - 1) / DDP__ATT_QB;
+    const float scale = 1.0f / sqrtf((float)hs);
+    if (kb < 4) {
+        ddp__attention_forward_rows(out, lse, inp, B, T, C, NH);
+        return;
+    }
+    DDP__OMP(parallel for schedule(static))
+    for (int i = 0; i < B * NH * nq; i++) {
+        const int qb = i % nq, h = (i / nq) % NH, b = i / (nq * NH);
+        const int t0 = qb * DDP__ATT_QB, t1 = t0 + DDP__ATT_QB < T ? t0 + DDP__ATT_QB : T;
+        const float *kin = inp + (size_t)b * T * C3 + C + h * hs; /* key of token 0 */
+        float s[DDP__ATT_BLOCK], m[DDP__ATT_QB], l[DDP__ATT_QB];
+        float kbuf[DDP__ATT_KV], vbuf[DDP__ATT_KV];
+        for (int t = t0; t < t1; t++) {
+            float *o = out + ((size_t)b * T + t) * C + h * hs;
+            for (int d = 0; d < hs; d++) o[d] = 0.0f;
+            m[t - t0] = -INFINITY;
+            l[t - t0] = 0.0f;
+        }
+        for (int j0 = 0; j0 < t1; j0 += kb) {
+            const int nb = t1 - j0 < kb ? t1 - j0 : kb;
+            for (int j = 0; j < nb; j++) {
+                const float *k = kin + (size_t)(j0 + j) * C3;
+                for (int d = 0; d < hs; d++) {
+                    kbuf[j * hs + d] = k[d];
+                    vbuf[j * hs + d] = k[C + d];
+                }
+            }
+            for (int t = j0 > t0 ? j0 : t0; t < t1; t++) {
+                const float *q = inp + ((size_t)b * T + t) * C3 + h * hs;
+                float *o = out + ((size_t)b * T + t) * C + h * hs;
+                const int n = t + 1 - j0 < nb ? t + 1 - j0 : nb;
+                float mb = -INFINITY, lb = 0.0f, mt = m[t - t0];
+                for (int j = 0; j < n; j++) s[j] = ddp__dot(q, kbuf + j * hs, hs) * scale;
+                for (int j = 0; j < n; j++) mb = s[j] > mb ? s[j] : mb;
+                /* softmax over blocks: o and l are rescaled whenever the running max grows */
+                if (mb > mt) {
+                    if (mt != -INFINITY) {
+                        float r = mt - mb < -80.0f ? 0.0f : ddp__exp(mt - mb);
+                        l[t - t0] *= r;
+                        for (int d = 0; d < hs; d++) o[d] *= r;
+                    }
+                    mt = m[t - t0] = mb;
+                }
+                for (int j = 0; j < n; j++) s[j] -= mt;
+                ddp__att_floor(s, n);
+                ddp__att_exp(s, n);
+                for (int j = 0; j < n; j++) lb += s[j];
+                l[t - t0] += lb;
+                ddp__att_accum(o, s, vbuf, (size_t)hs, n, hs);
+            }
+        }
+        for (int t = t0; t < t1; t++) {
+            float *o = out + ((size_t)b * T + t) * C + h * hs;
+            for (int d = 0; d < hs; d++) o[d] /= l[t - t0];
+            lse[((size_t)b * NH + h) * T + t] = m[t - t0] + logf(l[t - t0]);
+        }
+    }
+}
+
+/* The backward query by query, for heads too large for ddp_attention_backward_cpu's buffers. */
+static inline void ddp__attention_backward_rows(float *dinp, const float *dout, const float *inp,
+                                       const float *out, const float *lse,
+                                       int B, int T, int C, int NH)
+{
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    /* each (b,h) owns disjoint slices of dinp, so heads run in parallel */
+    DDP__OMP(parallel for schedule(static))
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        float p[DDP__ATT_BLOCK], ds[DDP__ATT_BLOCK];
+        for (int t = 0; t < T; t++) {
+            size_t row = (size_t)b * T + t;
+            const float *q = inp + row * C3 + h * hs, *dO = dout + row * C + h * hs;
+            const float *kb = inp + (size_t)b * T * C3 + C + h * hs; /* key of token 0 */
+            float *dq = dinp + row * C3 + h * hs;
+            float *dkb = dinp + (size_t)b * T * C3 + C + h * hs;
+            /* D = sum_j P_j dP_j = dout . out, the softmax backward's shared term */
+            float D = ddp__dot(dO, out + row * C + h * hs, hs), L = lse[(size_t)bh * T + t];
+            for (int j0 = 0; j0 <= t; j0 += DDP__ATT_BLOCK) {
+                const int n = t + 1 - j0 < DDP__ATT_BLOCK ? t + 1 - j0 : DDP__ATT_BLOCK;
+                for (int j = 0; j < n; j++) {
+                    const float *k = kb + (size_t)(j0 + j) * C3;
+                    p[j] = ddp__dot(q, k, hs);
+                    ds[j] = ddp__dot(dO, k + C, hs);
+                }
+                for (int j = 0; j < n; j++) p[j] = p[j] * scale - L; /* <= 0 up to rounding */
+                ddp__att_floor(p, n);
+                for (int j = 0; j < n; j++) p[j] = p[j] > 0.0f ? 0.0f : p[j];
+                ddp__att_exp(p, n);
+                for (int j = 0; j < n; j++) ds[j] = p[j] * (ds[j] - D) * scale;
+                ddp__att_accum(dq, ds, kb + (size_t)j0 * C3, (size_t)C3, n, hs);
+                for (int j = 0; j < n; j++) {
+                    float *dk = dkb + (size_t)(j0 + j) * C3, *dv = dk + C;
+                    ddp__axpy(dv, p[j], dO, hs);
+                    ddp__axpy(dk, ds[j], q, hs);
+                }
+            }
+        }
+    }
+}
+
+/* dinp (B,T,3C) +=; dout, out (B,T,C); inp (B,T,3C); lse (B,NH,T) from the forward.
+   Keys go in blocks of kb: the block's k and v rows are copied to contiguous buffers and
+   its dk and dv are summed in buffers (over queries t in increasing order) and added to
+   dinp at the end, so the inner loops stay in L1 (the rows of inp sit 12 C bytes apart,
+   which maps them to few cache sets). dq of query t is summed over key blocks in order. */
+static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, const float *inp,
+                                       const float *out, const float *lse,
+                                       int B, int T, int C, int NH)
+{
+    const int hs = C / NH, C3 = 3 * C;
+    const int kb = DDP__ATT_KV / hs < DDP__ATT_BLOCK ? DDP__ATT_KV / hs : DDP__ATT_BLOCK;
+    const float scale = 1.0f / sqrtf((float)hs);
+    if (kb < 4) {
+        ddp__attention_backward_rows(dinp, dout, inp, out, lse, B, T, C, NH);
+        return;
+    }
+    /* each (b,h) owns disjoint slices of dinp, so heads run in parallel */
+    DDP__OMP(parallel for schedule(static))
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        float p[DDP__ATT_BLOCK], ds[DDP__ATT_BLOCK];
+        float kbuf[DDP__ATT_KV], vbuf[DDP__ATT_KV], dkbuf[DDP__ATT_KV], dvbuf[DDP__ATT_KV];
+        const float *kin = inp + (size_t)b * T * C3 + C + h * hs; /* key of token 0 */
+        float *dkin = dinp + (size_t)b * T * C3 + C + h * hs;
+        for (int j0 = 0; j0 < T; j0 += kb) {
+            const int nb = T - j0 < kb ? T - j0 : kb;
+            for (int j = 0; j < nb; j++) {
+                const float *k = kin + (size_t)(j0 + j) * C3;
+                for (int d = 0; d < hs; d++) {
+                    kbuf[j * hs + d] = k[d];
+                    vbuf[j * hs + d] = k[C + d];
+                }
+            }
+            for (int d = 0; d < nb * hs; d++) dkbuf[d] = dvbuf[d] = 0.0f;
+            for (int t = j0; t < T; t++) {
+                const size_t row = (size_t)b * T + t;
+                const float *q = inp + row * C3 + h * hs, *dO = dout + row * C + h * hs;
+                float *dq = dinp + row * C3 + h * hs;
+                /* D = sum_j P_j dP_j = dout . out, the softmax backward's shared term */
+                const float D = ddp__dot(dO, out + row * C + h * hs, hs), L = lse[(size_t)bh * T + t];
+                const int n = t + 1 - j0 < nb ? t + 1 - j0 : nb;
+                for (int j = 0; j < n; j++) {
+                    p[j] = ddp__dot(q, kbuf + j * hs, hs);
+                    ds[j] = ddp__dot(dO, vbuf + j * hs, hs);
+                }
+                for (int j = 0; j < n; j++) p[j] = p[j] * scale - L; /* <= 0 up to rounding */
+                ddp__att_floor(p, n);
+                for (int j = 0; j < n; j++) p[j] = p[j] > 0.0f ? 0.0f : p[j];
+                ddp__att_exp(p, n);
+                for (int j = 0; j < n; j++) ds[j] = p[j] * (ds[j] - D) * scale;
+                ddp__att_accum(dq, ds, kbuf, (size_t)hs, n, hs);
+                for (int j = 0; j < n; j++) {
+                    ddp__axpy(dvbuf + j * hs, p[j], dO, hs);
+                    ddp__axpy(dkbuf + j * hs, ds[j], q, hs);
+                }
+            }
+            for (int j = 0; j < nb; j++) {
+                float *dk = dkin + (size_t)(j0 + j) * C3;
+                for (int d = 0; d < hs; d++) {
+                    dk[d] += dkbuf[j * hs + d];
+                    dk[C + d] += dvbuf[j * hs + d];
+                }
+            }
+        }
+    }
+}
+
+/* ---- gelu --------------------------------------------------------------- */
+#define DDP__GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 
 /* gelu(x) = 0.5 x (1 + tanh(u)) = x s and gelu'(x) = s + 2 x u' s (1 - s), with
    s = 1 / (1 + e), e = exp(-2u), u = sqrt(2/pi) (x + 0.044715 x^3); 1 - s is taken as

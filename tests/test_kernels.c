@@ -310,6 +310,27 @@ static void test_attention(void)
     double worst = 0.0;
     for (int i = 0; i < B * T * C; i++) worst = fmax(worst, fabs(out2[i] - 1.0));
     CHECK("kernels.attention.forward.rows_sum_to_1", worst < 1e-6, "max |out - 1| = %g", worst);
+
+    /* the blocked kernels (several key blocks, a partial query block) against the
+       query-by-query ones they fall back to for large heads */
+    {
+        enum { AB = 2, AT = 300, AC = 96, ANH = 1 };
+        const size_t n3 = (size_t)AB * AT * 3 * AC, n = (size_t)AB * AT * AC, nl = (size_t)AB * ANH * AT;
+        float *x = alloc(n3), *dy = alloc(n), *o1 = alloc(n), *o2 = alloc(n), *l1 = alloc(nl), *l2 = alloc(nl);
+        float *d1 = alloc(n3), *d2 = alloc(n3);
+        fill(x, n3, 2); fill(dy, n, 1);
+        ddp_attention_forward_cpu(o1, l1, x, AB, AT, AC, ANH);
+        ddp__attention_forward_rows(o2, l2, x, AB, AT, AC, ANH);
+        ddp_attention_backward_cpu(d1, dy, x, o1, l1, AB, AT, AC, ANH);
+        ddp__attention_backward_rows(d2, dy, x, o1, l1, AB, AT, AC, ANH);
+        double eo = 0.0, el = 0.0, ed = 0.0, md = 0.0;
+        for (size_t i = 0; i < n; i++) eo = fmax(eo, fabs(o1[i] - o2[i]));
+        for (size_t i = 0; i < nl; i++) el = fmax(el, fabs(l1[i] - l2[i]));
+        for (size_t i = 0; i < n3; i++) { ed = fmax(ed, fabs(d1[i] - d2[i])); md = fmax(md, fabs(d2[i])); }
+        CHECK("kernels.attention.blocked_vs_rows", eo < 1e-5 && el < 1e-5 && ed < 1e-5 * md,
+              "max diff out %g lse %g dinp %g (max |dinp| %g)", eo, el, ed, md);
+        free(x); free(dy); free(o1); free(o2); free(l1); free(l2); free(d1); free(d2);
+    }
 }
 
 /* ---- gelu ---- */
