@@ -741,7 +741,7 @@ static inline void ddp_adamw_update_cpu(float *params, const float *grads, float
 #define DDP__NORM_CHUNKS 64 /* fixed partition, so the sum does not depend on threads */
 
 /* norm (1) = sqrt(sum grads^2); grads (N), all gradients in one buffer. */
-static inline void ddp_grad_norm_cpu(float *norm, const float *grads, size_t N)
+static inline void ddp_global_norm_cpu(float *norm, const float *grads, size_t N)
 {
     double part[DDP__NORM_CHUNKS], sum = 0.0;
     DDP__OMP(parallel for schedule(static))
@@ -757,7 +757,7 @@ static inline void ddp_grad_norm_cpu(float *norm, const float *grads, size_t N)
 
 /* grads (N) *= max_norm / (norm + 1e-6) when that factor is below 1; norm (1) from
    ddp_grad_norm. */
-static inline void ddp_grad_clip_cpu(float *grads, size_t N, float max_norm, const float *norm)
+static inline void ddp_clip_by_norm_cpu(float *grads, size_t N, float max_norm, const float *norm)
 {
     float f = max_norm / (*norm + 1e-6f);
     if (f >= 1.0f) return;
@@ -1212,7 +1212,7 @@ static inline uint32_t ddp__alignment(const void *p)
 /* Column-major D (m,n) = op(A) op(B) + beta D [+ bias (m)], fp32 accumulation.
    A is stored (m,k) or, transposed, (k,m) with leading dimension lda; B likewise. */
 template <typename F>
-static cublasStatus_t ddp__gemm(ddp_kernels_ctx *ctx, F *d, const F *a, const F *b, const F *bias,
+static cublasStatus_t ddp__lt_matmul(ddp_kernels_ctx *ctx, F *d, const F *a, const F *b, const F *bias,
                                 int m, int n, int k, bool ta, bool tb, int lda, int ldb, float beta,
                                 cudaStream_t stream)
 {
@@ -1281,9 +1281,9 @@ static inline cudaError_t ddp_matmul_forward_gpu(ddp_kernels_ctx *ctx, F *out, c
     const int BT = B * T;
     cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
     if (bias && ddp__aligned16(bias)) /* the epilogue wants an aligned bias */
-        s = ddp__gemm(ctx, out, weight, inp, bias, OC, BT, C, true, false, C, C, 0.0f, stream);
+        s = ddp__lt_matmul(ctx, out, weight, inp, bias, OC, BT, C, true, false, C, C, 0.0f, stream);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
-        s = ddp__gemm(ctx, out, weight, inp, (const F *)NULL, OC, BT, C, true, false, C, C, 0.0f, stream);
+        s = ddp__lt_matmul(ctx, out, weight, inp, (const F *)NULL, OC, BT, C, true, false, C, C, 0.0f, stream);
         if (s == CUBLAS_STATUS_SUCCESS && bias)
             ddp__add_bias_kernel<<<ddp__blocks((size_t)BT * OC, 256), 256, 0, stream>>>(out, bias, (long)BT * OC, OC);
     }
@@ -1300,10 +1300,10 @@ static inline cudaError_t ddp_matmul_backward_gpu(ddp_kernels_ctx *ctx, F *dinp,
     constexpr int n = ddp__pack<F>::n;
     const int BT = B * T;
     /* dinp^T (C,BT) += weight-as-stored (C,OC) x dout^T (OC,BT) */
-    cublasStatus_t s = ddp__gemm(ctx, dinp, weight, dout, (const F *)NULL, C, BT, OC, false, false, C, OC, 1.0f, stream);
+    cublasStatus_t s = ddp__lt_matmul(ctx, dinp, weight, dout, (const F *)NULL, C, BT, OC, false, false, C, OC, 1.0f, stream);
     /* dweight^T (C,OC) += inp^T (C,BT) x dout (BT,OC) */
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = ddp__gemm(ctx, dweight, inp, dout, (const F *)NULL, C, OC, BT, false, true, C, OC, 1.0f, stream);
+        s = ddp__lt_matmul(ctx, dweight, inp, dout, (const F *)NULL, C, OC, BT, false, true, C, OC, 1.0f, stream);
     if (s != CUBLAS_STATUS_SUCCESS || !dbias) return ddp__lt_error(ctx, s);
     const int rpc = ddp__rows_per_chunk(BT), chunks = (BT + rpc - 1) / rpc;
     const bool vec = OC % n == 0 && ddp__aligned16(dout);
@@ -1805,12 +1805,13 @@ static __global__ void ddp__adamw_kernel(F *params, float *master, const F *grad
     params[i] = ddp__to<F>(p);
 }
 
-/* One step on params (N); master (N) fp32 master copy that params mirrors (rounded to
-   F), or NULL to update params directly; grads (N); m, v (N) fp32; step t from 1. */
+/* One step on params (N); grads (N); m, v (N) fp32; step t from 1; then the GPU-only
+   master (N): fp32 master copy that params mirrors (rounded to F), or NULL to update
+   params directly. Same order as ddp_adamw_update_cpu up to t. */
 template <typename F>
-static inline cudaError_t ddp_adamw_update_gpu(ddp_kernels_ctx *ctx, F *params, float *master, const F *grads, float *m,
-                                        float *v, size_t N, float lr, float beta1, float beta2, float eps,
-                                        float weight_decay, int t, cudaStream_t stream)
+static inline cudaError_t ddp_adamw_update_gpu(ddp_kernels_ctx *ctx, F *params, const F *grads, float *m, float *v,
+                                        size_t N, float lr, float beta1, float beta2, float eps, float weight_decay,
+                                        int t, float *master, cudaStream_t stream)
 {
     (void)ctx;
     if (N == 0) return cudaSuccess;
@@ -1847,7 +1848,7 @@ static __global__ void ddp__norm_finish_kernel(float *norm, const float *part, i
 
 /* norm (1, device) = sqrt(sum grads^2); grads (N), all gradients in one buffer. */
 template <typename F>
-static inline cudaError_t ddp_grad_norm_gpu(ddp_kernels_ctx *ctx, float *norm, const F *grads, size_t N, cudaStream_t stream)
+static inline cudaError_t ddp_global_norm_gpu(ddp_kernels_ctx *ctx, float *norm, const F *grads, size_t N, cudaStream_t stream)
 {
     constexpr int n = ddp__pack<F>::n;
     const unsigned blocks = N ? ddp__blocks(N, 256 * n) : 1;
@@ -1874,9 +1875,9 @@ static __global__ void ddp__clip_kernel(F *grads, long N, float max_norm, const 
     ddp__store(grads, x, i, N, vec);
 }
 
-/* grads (N) *= max_norm / (norm + 1e-6) when below 1; norm (1, device) from ddp_grad_norm_gpu. */
+/* grads (N) *= max_norm / (norm + 1e-6) when below 1; norm (1, device) from ddp_global_norm_gpu. */
 template <typename F>
-static inline cudaError_t ddp_grad_clip_gpu(ddp_kernels_ctx *ctx, F *grads, size_t N, float max_norm, const float *norm,
+static inline cudaError_t ddp_clip_by_norm_gpu(ddp_kernels_ctx *ctx, F *grads, size_t N, float max_norm, const float *norm,
                                      cudaStream_t stream)
 {
     (void)ctx;

@@ -201,12 +201,12 @@ int main()
         bf16 *p = make<bf16>(NPARAMS, 0.02f), *g = make<bf16>(NPARAMS, 0.01f);
         float *master = make<float>(NPARAMS, 0.02f), *m = make<float>(NPARAMS, 0), *v = make<float>(NPARAMS, 0);
         snprintf(shape, sizeof shape, "N=%zu", NPARAMS);
-        us = time_us([&] { return ddp_adamw_update_gpu(&k, p, master, g, m, v, NPARAMS, 6e-4f, 0.9f, 0.95f, 1e-8f,
-                                                       0.1f, 1, s); }, 7);
+        us = time_us([&] { return ddp_adamw_update_gpu(&k, p, g, m, v, NPARAMS, 6e-4f, 0.9f, 0.95f, 1e-8f,
+                                                       0.1f, 1, master, s); }, 7);
         row_bw("adamw.update", shape, us, NPARAMS * (2.0 + 2.0 + 3 * 4.0 + 3 * 4.0 + 2.0));
-        us = time_us([&] { return ddp_grad_norm_gpu(&k, norm, g, NPARAMS, s); }, 7);
+        us = time_us([&] { return ddp_global_norm_gpu(&k, norm, g, NPARAMS, s); }, 7);
         row_bw("grad_norm", shape, us, NPARAMS * 2.0);
-        us = time_us([&] { return ddp_grad_clip_gpu(&k, g, NPARAMS, 1e-3f, norm, s); }, 7); /* always clips */
+        us = time_us([&] { return ddp_clip_by_norm_gpu(&k, g, NPARAMS, 1e-3f, norm, s); }, 7); /* always clips */
         row_bw("grad_clip", shape, us, NPARAMS * 4.0);
         cudaFree(p); cudaFree(g); cudaFree(master); cudaFree(m); cudaFree(v);
     }

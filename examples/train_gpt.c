@@ -634,12 +634,12 @@ static float gpu_step(gpt *g, gpu *d, float lr, float weight_decay, float clip, 
     int l;
     scale_kernel<<<(unsigned)((N + 255) / 256), 256, 0, d->stream>>>(d->grads, N, (float)(1.0 / tokens));
     CUDA(cudaGetLastError());
-    LAUNCH(ddp_grad_norm_gpu, d->scalars + 1, d->grads, N);
-    if (clip > 0) LAUNCH(ddp_grad_clip_gpu, d->grads, N, clip, d->scalars + 1);
+    LAUNCH(ddp_global_norm_gpu, d->scalars + 1, d->grads, N);
+    if (clip > 0) LAUNCH(ddp_clip_by_norm_gpu, d->grads, N, clip, d->scalars + 1);
     for (l = 0; l < g->num_tensors; l++) { /* no decay for biases and layernorm weights */
         const tensor *t = &g->tensors[l];
-        LAUNCH(ddp_adamw_update_gpu, dparam(d, t), (float *)NULL, dgrad(d, t), d->m + t->offset, d->v + t->offset,
-               t->numel, lr, 0.9f, 0.95f, 1e-8f, t->ndim == 2 ? weight_decay : 0.0f, step + 1);
+        LAUNCH(ddp_adamw_update_gpu, dparam(d, t), dgrad(d, t), d->m + t->offset, d->v + t->offset,
+               t->numel, lr, 0.9f, 0.95f, 1e-8f, t->ndim == 2 ? weight_decay : 0.0f, step + 1, (float *)NULL);
     }
     CUDA(cudaMemsetAsync(d->grads, 0, N * sizeof(float), d->stream));
     CUDA(cudaMemcpyAsync(d->h_norm, d->scalars + 1, sizeof(float), cudaMemcpyDeviceToHost, d->stream));
@@ -1575,8 +1575,8 @@ int main(int argc, char **argv)
         } else {
             /* the mean gradient over the global batch's tokens, then clip its norm */
             for (i = 0; i < model.num_params; i++) model.grads[i] = (float)(model.grad_sum[i] / tokens);
-            ddp_grad_norm_cpu(&norm, model.grads, model.num_params);
-            if (o.clip > 0) ddp_grad_clip_cpu(model.grads, model.num_params, o.clip, &norm);
+            ddp_global_norm_cpu(&norm, model.grads, model.num_params);
+            if (o.clip > 0) ddp_clip_by_norm_cpu(model.grads, model.num_params, o.clip, &norm);
             /* template: optimizer.step(). AdamW per tensor: no decay for biases and
                layernorm weights (the 1-D tensors) */
             for (l = 0; l < model.num_tensors; l++) {

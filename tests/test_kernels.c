@@ -501,11 +501,11 @@ static void test_adamw(void)
 static void test_grad_norm(void)
 {
     float g[4] = {3, 4, 0, -12}, norm = 0;
-    ddp_grad_norm_cpu(&norm, g, 4);
+    ddp_global_norm_cpu(&norm, g, 4);
     CHECK("kernels.grad_norm", norm == 13.0f, "norm %g, expected 13", norm);
-    ddp_grad_clip_cpu(g, 4, 20.0f, &norm);
+    ddp_clip_by_norm_cpu(g, 4, 20.0f, &norm);
     CHECK("kernels.grad_clip.below_max", g[0] == 3 && g[1] == 4 && g[3] == -12, "grads changed: %g %g %g", g[0], g[1], g[3]);
-    ddp_grad_clip_cpu(g, 4, 6.5f, &norm);
+    ddp_clip_by_norm_cpu(g, 4, 6.5f, &norm);
     CHECK("kernels.grad_clip.above_max", fabs(g[0] - 1.5) < 1e-6 && fabs(g[1] - 2) < 1e-6 && fabs(g[3] + 6) < 1e-6,
           "got %g %g %g, expected 1.5 2 -6", g[0], g[1], g[3]);
 }

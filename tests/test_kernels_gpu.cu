@@ -380,7 +380,7 @@ template <typename F> static void t_adamw(const Shape &s, Result *r)
     /* fp32 updates params in place; bf16 keeps an fp32 master copy */
     float *master = sizeof(F) == 4 ? NULL : dmaster;
     for (int t = 1; t <= 2; t++) {
-        CK(ddp_adamw_update_gpu(&g_ctx, dp, master, dg, dm, dv, N, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0));
+        CK(ddp_adamw_update_gpu(&g_ctx, dp, dg, dm, dv, N, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, master, 0));
         ddp_adamw_update_cpu(p.data(), g.data(), mo.data(), v.data(), N, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
     }
     std::vector<float> got;
@@ -400,12 +400,12 @@ template <typename F> static void t_grad_norm_clip(const Shape &s, Result *r)
     ALLOCATED(dg && dnorm);
     std::vector<float> norm(1);
     std::vector<std::vector<float>> got;
-    CK(twice<float>(r, [&] { return ddp_grad_norm_gpu(&g_ctx, dnorm, dg, N, 0); }, {dnorm}, {norm}, got));
-    ddp_grad_norm_cpu(norm.data(), g.data(), N);
+    CK(twice<float>(r, [&] { return ddp_global_norm_gpu(&g_ctx, dnorm, dg, N, 0); }, {dnorm}, {norm}, got));
+    ddp_global_norm_cpu(norm.data(), g.data(), N);
     WORST(got[0], norm);
     const float max_norm = norm[0] / 3; /* clipping happens */
-    CK(ddp_grad_clip_gpu(&g_ctx, dg, N, max_norm, dnorm, 0));
-    ddp_grad_clip_cpu(g.data(), N, max_norm, norm.data());
+    CK(ddp_clip_by_norm_gpu(&g_ctx, dg, N, max_norm, dnorm, 0));
+    ddp_clip_by_norm_cpu(g.data(), N, max_norm, norm.data());
     std::vector<float> gg;
     CK(down(gg, dg, N)); WORST(gg, g);
 }
