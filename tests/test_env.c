@@ -74,9 +74,15 @@ static void legacy_argv(void)
 }
 
 /* ---- multi-process: the launchers' own variables ----
-   Each child sets one launcher's variables, inits, and checks the context. */
-static int child(const char *which, int rank, int world, int port)
+   Each child (started by test_spawn with torchrun's variables) clears them, sets
+   one launcher's variables instead, inits, and checks the context. */
+static const char *const child_codes[] = {
+    [1] = "wrong topology or all-reduce result (its line on stderr says which)", [10] = "init failed"};
+
+static int child(int rank, void *arg)
 {
+    const char *which = (const char *)arg;
+    int world = atoi(getenv("WORLD_SIZE")), port = atoi(getenv("MASTER_PORT"));
     char spec[512];
     ddp_ctx ctx;
     ddp_desc d;
@@ -119,19 +125,12 @@ static int child(const char *which, int rank, int world, int port)
 
 static void launcher(const char *which, int world)
 {
-    pid_t pids[8];
-    int r, bad = 0, port = ddp__free_port();
+    test_job job;
     char name[96];
-    fflush(NULL);
-    for (r = 0; r < world; r++)
-        if ((pids[r] = fork()) == 0) _exit(child(which, r, world, port));
-    for (r = 0; r < world; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        bad += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    }
+    test_spawn(&job, world, child, (void *)which);
     snprintf(name, sizeof name, "env.%s.world%d", which, world);
-    CHECK(name, bad == 0, "%d of %d ranks saw the wrong topology or failed", bad, world);
+    CHECK(name, job.failed == 0, "%d of %d ranks saw the wrong topology or failed: %s", job.failed, world,
+          TEST_JOB_WHY(&job, child_codes));
 }
 
 int main(void)

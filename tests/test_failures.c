@@ -9,36 +9,6 @@
 
 static double now_s(void) { return ddp__now_ms() / 1000.0; }
 
-/* Runs fn(rank) in `world` forked processes with torchrun's variables set; returns
-   how many children exited non-zero. Children report through their exit status. */
-static int spawn(int world, int port, int (*fn)(int rank), double *seconds)
-{
-    pid_t pids[16];
-    int r, failed = 0;
-    double t0 = now_s();
-    char num[16], rk[16], po[16];
-    fflush(NULL);
-    for (r = 0; r < world; r++) {
-        if ((pids[r] = fork()) == 0) {
-            snprintf(num, sizeof num, "%d", world);
-            snprintf(rk, sizeof rk, "%d", r);
-            snprintf(po, sizeof po, "%d", port);
-            setenv("RANK", rk, 1);
-            setenv("WORLD_SIZE", num, 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv("MASTER_PORT", po, 1);
-            _exit(fn(r));
-        }
-    }
-    for (r = 0; r < world; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        failed += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    }
-    if (seconds) *seconds = now_s() - t0;
-    return failed;
-}
-
 static int quiet(ddp_ctx *ctx, ddp_desc *d)
 {
     memset(d, 0, sizeof *d);
@@ -46,13 +16,18 @@ static int quiet(ddp_ctx *ctx, ddp_desc *d)
 }
 
 /* rank 1 exits after init; the others must see DDP_ERR_PEER naming it, fast */
-static int peer_death(int rank)
+static const char *const peer_death_codes[] = {
+    [10] = "init failed", [11] = "all_reduce with a dead peer returned neither PEER nor ABORTED",
+    [12] = "the error does not name rank 1", [13] = "noticing the death took over 5 s",
+    [14] = "the broken group accepted another collective"};
+static int peer_death(int rank, void *arg)
 {
     ddp_ctx ctx;
     ddp_desc d;
     float x[1000] = {0};
     double t0;
     ddp_result r;
+    (void)arg;
     if (quiet(&ctx, &d) != DDP_OK) return 10;
     if (rank == 1) _exit(0); /* gone without a word */
     t0 = now_s();
@@ -68,13 +43,18 @@ static int peer_death(int rank)
 
 /* rank 1 is late by more than the timeout: rank 0 times out naming rank 1, rank 1
    then finds the collective aborted */
-static int late_peer(int rank)
+static const char *const late_peer_codes[] = {
+    [10] = "init failed", [11] = "rank 0 did not time out", [12] = "rank 0's error does not say 'waiting for rank 1'",
+    [13] = "rank 0 timed out before 0.9 s or after 3 s of a 1 s timeout",
+    [14] = "rank 1 did not find the collective aborted by rank 0"};
+static int late_peer(int rank, void *arg)
 {
     ddp_ctx ctx;
     ddp_desc d;
     float x = 1;
     ddp_result r;
     double t0;
+    (void)arg;
     if (quiet(&ctx, &d) != DDP_OK) return 10;
     if (rank == 1) { /* the scenario itself: a peer stuck in computation */
         struct timespec ts = {2, 500000000L};
@@ -94,13 +74,16 @@ static int late_peer(int rank)
 }
 
 /* a world of 3 where only ranks 0 and 1 exist: init gives up within the timeout */
-static int missing_peer(int rank)
+static const char *const missing_peer_codes[] = {[1] = "init returned neither TIMEOUT nor PEER"};
+static int missing_peer(int rank, void *arg)
 {
     ddp_ctx ctx;
     ddp_desc d;
     ddp_result r;
     (void)rank;
+    (void)arg;
     setenv("WORLD_SIZE", "3", 1);
+    setenv("LOCAL_WORLD_SIZE", "3", 1);
     r = quiet(&ctx, &d);
     ddp_destroy(&ctx);
     /* the first to give up times out; the other may instead learn that it left */
@@ -108,30 +91,37 @@ static int missing_peer(int rank)
 }
 
 /* rank 1 of another job knocks on this job's store: refused with a reason */
-static int foreign_job(int rank)
+static const char *const foreign_job_codes[] = {
+    [1] = "rank 0 (job-a) neither timed out nor lost its peer",
+    [2] = "rank 1 (job-b) was not refused with DDP_ERR_ENV naming job-a"};
+static int foreign_job(int rank, void *arg)
 {
     ddp_ctx ctx;
     ddp_desc d;
     ddp_result r;
+    (void)arg;
     setenv("DDP_JOB_ID", rank == 0 ? "job-a" : "job-b", 1);
     r = quiet(&ctx, &d);
     if (rank == 1) {
         int ok = r == DDP_ERR_ENV && strstr(ddp_error(&ctx), "job-a");
         ddp_destroy(&ctx);
-        return ok ? 0 : 1;
+        return ok ? 0 : 2;
     }
     ddp_destroy(&ctx);
     return r == DDP_ERR_TIMEOUT || r == DDP_ERR_PEER ? 0 : 1;
 }
 
 /* two processes both claiming rank 0 of a world of 2 */
-static int duplicate_rank(int rank)
+static const char *const duplicate_rank_codes[] = {[1] = "init succeeded for a second rank 0"};
+static int duplicate_rank(int rank, void *arg)
 {
     ddp_ctx ctx;
     ddp_desc d;
     ddp_result r;
     (void)rank;
+    (void)arg;
     setenv("RANK", "0", 1);
+    setenv("LOCAL_RANK", "0", 1);
     setenv("DDP_TIMEOUT", "2", 1);
     r = quiet(&ctx, &d);
     ddp_destroy(&ctx);
@@ -310,22 +300,25 @@ static void test_launcher_signal(const char *self)
 
 int main(int argc, char **argv)
 {
-    double s;
-    int bad;
+    test_job job;
     if (argc > 2 && strcmp(argv[1], "--launched") == 0) return launched_child(argv[2]);
     setenv("DDP_TIMEOUT", "30", 1);
-    bad = spawn(3, ddp__free_port(), peer_death, &s);
-    CHECK("failures.peer_death_detected", bad == 0 && s < 10, "%d ranks misbehaved, %.1f s", bad, s);
+    test_spawn(&job, 3, peer_death, NULL);
+    CHECK("failures.peer_death_detected", job.failed == 0 && job.seconds < 10, "%s, %.1f s",
+          TEST_JOB_WHY(&job, peer_death_codes), job.seconds);
     setenv("DDP_TIMEOUT", "1", 1);
-    bad = spawn(2, ddp__free_port(), late_peer, &s);
-    CHECK("failures.timeout_names_late_rank", bad == 0, "%d ranks misbehaved", bad);
+    test_spawn(&job, 2, late_peer, NULL);
+    CHECK("failures.timeout_names_late_rank", job.failed == 0, "%s", TEST_JOB_WHY(&job, late_peer_codes));
     setenv("DDP_TIMEOUT", "1.5", 1);
-    bad = spawn(2, ddp__free_port(), missing_peer, &s);
-    CHECK("failures.missing_peer_times_out", bad == 0 && s < 5, "%d ranks misbehaved, %.1f s", bad, s);
-    bad = spawn(2, ddp__free_port(), foreign_job, &s);
-    CHECK("failures.foreign_job_refused", bad == 0 && s < 5, "%d ranks misbehaved, %.1f s", bad, s);
-    bad = spawn(2, ddp__free_port(), duplicate_rank, &s);
-    CHECK("failures.duplicate_rank_refused", bad == 0 && s < 5, "%d ranks misbehaved, %.1f s", bad, s);
+    test_spawn(&job, 2, missing_peer, NULL);
+    CHECK("failures.missing_peer_times_out", job.failed == 0 && job.seconds < 5, "%s, %.1f s",
+          TEST_JOB_WHY(&job, missing_peer_codes), job.seconds);
+    test_spawn(&job, 2, foreign_job, NULL);
+    CHECK("failures.foreign_job_refused", job.failed == 0 && job.seconds < 5, "%s, %.1f s",
+          TEST_JOB_WHY(&job, foreign_job_codes), job.seconds);
+    test_spawn(&job, 2, duplicate_rank, NULL);
+    CHECK("failures.duplicate_rank_refused", job.failed == 0 && job.seconds < 5, "%s, %.1f s",
+          TEST_JOB_WHY(&job, duplicate_rank_codes), job.seconds);
     unsetenv("DDP_TIMEOUT");
     test_store();
     test_launcher(argv[0], "exit3", 3);
