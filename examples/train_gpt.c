@@ -53,55 +53,145 @@ typedef struct config {
     int layers, heads, dim, ctx, vocab;
 } config;
 
-/* the tensors of one block, in buffer order */
-enum { LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, PER_BLOCK };
-static const char *const block_names[PER_BLOCK] = {
-    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-    "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-    "mlp.c_proj.weight", "mlp.c_proj.bias"};
+/* The tensors of one block, in buffer order: enum name, GPT-2 name, shape in units of
+   C (rows x columns; 0 columns: a vector), initialisation. */
+#define BLOCK_TENSORS(X)                                          \
+    X(LN1W, "ln_1.weight", 1, 0, INIT_ONES)                       \
+    X(LN1B, "ln_1.bias", 1, 0, INIT_ZEROS)                        \
+    X(QKVW, "attn.c_attn.weight", 3, 1, INIT_NORMAL)              \
+    X(QKVB, "attn.c_attn.bias", 3, 0, INIT_ZEROS)                 \
+    X(ATTPROJW, "attn.c_proj.weight", 1, 1, INIT_RESIDUAL)        \
+    X(ATTPROJB, "attn.c_proj.bias", 1, 0, INIT_ZEROS)             \
+    X(LN2W, "ln_2.weight", 1, 0, INIT_ONES)                       \
+    X(LN2B, "ln_2.bias", 1, 0, INIT_ZEROS)                        \
+    X(FCW, "mlp.c_fc.weight", 4, 1, INIT_NORMAL)                  \
+    X(FCB, "mlp.c_fc.bias", 4, 0, INIT_ZEROS)                     \
+    X(FCPROJW, "mlp.c_proj.weight", 1, 4, INIT_RESIDUAL)          \
+    X(FCPROJB, "mlp.c_proj.bias", 1, 0, INIT_ZEROS)
+#define X(id, name, rows, cols, init) id,
+enum { BLOCK_TENSORS(X) PER_BLOCK };
+#undef X
+
+/* GPT-2's initialisation (gpt_init_weights): N(0, 0.02) matrices, the two projections
+   into the residual stream scaled by 1/sqrt(2 L) so the stream's variance does not
+   grow with depth; zero biases, unit layernorm weights. */
+enum { INIT_ZEROS, INIT_ONES, INIT_NORMAL, INIT_RESIDUAL };
+
+static const struct block_tensor_row {
+    const char *name;
+    int rows, cols, init;
+} block_layout[PER_BLOCK] = {
+#define X(id, name, rows, cols, init) {name, rows, cols, init},
+    BLOCK_TENSORS(X)
+#undef X
+};
 
 typedef struct tensor {
     char name[48];
     size_t offset, numel;
     int ndim, shape[2]; /* matrices are (out, in), as torch.nn.Linear stores them */
+    int init;
 } tensor;
 
-/* Activations of a micro-batch of B sequences, kept for the backward pass. Per block
-   arrays hold all blocks one after another. */
+/* Activations of a micro-batch, kept for the backward pass, one row each: type, name,
+   slices (L: one per block; L + 1 for the residual stream: x[l] enters block l, x[L]
+   leaves the last; 1: one for the model), elements of one slice. BT is B T (B: the
+   sequences there is room for), S the rows of the backward scratch: one sequence (T)
+   on the CPU, which differentiates sequence by sequence, the whole micro-batch (B T)
+   on the GPU. */
+#define GPT_ACTIVATIONS(X)                                                                   \
+    X(int, tokens, 1, BT)                                                                    \
+    X(int, targets, 1, BT)                                                                   \
+    X(float, x, L + 1, BT * C)                                                               \
+    X(float, ln1, L, BT * C)                                                                 \
+    X(float, ln1_mean, L, BT)                                                                \
+    X(float, ln1_rstd, L, BT)                                                                \
+    X(float, qkv, L, BT * 3 * C)                                                             \
+    X(float, atty, L, BT * C)                                                                \
+    X(float, lse, L, BT * NH)        /* attention's log-sum-exp per head */                 \
+    X(float, xmid, L, BT * C)        /* the residual stream between attention and MLP */    \
+    X(float, ln2, L, BT * C)                                                                 \
+    X(float, ln2_mean, L, BT)                                                                \
+    X(float, ln2_rstd, L, BT)                                                                \
+    X(float, fch, L, BT * 4 * C)                                                             \
+    X(float, fch_gelu, L, BT * 4 * C)                                                        \
+    X(float, lnf, 1, BT * C)                                                                 \
+    X(float, lnf_mean, 1, BT)                                                                \
+    X(float, lnf_rstd, 1, BT)                                                                \
+    X(float, logits, 1, BT * V)      /* training: overwritten by dlogits */                 \
+    X(float, losses, 1, BT)                                                                  \
+    X(float, tmp, 1, BT * C)         /* a projection before its residual add */             \
+    X(float, dx, 1, BT * C)          /* backward: gradient of the residual stream */        \
+    X(float, dfch_gelu, 1, S * 4 * C) /* backward scratch */                                 \
+    X(float, dfch, 1, S * 4 * C)                                                             \
+    X(float, dln, 1, S * C)                                                                  \
+    X(float, datty, 1, S * C)                                                                \
+    X(float, dqkv, 1, S * 3 * C)
+
 typedef struct activations {
-    int *tokens, *targets;        /* (B,T) */
-    float *x;                     /* (L+1,B,T,C) residual stream entering each block; x[L] leaves the last */
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *xmid;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
-    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T) */
-    float *logits, *losses;       /* (B,T,V) (training: overwritten by dlogits), (B,T) */
-    float *tmp;                   /* (B,T,C) a projection before its residual add */
-    /* backward: gradient of the residual stream, and one sequence's scratch */
-    float *dx;                    /* (B,T,C) */
-    float *dfch_gelu, *dfch, *dln, *datty, *dqkv;
+#define X(type, name, slices, size) type *name;
+    GPT_ACTIVATIONS(X)
+#undef X
 } activations;
+
+/* Points a's buffers into memory (NULL: only measures), each on a 256-byte boundary
+   for the GPU kernels' vector loads; returns the bytes they take. */
+static size_t layout_activations(activations *a, char *memory, config cfg, size_t B, size_t S)
+{
+    const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
+    const size_t BT = B * (size_t)cfg.ctx;
+    size_t bytes = 0;
+#define X(type, name, slices, size)                        \
+    if (memory) a->name = (type *)(memory + bytes);        \
+    bytes += ((slices) * (size) * sizeof(type) + 255) / 256 * 256;
+    GPT_ACTIVATIONS(X)
+#undef X
+    return bytes;
+}
+
+/* Block l's slices of the per-block activations (the rest as they are); B is the
+   sequences the activations have room for. With one block there is only block 0. */
+static activations block_slices(const activations *a, config cfg, size_t B, int l)
+{
+    const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
+    const size_t BT = B * (size_t)cfg.ctx, S = 0;
+    activations s = *a;
+    (void)V, (void)S;
+#define X(type, name, slices, size) \
+    if ((slices) > 1) s.name += (size_t)l * (size);
+    GPT_ACTIVATIONS(X)
+#undef X
+    return s;
+}
 
 typedef struct gpt {
     config cfg;
     int num_tensors; /* 2 + 12 L + 2 */
     tensor *tensors;
     size_t num_params;
-    float *params, *m, *v; /* AdamW moments, same layout */
-    float *grads;          /* one sequence's gradient while backward runs; then the averaged gradient */
-    double *grad_sum;      /* sum of this rank's sequence gradients: what the ranks all-reduce */
-    int B;                 /* sequences the activations have room for */
+    float *params;
+    float *m, *v;     /* AdamW moments, same layout (CPU training: the GPU keeps its own) */
+    float *grads;     /* one sequence's gradient while backward runs; then the averaged gradient */
+    double *grad_sum; /* sum of this rank's sequence gradients: what the ranks all-reduce */
+    int B;            /* sequences the activations have room for */
     activations a;
+    void *act_memory; /* all of a's buffers */
 } gpt;
 
 static tensor *block_tensor(const gpt *g, int l, int k) { return &g->tensors[2 + l * PER_BLOCK + k]; }
 static float *param(const gpt *g, const tensor *t) { return g->params + t->offset; }
-static float *grad(const gpt *g, const tensor *t) { return g->grads + t->offset; }
+static float *param_grad(const gpt *g, const tensor *t) { return g->grads + t->offset; }
 #define WTE(g) (&(g)->tensors[0])
 #define WPE(g) (&(g)->tensors[1])
 #define LNFW(g) (&(g)->tensors[(g)->num_tensors - 2])
 #define LNFB(g) (&(g)->tensors[(g)->num_tensors - 1])
 
-static void add_tensor(gpt *g, const char *name, int rows, int cols)
+/* AdamW as GPT-2 is trained, on the CPU and the GPU alike: betas (0.9, 0.95), eps 1e-8,
+   weight decay for the matrices only (none for biases and layernorm weights). */
+#define ADAMW_BETAS_EPS 0.9f, 0.95f, 1e-8f
+static float weight_decay_of(const tensor *t, float weight_decay) { return t->ndim == 2 ? weight_decay : 0.0f; }
+
+static void add_tensor(gpt *g, const char *name, int rows, int cols, int init)
 {
     tensor *t = &g->tensors[g->num_tensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -110,86 +200,60 @@ static void add_tensor(gpt *g, const char *name, int rows, int cols)
     t->shape[0] = rows;
     t->shape[1] = cols;
     t->numel = (size_t)rows * (size_t)(cols ? cols : 1);
+    t->init = init;
     g->num_params += t->numel;
 }
 
-static float *floats(size_t n, int *ok)
-{
-    float *p = (float *)calloc(n ? n : 1, sizeof(float));
-    if (!p) *ok = 0;
-    return p;
-}
-
-/* Lays out the tensors and allocates parameters, optimizer state and the activations
-   of B sequences. Returns 0 when out of memory. */
+/* Lays out the tensors and allocates what a checkpoint holds: parameters and AdamW
+   moments. Returns 0 when out of memory. */
 static int gpt_create(gpt *g, config cfg, int B)
 {
-    const int L = cfg.layers, C = cfg.dim, T = cfg.ctx, V = cfg.vocab, NH = cfg.heads;
-    const size_t BT = (size_t)B * T, BTC = BT * C;
-    activations *a = &g->a;
-    int l, k, ok = 1;
+    const int C = cfg.dim;
+    int l, k;
     char name[48];
     memset(g, 0, sizeof *g);
     g->cfg = cfg;
     g->B = B;
-    g->tensors = (tensor *)calloc(2 + (size_t)PER_BLOCK * L + 2, sizeof(tensor));
+    g->tensors = (tensor *)calloc(2 + (size_t)PER_BLOCK * cfg.layers + 2, sizeof(tensor));
     if (!g->tensors) return 0;
-    add_tensor(g, "wte.weight", V, C);
-    add_tensor(g, "wpe.weight", T, C);
-    for (l = 0; l < L; l++) {
-        static const int rows[PER_BLOCK] = {1, 1, 3, 3, 1, 1, 1, 1, 4, 4, 1, 1}; /* times C */
+    add_tensor(g, "wte.weight", cfg.vocab, C, INIT_NORMAL);
+    add_tensor(g, "wpe.weight", cfg.ctx, C, INIT_NORMAL);
+    for (l = 0; l < cfg.layers; l++)
         for (k = 0; k < PER_BLOCK; k++) {
-            int matrix = k == QKVW || k == ATTPROJW || k == FCW || k == FCPROJW;
-            snprintf(name, sizeof name, "h.%d.%s", l, block_names[k]);
-            add_tensor(g, name, rows[k] * C, matrix ? (k == FCPROJW ? 4 * C : C) : 0);
+            snprintf(name, sizeof name, "h.%d.%s", l, block_layout[k].name);
+            add_tensor(g, name, block_layout[k].rows * C, block_layout[k].cols * C, block_layout[k].init);
         }
-    }
-    add_tensor(g, "ln_f.weight", C, 0);
-    add_tensor(g, "ln_f.bias", C, 0);
+    add_tensor(g, "ln_f.weight", C, 0, INIT_ONES);
+    add_tensor(g, "ln_f.bias", C, 0, INIT_ZEROS);
 
-    g->params = floats(g->num_params, &ok);
-    g->m = floats(g->num_params, &ok);
-    g->v = floats(g->num_params, &ok);
-    g->grads = floats(g->num_params, &ok);
+    g->params = (float *)calloc(g->num_params, sizeof(float));
+    g->m = (float *)calloc(g->num_params, sizeof(float));
+    g->v = (float *)calloc(g->num_params, sizeof(float));
+    return g->params && g->m && g->v;
+}
+
+/* What training needs on the host. The CPU trains here: the activations of B
+   sequences and the gradients. A GPU keeps those on the device (gpu_create), and the
+   host needs only the model-level rows of GPT_ACTIVATIONS (the micro-batch's tokens
+   and targets going up, losses and logits coming back): the layout of a model
+   without blocks. Returns 0 when out of memory. */
+static int gpt_alloc_training(gpt *g, int on_gpu)
+{
+    config host = g->cfg;
+    size_t bytes;
+    if (on_gpu) host.layers = 0;
+    bytes = layout_activations(NULL, NULL, host, (size_t)g->B, (size_t)(on_gpu ? 0 : host.ctx));
+    if (!(g->act_memory = calloc(1, bytes))) return 0;
+    layout_activations(&g->a, (char *)g->act_memory, host, (size_t)g->B, (size_t)(on_gpu ? 0 : host.ctx));
+    if (on_gpu) return 1;
+    g->grads = (float *)calloc(g->num_params, sizeof(float));
     g->grad_sum = (double *)calloc(g->num_params, sizeof(double));
-    a->tokens = (int *)calloc(BT, sizeof(int));
-    a->targets = (int *)calloc(BT, sizeof(int));
-    if (!g->grad_sum || !a->tokens || !a->targets) ok = 0;
-    a->x = floats((size_t)(L + 1) * BTC, &ok);
-    a->ln1 = floats(L * BTC, &ok);
-    a->ln1_mean = floats(L * BT, &ok);
-    a->ln1_rstd = floats(L * BT, &ok);
-    a->qkv = floats(L * 3 * BTC, &ok);
-    a->atty = floats(L * BTC, &ok);
-    a->lse = floats((size_t)L * B * NH * T, &ok);
-    a->xmid = floats(L * BTC, &ok);
-    a->ln2 = floats(L * BTC, &ok);
-    a->ln2_mean = floats(L * BT, &ok);
-    a->ln2_rstd = floats(L * BT, &ok);
-    a->fch = floats(L * 4 * BTC, &ok);
-    a->fch_gelu = floats(L * 4 * BTC, &ok);
-    a->lnf = floats(BTC, &ok);
-    a->lnf_mean = floats(BT, &ok);
-    a->lnf_rstd = floats(BT, &ok);
-    a->logits = floats(BT * V, &ok);
-    a->losses = floats(BT, &ok);
-    a->tmp = floats(BTC, &ok);
-    a->dx = floats(BTC, &ok);
-    a->dfch_gelu = floats((size_t)4 * T * C, &ok);
-    a->dfch = floats((size_t)4 * T * C, &ok);
-    a->dln = floats((size_t)T * C, &ok);
-    a->datty = floats((size_t)T * C, &ok);
-    a->dqkv = floats((size_t)3 * T * C, &ok);
-    return ok;
+    return g->grads && g->grad_sum;
 }
 
 static void gpt_destroy(gpt *g)
 {
-    activations *a = &g->a;
-    void *all[] = {g->tensors, g->params, g->m, g->v, g->grads, g->grad_sum, a->tokens, a->targets, a->x,
-                   a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->lse, a->xmid, a->ln2, a->ln2_mean,
-                   a->ln2_rstd, a->fch, a->fch_gelu, a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->losses,
-                   a->tmp, a->dx, a->dfch_gelu, a->dfch, a->dln, a->datty, a->dqkv};
+    void *all[] = {g->tensors, g->params, g->m, g->v, g->grads, g->grad_sum, g->act_memory};
     size_t i;
     for (i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     memset(g, 0, sizeof *g);
@@ -205,21 +269,18 @@ static uint64_t next_u64(uint64_t *s)
 }
 static double uniform(uint64_t *s) { return ((double)(next_u64(s) >> 11) + 0.5) / 9007199254740992.0; }
 
-/* GPT-2's initialisation: N(0, 0.02) matrices, the two projections into the residual
-   stream scaled by 1/sqrt(2 L) so the stream's variance does not grow with depth;
-   zero biases, unit layernorm weights. */
+/* Each tensor as its init says (INIT_*, above). */
 static void gpt_init_weights(gpt *g, uint64_t seed)
 {
     int i;
     for (i = 0; i < g->num_tensors; i++) {
         const tensor *t = &g->tensors[i];
         float *p = param(g, t);
+        float std = t->init == INIT_RESIDUAL ? 0.02f / sqrtf(2.0f * (float)g->cfg.layers) : 0.02f;
         size_t j;
-        int is_ln_weight = strstr(t->name, "ln_") && strstr(t->name, ".weight");
-        float std = strstr(t->name, "c_proj.weight") ? 0.02f / sqrtf(2.0f * (float)g->cfg.layers) : 0.02f;
         for (j = 0; j < t->numel; j++) {
-            if (t->ndim == 1) {
-                p[j] = is_ln_weight ? 1.0f : 0.0f;
+            if (t->init == INIT_ZEROS || t->init == INIT_ONES) {
+                p[j] = t->init == INIT_ONES ? 1.0f : 0.0f;
             } else { /* Box-Muller */
                 double u1 = uniform(&seed), u2 = uniform(&seed);
                 p[j] = std * (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
@@ -236,35 +297,25 @@ static void gpt_init_weights(gpt *g, uint64_t seed)
 static void gpt_forward(gpt *g, int B, int with_targets, int train)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
-    const size_t BT = (size_t)B * T, BTC = BT * C, LBT = (size_t)g->B * T, LBTC = LBT * C;
+    const size_t BT = (size_t)B * T, BTC = BT * C, LBTC = (size_t)g->B * T * C;
     activations *a = &g->a;
     float loss;
     int l;
     ddp_embedding_forward_cpu(a->x, a->tokens, param(g, WTE(g)), param(g, WPE(g)), B, T, C);
     for (l = 0; l < L; l++) {
-        /* block l's slices; blocks are LBTC apart (room for g->B sequences) */
-        float *x = a->x + l * LBTC, *xout = a->x + (l + 1) * LBTC;
-        float *ln1 = a->ln1 + l * LBTC, *ln1_mean = a->ln1_mean + l * LBT, *ln1_rstd = a->ln1_rstd + l * LBT;
-        float *qkv = a->qkv + l * 3 * LBTC, *atty = a->atty + l * LBTC, *lse = a->lse + l * LBT * NH;
-        float *xmid = a->xmid + l * LBTC, *ln2 = a->ln2 + l * LBTC;
-        float *ln2_mean = a->ln2_mean + l * LBT, *ln2_rstd = a->ln2_rstd + l * LBT;
-        float *fch = a->fch + l * 4 * LBTC, *fch_gelu = a->fch_gelu + l * 4 * LBTC;
-        ddp_layernorm_forward_cpu(ln1, ln1_mean, ln1_rstd, x, param(g, block_tensor(g, l, LN1W)),
-                                  param(g, block_tensor(g, l, LN1B)), B, T, C);
-        ddp_matmul_forward_cpu(qkv, ln1, param(g, block_tensor(g, l, QKVW)), param(g, block_tensor(g, l, QKVB)), B, T,
-                               C, 3 * C);
-        ddp_attention_forward_cpu(atty, lse, qkv, B, T, C, NH);
-        ddp_matmul_forward_cpu(a->tmp, atty, param(g, block_tensor(g, l, ATTPROJW)),
-                               param(g, block_tensor(g, l, ATTPROJB)), B, T, C, C);
-        ddp_residual_forward_cpu(xmid, x, a->tmp, BTC);
-        ddp_layernorm_forward_cpu(ln2, ln2_mean, ln2_rstd, xmid, param(g, block_tensor(g, l, LN2W)),
-                                  param(g, block_tensor(g, l, LN2B)), B, T, C);
-        ddp_matmul_forward_cpu(fch, ln2, param(g, block_tensor(g, l, FCW)), param(g, block_tensor(g, l, FCB)), B, T,
-                               C, 4 * C);
-        ddp_gelu_forward_cpu(fch_gelu, fch, 4 * BTC);
-        ddp_matmul_forward_cpu(a->tmp, fch_gelu, param(g, block_tensor(g, l, FCPROJW)),
-                               param(g, block_tensor(g, l, FCPROJB)), B, T, 4 * C, C);
-        ddp_residual_forward_cpu(xout, xmid, a->tmp, BTC);
+        const activations s = block_slices(a, g->cfg, (size_t)g->B, l); /* s.x enters, s.x + LBTC leaves */
+#define P(k) param(g, block_tensor(g, l, k))
+        ddp_layernorm_forward_cpu(s.ln1, s.ln1_mean, s.ln1_rstd, s.x, P(LN1W), P(LN1B), B, T, C);
+        ddp_matmul_forward_cpu(s.qkv, s.ln1, P(QKVW), P(QKVB), B, T, C, 3 * C);
+        ddp_attention_forward_cpu(s.atty, s.lse, s.qkv, B, T, C, NH);
+        ddp_matmul_forward_cpu(s.tmp, s.atty, P(ATTPROJW), P(ATTPROJB), B, T, C, C);
+        ddp_residual_forward_cpu(s.xmid, s.x, s.tmp, BTC);
+        ddp_layernorm_forward_cpu(s.ln2, s.ln2_mean, s.ln2_rstd, s.xmid, P(LN2W), P(LN2B), B, T, C);
+        ddp_matmul_forward_cpu(s.fch, s.ln2, P(FCW), P(FCB), B, T, C, 4 * C);
+        ddp_gelu_forward_cpu(s.fch_gelu, s.fch, 4 * BTC);
+        ddp_matmul_forward_cpu(s.tmp, s.fch_gelu, P(FCPROJW), P(FCPROJB), B, T, 4 * C, C);
+        ddp_residual_forward_cpu(s.x + LBTC, s.xmid, s.tmp, BTC);
+#undef P
     }
     ddp_layernorm_forward_cpu(a->lnf, a->lnf_mean, a->lnf_rstd, a->x + L * LBTC, param(g, LNFW(g)),
                               param(g, LNFB(g)), B, T, C);
@@ -280,7 +331,7 @@ static void gpt_forward(gpt *g, int B, int with_targets, int train)
    into the double sum g->grad_sum at once. When a layer is done for every sequence
    its region of grad_sum is final for this micro-step: ddp_grad_ready hands it to the
    all-reduce, which runs while the layers below are still being differentiated. */
-static void flush(gpt *g, const tensor *first, const tensor *last)
+static void add_sequence_grad(gpt *g, const tensor *first, const tensor *last)
 {
     size_t i, end = last->offset + last->numel;
     for (i = first->offset; i < end; i++) {
@@ -289,7 +340,8 @@ static void flush(gpt *g, const tensor *first, const tensor *last)
     }
 }
 
-static ddp_result ready(ddp_grad *sync, const tensor *first, const tensor *last)
+/* tensors first..last have their final gradient for this micro-step: start their all-reduce */
+static ddp_result allreduce_tensors(ddp_grad *sync, const tensor *first, const tensor *last)
 {
     return ddp_grad_ready(sync, first->offset, last->offset + last->numel - first->offset);
 }
@@ -297,7 +349,7 @@ static ddp_result ready(ddp_grad *sync, const tensor *first, const tensor *last)
 static ddp_result gpt_backward(gpt *g, int B, ddp_grad *sync)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
-    const size_t TC = (size_t)T * C, LBT = (size_t)g->B * T, LBTC = LBT * C;
+    const size_t TC = (size_t)T * C, LBTC = (size_t)g->B * T * C;
     activations *a = &g->a;
     ddp_result r;
     int l, b;
@@ -306,55 +358,56 @@ static ddp_result gpt_backward(gpt *g, int B, ddp_grad *sync)
     /* lm_head (tied to wte) and the final layernorm */
     for (b = 0; b < B; b++) {
         memset(a->dln, 0, TC * sizeof(float));
-        ddp_matmul_backward_cpu(a->dln, grad(g, WTE(g)), NULL, a->logits + (size_t)b * T * V, a->lnf + b * TC,
+        ddp_matmul_backward_cpu(a->dln, param_grad(g, WTE(g)), NULL, a->logits + (size_t)b * T * V, a->lnf + b * TC,
                                 param(g, WTE(g)), 1, T, C, V);
-        ddp_layernorm_backward_cpu(a->dx + b * TC, grad(g, LNFW(g)), grad(g, LNFB(g)), a->dln,
+        ddp_layernorm_backward_cpu(a->dx + b * TC, param_grad(g, LNFW(g)), param_grad(g, LNFB(g)), a->dln,
                                    a->x + L * LBTC + b * TC, param(g, LNFW(g)), a->lnf_mean + b * T,
                                    a->lnf_rstd + b * T, 1, T, C);
-        flush(g, WTE(g), WTE(g));
-        flush(g, LNFW(g), LNFB(g));
+        add_sequence_grad(g, WTE(g), WTE(g));
+        add_sequence_grad(g, LNFW(g), LNFB(g));
     }
-    if ((r = ready(sync, LNFW(g), LNFB(g))) != DDP_OK) return r;
+    if ((r = allreduce_tensors(sync, LNFW(g), LNFB(g))) != DDP_OK) return r;
 
     for (l = L - 1; l >= 0; l--) {
         const tensor *first = block_tensor(g, l, 0), *last = block_tensor(g, l, PER_BLOCK - 1);
+        const activations s = block_slices(a, g->cfg, (size_t)g->B, l);
 #define P(k) param(g, block_tensor(g, l, k))
-#define G(k) grad(g, block_tensor(g, l, k))
+#define G(k) param_grad(g, block_tensor(g, l, k))
         for (b = 0; b < B; b++) {
             /* sequence b of block l; dx holds d loss / d (block output), and becomes
                d loss / d (block input) as the residual branches add into it */
-            const size_t s = l * LBTC + b * TC, st = l * LBT + (size_t)b * T;
-            float *dx = a->dx + b * TC;
+            const size_t o = (size_t)b * TC, ot = (size_t)b * T; /* sequence b's rows */
+            float *dx = a->dx + o;
             memset(a->dfch_gelu, 0, 4 * TC * sizeof(float));
             memset(a->dfch, 0, 4 * TC * sizeof(float));
             memset(a->dln, 0, TC * sizeof(float));
             memset(a->datty, 0, TC * sizeof(float));
             memset(a->dqkv, 0, 3 * TC * sizeof(float));
-            ddp_matmul_backward_cpu(a->dfch_gelu, G(FCPROJW), G(FCPROJB), dx, a->fch_gelu + 4 * s, P(FCPROJW), 1, T,
+            ddp_matmul_backward_cpu(a->dfch_gelu, G(FCPROJW), G(FCPROJB), dx, s.fch_gelu + 4 * o, P(FCPROJW), 1, T,
                                     4 * C, C);
-            ddp_gelu_backward_cpu(a->dfch, a->fch + 4 * s, a->dfch_gelu, 4 * TC);
-            ddp_matmul_backward_cpu(a->dln, G(FCW), G(FCB), a->dfch, a->ln2 + s, P(FCW), 1, T, C, 4 * C);
-            ddp_layernorm_backward_cpu(dx, G(LN2W), G(LN2B), a->dln, a->xmid + s, P(LN2W), a->ln2_mean + st,
-                                       a->ln2_rstd + st, 1, T, C);
-            ddp_matmul_backward_cpu(a->datty, G(ATTPROJW), G(ATTPROJB), dx, a->atty + s, P(ATTPROJW), 1, T, C, C);
-            ddp_attention_backward_cpu(a->dqkv, a->datty, a->qkv + 3 * s, a->atty + s, a->lse + st * NH, 1, T, C, NH);
+            ddp_gelu_backward_cpu(a->dfch, s.fch + 4 * o, a->dfch_gelu, 4 * TC);
+            ddp_matmul_backward_cpu(a->dln, G(FCW), G(FCB), a->dfch, s.ln2 + o, P(FCW), 1, T, C, 4 * C);
+            ddp_layernorm_backward_cpu(dx, G(LN2W), G(LN2B), a->dln, s.xmid + o, P(LN2W), s.ln2_mean + ot,
+                                       s.ln2_rstd + ot, 1, T, C);
+            ddp_matmul_backward_cpu(a->datty, G(ATTPROJW), G(ATTPROJB), dx, s.atty + o, P(ATTPROJW), 1, T, C, C);
+            ddp_attention_backward_cpu(a->dqkv, a->datty, s.qkv + 3 * o, s.atty + o, s.lse + ot * NH, 1, T, C, NH);
             memset(a->dln, 0, TC * sizeof(float));
-            ddp_matmul_backward_cpu(a->dln, G(QKVW), G(QKVB), a->dqkv, a->ln1 + s, P(QKVW), 1, T, C, 3 * C);
-            ddp_layernorm_backward_cpu(dx, G(LN1W), G(LN1B), a->dln, a->x + s, P(LN1W), a->ln1_mean + st,
-                                       a->ln1_rstd + st, 1, T, C);
-            flush(g, first, last);
+            ddp_matmul_backward_cpu(a->dln, G(QKVW), G(QKVB), a->dqkv, s.ln1 + o, P(QKVW), 1, T, C, 3 * C);
+            ddp_layernorm_backward_cpu(dx, G(LN1W), G(LN1B), a->dln, s.x + o, P(LN1W), s.ln1_mean + ot,
+                                       s.ln1_rstd + ot, 1, T, C);
+            add_sequence_grad(g, first, last);
         }
 #undef P
 #undef G
-        if ((r = ready(sync, first, last)) != DDP_OK) return r;
+        if ((r = allreduce_tensors(sync, first, last)) != DDP_OK) return r;
     }
 
     for (b = 0; b < B; b++) {
-        ddp_embedding_backward_cpu(grad(g, WTE(g)), grad(g, WPE(g)), a->dx + b * TC, a->tokens + (size_t)b * T, 1,
-                                   T, C);
-        flush(g, WTE(g), WPE(g));
+        ddp_embedding_backward_cpu(param_grad(g, WTE(g)), param_grad(g, WPE(g)), a->dx + b * TC,
+                                   a->tokens + (size_t)b * T, 1, T, C);
+        add_sequence_grad(g, WTE(g), WPE(g));
     }
-    return ready(sync, WTE(g), WPE(g));
+    return allreduce_tensors(sync, WTE(g), WPE(g));
 }
 
 /* ---- the GPU path -------------------------------------------------------------------
@@ -382,6 +435,7 @@ struct gpu {
     float *grads;             /* device: summed over micro-steps and ranks, then the mean */
     float *scalars;           /* device: [0] mean loss of a micro-batch, [1] grad norm */
     activations a;            /* device, room for B sequences; backward scratch for all B */
+    void *act_memory;         /* device: all of a's buffers */
     int *h_tokens, *h_targets; /* pinned host (B,T): the micro-batch on its way up */
     float *h_norm;            /* pinned host (1) */
 };
@@ -409,14 +463,6 @@ static float *dev_floats(cudaStream_t stream, size_t n)
     return p;
 }
 
-static int *dev_ints(cudaStream_t stream, size_t n)
-{
-    int *p;
-    CUDA(cudaMalloc((void **)&p, (n ? n : 1) * sizeof(int)));
-    CUDA(cudaMemsetAsync(p, 0, (n ? n : 1) * sizeof(int), stream));
-    return p;
-}
-
 static float *dparam(const gpu *d, const tensor *t) { return d->params + t->offset; }
 static float *dgrad(const gpu *d, const tensor *t) { return d->grads + t->offset; }
 
@@ -428,20 +474,18 @@ static __global__ void scale_kernel(float *x, size_t n, float s)
 }
 
 /* The device copy of the model: this rank's host params, m and v go up (ddp_grad_init
-   then broadcasts rank 0's parameters). Sizes as in gpt_create, except that the
-   backward scratch holds B sequences instead of one. */
+   then broadcasts rank 0's parameters). The activations as GPT_ACTIVATIONS lists
+   them, with backward scratch for the whole micro-batch (S = B T). */
 static gpu *gpu_create(gpt *g)
 {
-    const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads, B = g->B;
-    const size_t BT = (size_t)B * T, BTC = BT * C, P = g->num_params;
+    const size_t BT = (size_t)g->B * g->cfg.ctx, P = g->num_params;
+    const size_t act_bytes = layout_activations(NULL, NULL, g->cfg, (size_t)g->B, BT);
     gpu *d = (gpu *)calloc(1, sizeof(gpu));
-    activations *a;
     cudaStream_t s;
     if (!d) {
         fprintf(stderr, PROG ": out of memory\n");
         exit(1);
     }
-    a = &d->a;
     CUDA(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
     s = d->stream;
     cuda_check(ddp_kernels_init(&d->k), &d->k, "ddp_kernels_init", __LINE__);
@@ -450,33 +494,9 @@ static gpu *gpu_create(gpt *g)
     d->v = dev_floats(s, P);
     d->grads = dev_floats(s, P);
     d->scalars = dev_floats(s, 2);
-    a->tokens = dev_ints(s, BT);
-    a->targets = dev_ints(s, BT);
-    a->x = dev_floats(s, (size_t)(L + 1) * BTC);
-    a->ln1 = dev_floats(s, L * BTC);
-    a->ln1_mean = dev_floats(s, L * BT);
-    a->ln1_rstd = dev_floats(s, L * BT);
-    a->qkv = dev_floats(s, L * 3 * BTC);
-    a->atty = dev_floats(s, L * BTC);
-    a->lse = dev_floats(s, L * BT * NH);
-    a->xmid = dev_floats(s, L * BTC);
-    a->ln2 = dev_floats(s, L * BTC);
-    a->ln2_mean = dev_floats(s, L * BT);
-    a->ln2_rstd = dev_floats(s, L * BT);
-    a->fch = dev_floats(s, L * 4 * BTC);
-    a->fch_gelu = dev_floats(s, L * 4 * BTC);
-    a->lnf = dev_floats(s, BTC);
-    a->lnf_mean = dev_floats(s, BT);
-    a->lnf_rstd = dev_floats(s, BT);
-    a->logits = dev_floats(s, BT * V);
-    a->losses = dev_floats(s, BT);
-    a->tmp = dev_floats(s, BTC);
-    a->dx = dev_floats(s, BTC);
-    a->dfch_gelu = dev_floats(s, 4 * BTC);
-    a->dfch = dev_floats(s, 4 * BTC);
-    a->dln = dev_floats(s, BTC);
-    a->datty = dev_floats(s, BTC);
-    a->dqkv = dev_floats(s, 3 * BTC);
+    CUDA(cudaMalloc(&d->act_memory, act_bytes));
+    CUDA(cudaMemsetAsync(d->act_memory, 0, act_bytes, s));
+    layout_activations(&d->a, (char *)d->act_memory, g->cfg, (size_t)g->B, BT);
     CUDA(cudaMallocHost((void **)&d->h_tokens, BT * sizeof(int)));
     CUDA(cudaMallocHost((void **)&d->h_targets, BT * sizeof(int)));
     CUDA(cudaMallocHost((void **)&d->h_norm, sizeof(float)));
@@ -489,11 +509,7 @@ static gpu *gpu_create(gpt *g)
 
 static void gpu_destroy(gpu *d)
 {
-    activations *a = &d->a;
-    void *all[] = {d->params, d->m, d->v, d->grads, d->scalars, a->tokens, a->targets, a->x, a->ln1, a->ln1_mean,
-                   a->ln1_rstd, a->qkv, a->atty, a->lse, a->xmid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch,
-                   a->fch_gelu, a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->losses, a->tmp, a->dx,
-                   a->dfch_gelu, a->dfch, a->dln, a->datty, a->dqkv};
+    void *all[] = {d->params, d->m, d->v, d->grads, d->scalars, d->act_memory};
     size_t i;
     CUDA(cudaStreamSynchronize(d->stream));
     for (i = 0; i < sizeof all / sizeof all[0]; i++) CUDA(cudaFree(all[i]));
@@ -521,7 +537,7 @@ static void gpu_grad_desc(const gpu *d, ddp_grad_desc *gd)
 static void gpu_forward(gpt *g, gpu *d, int B, int with_targets, int train)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
-    const size_t BT = (size_t)B * T, BTC = BT * C, LBT = (size_t)g->B * T, LBTC = LBT * C;
+    const size_t BT = (size_t)B * T, BTC = BT * C, LBTC = (size_t)g->B * T * C;
     activations *a = &d->a;
     int l;
     /* the pinned buffers are free: the previous forward ended with a stream sync, or
@@ -535,22 +551,17 @@ static void gpu_forward(gpt *g, gpu *d, int B, int with_targets, int train)
     LAUNCH(ddp_embedding_forward_gpu, a->x, a->tokens, dparam(d, WTE(g)), dparam(d, WPE(g)), B, T, C);
 #define P(k) dparam(d, block_tensor(g, l, k))
     for (l = 0; l < L; l++) {
-        float *x = a->x + l * LBTC, *xout = a->x + (l + 1) * LBTC;
-        float *ln1 = a->ln1 + l * LBTC, *ln1_mean = a->ln1_mean + l * LBT, *ln1_rstd = a->ln1_rstd + l * LBT;
-        float *qkv = a->qkv + l * 3 * LBTC, *atty = a->atty + l * LBTC, *lse = a->lse + l * LBT * NH;
-        float *xmid = a->xmid + l * LBTC, *ln2 = a->ln2 + l * LBTC;
-        float *ln2_mean = a->ln2_mean + l * LBT, *ln2_rstd = a->ln2_rstd + l * LBT;
-        float *fch = a->fch + l * 4 * LBTC, *fch_gelu = a->fch_gelu + l * 4 * LBTC;
-        LAUNCH(ddp_layernorm_forward_gpu, ln1, ln1_mean, ln1_rstd, x, P(LN1W), P(LN1B), B, T, C);
-        LAUNCH(ddp_matmul_forward_gpu, qkv, ln1, P(QKVW), P(QKVB), B, T, C, 3 * C);
-        LAUNCH(ddp_attention_forward_gpu, atty, lse, qkv, B, T, C, NH);
-        LAUNCH(ddp_matmul_forward_gpu, a->tmp, atty, P(ATTPROJW), P(ATTPROJB), B, T, C, C);
-        LAUNCH(ddp_residual_forward_gpu, xmid, x, a->tmp, BTC);
-        LAUNCH(ddp_layernorm_forward_gpu, ln2, ln2_mean, ln2_rstd, xmid, P(LN2W), P(LN2B), B, T, C);
-        LAUNCH(ddp_matmul_forward_gpu, fch, ln2, P(FCW), P(FCB), B, T, C, 4 * C);
-        LAUNCH(ddp_gelu_forward_gpu, fch_gelu, fch, 4 * BTC);
-        LAUNCH(ddp_matmul_forward_gpu, a->tmp, fch_gelu, P(FCPROJW), P(FCPROJB), B, T, 4 * C, C);
-        LAUNCH(ddp_residual_forward_gpu, xout, xmid, a->tmp, BTC);
+        const activations s = block_slices(a, g->cfg, (size_t)g->B, l); /* s.x enters, s.x + LBTC leaves */
+        LAUNCH(ddp_layernorm_forward_gpu, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, P(LN1W), P(LN1B), B, T, C);
+        LAUNCH(ddp_matmul_forward_gpu, s.qkv, s.ln1, P(QKVW), P(QKVB), B, T, C, 3 * C);
+        LAUNCH(ddp_attention_forward_gpu, s.atty, s.lse, s.qkv, B, T, C, NH);
+        LAUNCH(ddp_matmul_forward_gpu, s.tmp, s.atty, P(ATTPROJW), P(ATTPROJB), B, T, C, C);
+        LAUNCH(ddp_residual_forward_gpu, s.xmid, s.x, s.tmp, BTC);
+        LAUNCH(ddp_layernorm_forward_gpu, s.ln2, s.ln2_mean, s.ln2_rstd, s.xmid, P(LN2W), P(LN2B), B, T, C);
+        LAUNCH(ddp_matmul_forward_gpu, s.fch, s.ln2, P(FCW), P(FCB), B, T, C, 4 * C);
+        LAUNCH(ddp_gelu_forward_gpu, s.fch_gelu, s.fch, 4 * BTC);
+        LAUNCH(ddp_matmul_forward_gpu, s.tmp, s.fch_gelu, P(FCPROJW), P(FCPROJB), B, T, 4 * C, C);
+        LAUNCH(ddp_residual_forward_gpu, s.x + LBTC, s.xmid, s.tmp, BTC);
     }
 #undef P
     LAUNCH(ddp_layernorm_forward_gpu, a->lnf, a->lnf_mean, a->lnf_rstd, a->x + L * LBTC, dparam(d, LNFW(g)),
@@ -576,12 +587,12 @@ static void gpu_logits_to_host(gpt *g, gpu *d, int row)
 /* gpt_backward on the device, a layer at a time over the whole micro-batch: each
    layer's parameter gradients are added into d->grads in place, and the region is
    handed to ddp_grad_ready as soon as the layer is done, in the CPU path's order.
-   ready() records the point in the stream: NCCL reduces the bucket after the kernels
+   allreduce_tensors() records the point in the stream: NCCL reduces the bucket after the kernels
    queued so far, while the layers below run. */
 static ddp_result gpu_backward(gpt *g, gpu *d, int B, ddp_grad *sync)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
-    const size_t BTC = (size_t)B * T * C, LBT = (size_t)g->B * T, LBTC = LBT * C, fsize = sizeof(float);
+    const size_t BTC = (size_t)B * T * C, LBTC = (size_t)g->B * T * C, fsize = sizeof(float);
     activations *a = &d->a;
     ddp_result r;
     int l;
@@ -591,11 +602,11 @@ static ddp_result gpu_backward(gpt *g, gpu *d, int B, ddp_grad *sync)
     LAUNCH(ddp_matmul_backward_gpu, a->dln, dgrad(d, WTE(g)), NULL, a->logits, a->lnf, dparam(d, WTE(g)), B, T, C, V);
     LAUNCH(ddp_layernorm_backward_gpu, a->dx, dgrad(d, LNFW(g)), dgrad(d, LNFB(g)), a->dln, a->x + L * LBTC,
            dparam(d, LNFW(g)), a->lnf_mean, a->lnf_rstd, B, T, C);
-    if ((r = ready(sync, LNFW(g), LNFB(g))) != DDP_OK) return r;
+    if ((r = allreduce_tensors(sync, LNFW(g), LNFB(g))) != DDP_OK) return r;
 
     for (l = L - 1; l >= 0; l--) {
         const tensor *first = block_tensor(g, l, 0), *last = block_tensor(g, l, PER_BLOCK - 1);
-        const size_t s = l * LBTC, st = l * LBT; /* block l's slices of the activations */
+        const activations s = block_slices(a, g->cfg, (size_t)g->B, l);
 #define P(k) dparam(d, block_tensor(g, l, k))
 #define G(k) dgrad(d, block_tensor(g, l, k))
         CUDA(cudaMemsetAsync(a->dfch_gelu, 0, 4 * BTC * fsize, d->stream));
@@ -603,26 +614,24 @@ static ddp_result gpu_backward(gpt *g, gpu *d, int B, ddp_grad *sync)
         CUDA(cudaMemsetAsync(a->dln, 0, BTC * fsize, d->stream));
         CUDA(cudaMemsetAsync(a->datty, 0, BTC * fsize, d->stream));
         CUDA(cudaMemsetAsync(a->dqkv, 0, 3 * BTC * fsize, d->stream));
-        LAUNCH(ddp_matmul_backward_gpu, a->dfch_gelu, G(FCPROJW), G(FCPROJB), a->dx, a->fch_gelu + 4 * s, P(FCPROJW),
-               B, T, 4 * C, C);
-        LAUNCH(ddp_gelu_backward_gpu, a->dfch, a->fch + 4 * s, a->dfch_gelu, 4 * BTC);
-        LAUNCH(ddp_matmul_backward_gpu, a->dln, G(FCW), G(FCB), a->dfch, a->ln2 + s, P(FCW), B, T, C, 4 * C);
-        LAUNCH(ddp_layernorm_backward_gpu, a->dx, G(LN2W), G(LN2B), a->dln, a->xmid + s, P(LN2W), a->ln2_mean + st,
-               a->ln2_rstd + st, B, T, C);
-        LAUNCH(ddp_matmul_backward_gpu, a->datty, G(ATTPROJW), G(ATTPROJB), a->dx, a->atty + s, P(ATTPROJW), B, T, C,
-               C);
-        LAUNCH(ddp_attention_backward_gpu, a->dqkv, a->datty, a->qkv + 3 * s, a->atty + s, a->lse + st * NH, B, T, C,
-               NH);
+        LAUNCH(ddp_matmul_backward_gpu, a->dfch_gelu, G(FCPROJW), G(FCPROJB), a->dx, s.fch_gelu, P(FCPROJW), B, T,
+               4 * C, C);
+        LAUNCH(ddp_gelu_backward_gpu, a->dfch, s.fch, a->dfch_gelu, 4 * BTC);
+        LAUNCH(ddp_matmul_backward_gpu, a->dln, G(FCW), G(FCB), a->dfch, s.ln2, P(FCW), B, T, C, 4 * C);
+        LAUNCH(ddp_layernorm_backward_gpu, a->dx, G(LN2W), G(LN2B), a->dln, s.xmid, P(LN2W), s.ln2_mean, s.ln2_rstd,
+               B, T, C);
+        LAUNCH(ddp_matmul_backward_gpu, a->datty, G(ATTPROJW), G(ATTPROJB), a->dx, s.atty, P(ATTPROJW), B, T, C, C);
+        LAUNCH(ddp_attention_backward_gpu, a->dqkv, a->datty, s.qkv, s.atty, s.lse, B, T, C, NH);
         CUDA(cudaMemsetAsync(a->dln, 0, BTC * fsize, d->stream));
-        LAUNCH(ddp_matmul_backward_gpu, a->dln, G(QKVW), G(QKVB), a->dqkv, a->ln1 + s, P(QKVW), B, T, C, 3 * C);
-        LAUNCH(ddp_layernorm_backward_gpu, a->dx, G(LN1W), G(LN1B), a->dln, a->x + s, P(LN1W), a->ln1_mean + st,
-               a->ln1_rstd + st, B, T, C);
+        LAUNCH(ddp_matmul_backward_gpu, a->dln, G(QKVW), G(QKVB), a->dqkv, s.ln1, P(QKVW), B, T, C, 3 * C);
+        LAUNCH(ddp_layernorm_backward_gpu, a->dx, G(LN1W), G(LN1B), a->dln, s.x, P(LN1W), s.ln1_mean, s.ln1_rstd, B,
+               T, C);
 #undef P
 #undef G
-        if ((r = ready(sync, first, last)) != DDP_OK) return r;
+        if ((r = allreduce_tensors(sync, first, last)) != DDP_OK) return r;
     }
     LAUNCH(ddp_embedding_backward_gpu, dgrad(d, WTE(g)), dgrad(d, WPE(g)), a->dx, a->tokens, B, T, C);
-    return ready(sync, WTE(g), WPE(g));
+    return allreduce_tensors(sync, WTE(g), WPE(g));
 }
 
 /* The optimizer step after ddp_grad_finish: the summed gradient becomes the mean over
@@ -636,10 +645,10 @@ static float gpu_step(gpt *g, gpu *d, float lr, float weight_decay, float clip, 
     CUDA(cudaGetLastError());
     LAUNCH(ddp_global_norm_gpu, d->scalars + 1, d->grads, N);
     if (clip > 0) LAUNCH(ddp_clip_by_norm_gpu, d->grads, N, clip, d->scalars + 1);
-    for (l = 0; l < g->num_tensors; l++) { /* no decay for biases and layernorm weights */
+    for (l = 0; l < g->num_tensors; l++) {
         const tensor *t = &g->tensors[l];
         LAUNCH(ddp_adamw_update_gpu, dparam(d, t), dgrad(d, t), d->m + t->offset, d->v + t->offset,
-               t->numel, lr, 0.9f, 0.95f, 1e-8f, t->ndim == 2 ? weight_decay : 0.0f, step + 1, (float *)NULL);
+               t->numel, lr, ADAMW_BETAS_EPS, weight_decay_of(t, weight_decay), step + 1, (float *)NULL);
     }
     CUDA(cudaMemsetAsync(d->grads, 0, N * sizeof(float), d->stream));
     CUDA(cudaMemcpyAsync(d->h_norm, d->scalars + 1, sizeof(float), cudaMemcpyDeviceToHost, d->stream));
@@ -887,7 +896,8 @@ static void put(text *t, const char *fmt, ...)
     t->len += (size_t)n;
 }
 
-static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t seed, int world_size)
+static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t seed, int world_size, char *err,
+                           size_t errsize)
 {
     static const char *const prefix[3] = {"", "opt.m.", "opt.v."};
     const float *arrays[3] = {g->params, g->m, g->v};
@@ -913,20 +923,30 @@ static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t se
         }
     put(&h, "}");
     while (h.ok && h.len % 8) put(&h, " ");
-    if (!h.ok) return 0;
+    if (!h.ok) {
+        snprintf(err, errsize, "%s: out of memory for the header", path);
+        free(h.s);
+        return 0;
+    }
     hlen = h.len;
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     if (!(f = fopen(tmp, "wb"))) {
+        snprintf(err, errsize, "cannot write checkpoint %.500s.tmp: %s", path, strerror(errno));
         free(h.s);
         return 0;
     }
     /* the data is written as this machine stores floats: little-endian on x86 and ARM */
     ok = fwrite(len8, 8, 1, f) == 1 && fwrite(h.s, 1, h.len, f) == h.len;
     for (k = 0; k < 3; k++) ok = ok && fwrite(arrays[k], sizeof(float), g->num_params, f) == g->num_params;
-    ok = fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
-    ok = ok && rename(tmp, path) == 0;
+    if (!ok) {
+        snprintf(err, errsize, "cannot write checkpoint %.500s.tmp: %s", path, strerror(errno));
+    } else if (rename(tmp, path) != 0) {
+        snprintf(err, errsize, "cannot rename %.500s.tmp to %.500s: %s", path, path, strerror(errno));
+        ok = 0;
+    }
     if (!ok) remove(tmp);
     free(h.s);
     return ok;
@@ -1108,9 +1128,9 @@ static int st_numel(const st_tensor *t, size_t *numel)
     return strcmp(t->dtype, "F32") == 0 && t->end - t->begin == *numel * sizeof(float);
 }
 
-/* Fills params, m and v from a checkpoint of the same model; returns the step it
-   was written after, or -1 with the reason in err. */
-static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, char *err, size_t errsize)
+/* Fills params, m and v from a checkpoint of the same model, and the step it was
+   written after. Returns 0 with the reason in err. */
+static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, char *err, size_t errsize)
 {
     static const char *const prefix[3] = {"", "opt.m.", "opt.v."};
     float *arrays[3] = {g->params, g->m, g->v};
@@ -1118,14 +1138,14 @@ static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, char *err, 
     static const char *const keys[5] = {"layers", "heads", "dim", "ctx", "vocab"};
     st_file f;
     char name[128];
-    int i, k, step;
-    if (!st_load(&f, path, err, errsize)) return -1;
+    int i, k;
+    if (!st_load(&f, path, err, errsize)) return 0;
     for (k = 0; k < 5; k++)
         if (atoi(st_meta(&f, keys[k])) != want[k]) {
             snprintf(err, errsize, "%s: written for --%s %s, this run has --%s %d", path, keys[k],
                      *st_meta(&f, keys[k]) ? st_meta(&f, keys[k]) : "(missing)", keys[k], want[k]);
             st_free(&f);
-            return -1;
+            return 0;
         }
     for (k = 0; k < 3; k++)
         for (i = 0; i < g->num_tensors; i++) {
@@ -1136,14 +1156,14 @@ static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, char *err, 
             if (!(s = st_find(&f, name)) || !st_numel(s, &numel) || numel != t->numel) {
                 snprintf(err, errsize, "%s: tensor %s is %s", path, name, s ? "of another shape or dtype" : "missing");
                 st_free(&f);
-                return -1;
+                return 0;
             }
             memcpy(arrays[k] + t->offset, f.data + s->begin, numel * sizeof(float));
         }
-    step = atoi(st_meta(&f, "step"));
+    *step = atoi(st_meta(&f, "step"));
     *seed = strtoull(st_meta(&f, "seed"), NULL, 10);
     st_free(&f);
-    return step;
+    return 1;
 }
 
 /* --compare A B: the largest difference between same-named tensors, relative to the
@@ -1200,7 +1220,7 @@ typedef struct options {
     config cfg;
     const char *data, *log, *save, *resume, *prompt, *compare[2];
     int batch_size, grad_accum, steps, stop_after, warmup, val_every, save_every, sample_len, bucket_kb, nproc;
-    int bench_no_sync;
+    int bench_no_sync, device_info;
     float lr, min_lr_frac, weight_decay, clip, temperature;
     uint64_t seed;
 } options;
@@ -1239,8 +1259,8 @@ static int float_flag(const char *v, float lo, float hi, float *out)
     return end != v && !*end && x >= lo && x <= hi;
 }
 
-/* Returns 1 if the flags are good, 0 after printing one line, -1 for --help. */
-static int parse_options(int argc, char **argv, options *o)
+/* Returns 1 if the flags are good, 0 with the reason in err, -1 for --help. */
+static int parse_options(int argc, char **argv, options *o, char *err, size_t errsize)
 {
     int i;
     memset(o, 0, sizeof *o);
@@ -1272,12 +1292,16 @@ static int parse_options(int argc, char **argv, options *o)
             o->bench_no_sync = 1;
             continue;
         }
+        if (strcmp(a, "--device-info") == 0) {
+            o->device_info = 1;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, PROG ": unexpected argument '%s' (train_gpt --help lists the flags)\n", a);
+            snprintf(err, errsize, "unexpected argument '%s' (train_gpt --help lists the flags)", a);
             return 0;
         }
         if (!v) {
-            fprintf(stderr, PROG ": %s needs a value (train_gpt --help lists the flags)\n", a);
+            snprintf(err, errsize, "%s needs a value (train_gpt --help lists the flags)", a);
             return 0;
         }
 #define INT(flag, field, lo, hi) else if (strcmp(a, flag) == 0) ok = int_flag(v, lo, hi, &o->field), range = "an integer from " #lo " to " #hi
@@ -1315,30 +1339,30 @@ static int parse_options(int argc, char **argv, options *o)
         else if (strcmp(a, "--prompt") == 0) o->prompt = v;
         else if (strcmp(a, "--compare") == 0) {
             if (i + 2 >= argc) {
-                fprintf(stderr, PROG ": --compare needs two files\n");
+                snprintf(err, errsize, "--compare needs two files");
                 return 0;
             }
             o->compare[0] = v;
             o->compare[1] = argv[i + 2];
             return 1;
         } else {
-            fprintf(stderr, PROG ": unknown flag '%s' (train_gpt --help lists the flags)\n", a);
+            snprintf(err, errsize, "unknown flag '%s' (train_gpt --help lists the flags)", a);
             return 0;
         }
 #undef INT
 #undef FLT
         if (!ok) {
-            fprintf(stderr, PROG ": bad value '%s' for %s: %s\n", v, a, range);
+            snprintf(err, errsize, "bad value '%s' for %s: %s", v, a, range);
             return 0;
         }
         i++;
     }
     if (o->cfg.dim % o->cfg.heads) {
-        fprintf(stderr, PROG ": --dim %d is not a multiple of --heads %d\n", o->cfg.dim, o->cfg.heads);
+        snprintf(err, errsize, "--dim %d is not a multiple of --heads %d", o->cfg.dim, o->cfg.heads);
         return 0;
     }
     if (o->save_every && !o->save) {
-        fprintf(stderr, PROG ": --save-every needs --save FILE\n");
+        snprintf(err, errsize, "--save-every needs --save FILE");
         return 0;
     }
     return 1;
@@ -1361,25 +1385,149 @@ static float learning_rate(const options *o, int step)
     return o->lr * (float)(o->min_lr_frac + (1.0 - o->min_lr_frac) * 0.5 * (1.0 + cos(3.141592653589793 * frac)));
 }
 
-/* Mean loss over every validation window, on all ranks together (padding skipped). */
-static int evaluate(ddp_ctx *ctx, gpt *g, gpu *dev, const dataset *d, ddp_sampler *val, double *loss)
+/* The run: what main sets up once and the training loop uses. */
+typedef struct trainer {
+    options o;
+    dataset data;
+    gpt model;
+    gpu *dev; /* the model's device copy when training on a GPU, else NULL */
+    ddp_ctx ctx;
+    ddp_grad sync;
+    ddp_sampler train, val;
+    size_t train_windows, val_windows, steps_per_epoch, global_batch;
+    uint64_t seed;      /* the sampler's: --seed, or the resumed run's */
+    int start_step;     /* 0, or the step a --resume checkpoint was written after */
+    int stop;           /* the step after which this run ends (--stop-after, else --steps) */
+    int ddp_errors;     /* failures ddp.h has already reported (log_ddp) */
+    FILE *log;          /* --log, rank 0 */
+    double t_start, t_train;
+} trainer;
+
+/* What one step measured, for log_step. */
+typedef struct step_stats {
+    double loss, val_loss, tokens, seconds;
+    float lr, norm;
+    int has_val;
+} step_stats;
+
+/* ddp.h's log: its errors go to stderr as by default, and are counted, so that a
+   failed call that ddp.h has reported is not reported twice (ddp_reason). */
+static void log_ddp(void *user, int level, const char *msg)
 {
-    const int T = g->cfg.ctx;
+    fprintf(stderr, "ddp: %s%s\n", level == DDP_LOG_ERROR ? "error: " : "", msg);
+    if (level == DDP_LOG_ERROR) ++*(int *)user;
+}
+
+/* The reason for a failed ddp.h call in err: empty when ddp.h has printed it already,
+   else the call and the code (a failure ddp.h returned without a word). Returns 0. */
+static int ddp_reason(const trainer *t, const char *call, ddp_result r, char *err, size_t errsize)
+{
+    if (t->ddp_errors) snprintf(err, errsize, "%s", "");
+    else snprintf(err, errsize, "rank %d: %s failed: %s", t->ctx.rank, call, *ddp_error(&t->ctx) ? ddp_error(&t->ctx) : ddp_strerror(r));
+    return 0;
+}
+
+/* Mean loss over every validation window, on all ranks together (padding skipped). */
+static int evaluate(trainer *t, double *loss, char *err, size_t errsize)
+{
+    gpt *g = &t->model;
     ddp_metric m;
-    size_t b;
-    int i;
+    ddp_result r;
+    size_t b, i;
     memset(&m, 0, sizeof m);
-    for (b = 0; b < val->num_batches; b++) {
-        ddp_batch bt = ddp_sampler_batch(val, 0, b);
+    for (b = 0; b < t->val.num_batches; b++) {
+        ddp_batch bt = ddp_sampler_batch(&t->val, 0, b);
         if (!bt.num_real) continue;
-        fill_batch(g, d->tokens + d->n_train, bt.indices, (int)bt.num_real);
-        if (dev) gpu_forward(g, dev, (int)bt.num_real, 1, 0);
+        fill_batch(g, t->data.tokens + t->data.n_train, bt.indices, (int)bt.num_real);
+        if (t->dev) gpu_forward(g, t->dev, (int)bt.num_real, 1, 0);
         else gpt_forward(g, (int)bt.num_real, 1, 0);
-        for (i = 0; i < (int)bt.num_real * T; i++) ddp_metric_add(&m, g->a.losses[i], 1);
+        for (i = 0; i < bt.num_real * (size_t)g->cfg.ctx; i++) ddp_metric_add(&m, g->a.losses[i], 1);
     }
-    if (ddp_metric_reduce(ctx, &m, 1) != DDP_OK) return 0;
+    if ((r = ddp_metric_reduce(&t->ctx, &m, 1)) != DDP_OK) return ddp_reason(t, "ddp_metric_reduce", r, err, errsize);
     *loss = ddp_metric_mean(&m);
     return 1;
+}
+
+/* The optimizer step after ddp_grad_finish (template: optimizer.step()): the summed
+   gradient becomes the mean over the global batch's tokens, its norm is clipped, and
+   AdamW updates each tensor. Zeroes the sums for the next step; returns the norm
+   before clipping. gpu_step is the same on the device. */
+static float cpu_step(gpt *g, float lr, float weight_decay, float clip, int step, double tokens)
+{
+    float norm = 0.0f;
+    size_t i;
+    int l;
+    for (i = 0; i < g->num_params; i++) g->grads[i] = (float)(g->grad_sum[i] / tokens);
+    ddp_global_norm_cpu(&norm, g->grads, g->num_params);
+    if (clip > 0) ddp_clip_by_norm_cpu(g->grads, g->num_params, clip, &norm);
+    for (l = 0; l < g->num_tensors; l++) {
+        const tensor *t = &g->tensors[l];
+        ddp_adamw_update_cpu(param(g, t), param_grad(g, t), g->m + t->offset, g->v + t->offset, t->numel, lr,
+                             ADAMW_BETAS_EPS, weight_decay_of(t, weight_decay), step + 1);
+    }
+    memset(g->grads, 0, g->num_params * sizeof(float)); /* the backward pass accumulates into both */
+    memset(g->grad_sum, 0, g->num_params * sizeof(double));
+    return norm;
+}
+
+/* One optimizer step (template: for data in train_loader: loss = model(data);
+   loss.backward(); optimizer.step()). Micro-step k of step s is sampler batch
+   (s mod steps_per_epoch) A + k of epoch s / steps_per_epoch: the position depends on
+   the step alone, so a resumed run continues the exact data order. Micro-steps before
+   the last only accumulate (DDP's no_sync()). */
+static int train_step(trainer *t, int step, step_stats *st, char *err, size_t errsize)
+{
+    const options *o = &t->o;
+    gpt *g = &t->model;
+    const double t0 = now_s();
+    ddp_metric loss;
+    ddp_result r;
+    size_t i;
+    int k;
+    memset(st, 0, sizeof *st);
+    memset(&loss, 0, sizeof loss);
+    st->lr = learning_rate(o, step);
+    for (k = 0; k < o->grad_accum; k++) {
+        size_t b = (size_t)(step % t->steps_per_epoch) * o->grad_accum + k;
+        ddp_batch bt = ddp_sampler_batch(&t->train, (uint64_t)(step / t->steps_per_epoch), b);
+        if ((r = ddp_grad_no_sync(&t->sync, k < o->grad_accum - 1 || o->bench_no_sync)) != DDP_OK)
+            return ddp_reason(t, "ddp_grad_no_sync", r, err, errsize);
+        fill_batch(g, t->data.tokens, bt.indices, (int)bt.count);
+        if (t->dev) gpu_forward(g, t->dev, (int)bt.count, 1, 1);
+        else gpt_forward(g, (int)bt.count, 1, 1);
+        for (i = 0; i < bt.count * (size_t)g->cfg.ctx; i++) ddp_metric_add(&loss, g->a.losses[i], 1);
+        r = t->dev ? gpu_backward(g, t->dev, (int)bt.count, &t->sync) : gpt_backward(g, (int)bt.count, &t->sync);
+        if (r != DDP_OK) return ddp_reason(t, "ddp_grad_ready", r, err, errsize);
+        if ((r = ddp_grad_finish(&t->sync)) != DDP_OK) return ddp_reason(t, "ddp_grad_finish", r, err, errsize);
+        st->tokens += (double)bt.global_count * g->cfg.ctx;
+    }
+    st->norm = t->dev ? gpu_step(g, t->dev, st->lr, o->weight_decay, o->clip, step, st->tokens)
+                      : cpu_step(g, st->lr, o->weight_decay, o->clip, step, st->tokens);
+    if ((r = ddp_metric_reduce(&t->ctx, &loss, 1)) != DDP_OK) return ddp_reason(t, "ddp_metric_reduce", r, err, errsize);
+    st->loss = ddp_metric_mean(&loss);
+    st->seconds = now_s() - t0;
+    t->t_train += st->seconds;
+    return 1;
+}
+
+/* Rank 0's line per step (and --log's JSON object). */
+static void log_step(trainer *t, int step, const step_stats *st)
+{
+    const double elapsed = now_s() - t->t_start, per_step = elapsed / (step + 1 - t->start_step);
+    const double tok_s = st->tokens / st->seconds;
+    if (!ddp_is_main(&t->ctx)) return;
+    printf("step %5d/%d | loss %.6f | lr %.2e | norm %.3f | %.0f tok/s | %.1f s, ETA %.1f s", step + 1, t->o.steps,
+           st->loss, st->lr, st->norm, tok_s, elapsed, per_step * (t->stop - step - 1));
+    if (st->has_val) printf(" | val %.6f", st->val_loss);
+    printf("\n");
+    fflush(stdout);
+    if (t->log) {
+        fprintf(t->log, "{\"step\": %d, \"loss\": %.6f, ", step + 1, st->loss);
+        if (st->has_val) fprintf(t->log, "\"val_loss\": %.6f, ", st->val_loss);
+        fprintf(t->log, "\"lr\": %.6g, \"tokens_per_s\": %.1f, \"world_size\": %d}\n", st->lr, tok_s,
+                t->ctx.world_size);
+        fflush(t->log);
+    }
 }
 
 /* Rank 0 continues the prompt, one token at a time, from a seeded generator. */
@@ -1423,211 +1571,203 @@ static void generate(gpt *g, gpu *dev, const options *o)
     free(seq);
 }
 
-/* ---- main ---------------------------------------------------------------------------- */
-static int fail(const char *what) /* one line, every rank: which rank failed and why */
+/* ---- setup ------------------------------------------------------------------------------ */
+static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t seed, int world_size, char *err,
+                           size_t errsize);
+static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, char *err, size_t errsize);
+static int compare_checkpoints(const char *a_path, const char *b_path);
+
+/* Everything that can be checked before the ranks start, so that a bad file is one
+   line, once: the data, the model's memory, --resume, --save. */
+static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
 {
-    fprintf(stderr, PROG ": %s\n", what);
+    const options *o = &t->o;
+    const size_t batch = (size_t)o->batch_size * o->grad_accum * o->nproc;
+    if (!load_data(&t->data, o->data, argv0, o->cfg.vocab, o->cfg.ctx, err, errsize)) return 0;
+    t->train_windows = num_windows(t->data.n_train, o->cfg.ctx);
+    t->val_windows = num_windows(t->data.n - t->data.n_train, o->cfg.ctx);
+    if (t->train_windows < batch) {
+        snprintf(err, errsize, "%s: %zu training windows of %d tokens, fewer than one global batch of %zu",
+                 t->data.source, t->train_windows, o->cfg.ctx, batch);
+        return 0;
+    }
+    if (!gpt_create(&t->model, o->cfg, o->batch_size)) {
+        snprintf(err, errsize, "out of memory for the model (%zu parameters)", t->model.num_params);
+        return 0;
+    }
+    t->seed = o->seed;
+    if (o->resume && !load_checkpoint(&t->model, o->resume, &t->seed, &t->start_step, err, errsize)) return 0;
+    /* --stop-after pauses a run (a job's time limit): the schedule still spans --steps */
+    t->stop = o->stop_after && o->stop_after < o->steps ? o->stop_after : o->steps;
+    return 1;
+}
+
+/* This rank's side: the process group (template: init_process_group), the model on
+   its device, gradient sync (template: DistributedDataParallel(model)), samplers
+   (template: DistributedSampler) and the log. */
+static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errsize)
+{
+    const options *o = &t->o;
+    gpt *g = &t->model;
+    ddp_desc desc;
+    ddp_grad_desc gd;
+    ddp_sampler_desc sd;
+    ddp_result r;
+    memset(&desc, 0, sizeof desc);
+    desc.argc = argc;
+    desc.argv = argv;
+    desc.log = log_ddp;
+    desc.log_user = &t->ddp_errors;
+    if ((r = ddp_init(&t->ctx, &desc)) != DDP_OK) {
+        snprintf(err, errsize, t->ddp_errors ? "%s" : "ddp_init failed: %s", t->ddp_errors ? "" : ddp_strerror(r));
+        return 0;
+    }
+#ifdef _OPENMP
+    /* ranks share the cores: spinning threads of several ranks on one core crawl */
+    if (!getenv("OMP_NUM_THREADS"))
+        omp_set_num_threads(omp_get_num_procs() / t->ctx.local_world_size > 1 ? omp_get_num_procs() / t->ctx.local_world_size : 1);
+#endif
+    t->global_batch = (size_t)o->batch_size * t->ctx.world_size * o->grad_accum;
+    t->steps_per_epoch = t->train_windows / t->global_batch;
+    if (t->steps_per_epoch == 0) { /* another launcher's world size than --nproc */
+        snprintf(err, errsize, "%zu training windows, fewer than one global batch of %zu", t->train_windows,
+                 t->global_batch);
+        return 0;
+    }
+
+    /* Without --resume every rank draws its own weights; ddp_grad_init broadcasts rank
+       0's, so all ranks start equal. The gradient sum is what the ranks reduce: sum,
+       not average, because the loss is the mean over the global batch's tokens and the
+       step divides by their count. */
+    if (!o->resume) gpt_init_weights(g, o->seed + (uint64_t)t->ctx.rank);
+    if (t->ctx.backend == DDP_BACKEND_NCCL && !(t->dev = gpu_create(g))) {
+        snprintf(err, errsize, "the NCCL backend needs the GPU path: build with nvcc, or set DDP_BACKEND=cpu");
+        return 0;
+    }
+    if (!gpt_alloc_training(g, t->dev != NULL)) {
+        snprintf(err, errsize, "rank %d: out of memory for the activations and gradients", t->ctx.rank);
+        return 0;
+    }
+    memset(&gd, 0, sizeof gd);
+    gd.grads = g->grad_sum;
+    gd.count = g->num_params;
+    gd.dtype = DDP_F64;
+    gd.sum = 1;
+    gd.bucket_bytes = (size_t)o->bucket_kb << 10;
+    gd.params = g->params;
+    gd.param_dtype = DDP_F32;
+    if (t->dev) gpu_grad_desc(t->dev, &gd); /* fp32 device gradients, summed in place */
+    if ((r = ddp_grad_init(&t->sync, &t->ctx, &gd)) != DDP_OK) return ddp_reason(t, "ddp_grad_init", r, err, errsize);
+
+    /* One sampler over the training windows: drop_last (no padding), and every step a
+       full global batch, so one rank with batch G and N ranks with G/N see the same
+       windows (train_step picks the batch of each micro-step). */
+    memset(&sd, 0, sizeof sd);
+    sd.dataset_size = t->train_windows;
+    sd.batch_size = (size_t)o->batch_size;
+    sd.seed = t->seed;
+    sd.drop_last = 1;
+    sd.drop_last_batch = 1;
+    if ((r = ddp_sampler_init(&t->train, &t->ctx, &sd)) != DDP_OK)
+        return ddp_reason(t, "ddp_sampler_init", r, err, errsize);
+    memset(&sd, 0, sizeof sd);
+    sd.dataset_size = t->val_windows;
+    sd.batch_size = (size_t)o->batch_size;
+    sd.no_shuffle = 1;
+    if ((r = ddp_sampler_init(&t->val, &t->ctx, &sd)) != DDP_OK)
+        return ddp_reason(t, "ddp_sampler_init", r, err, errsize);
+
+    if (ddp_is_main(&t->ctx) && o->log && !(t->log = fopen(o->log, "a"))) {
+        snprintf(err, errsize, "cannot open --log %s: %s", o->log, strerror(errno));
+        return 0;
+    }
+    return 1;
+}
+
+/* Rank 0's first lines: what trains on what. */
+static void print_setup(const trainer *t)
+{
+    const options *o = &t->o;
+    const ddp_ctx *ctx = &t->ctx;
+#ifdef __CUDACC__
+    if (!t->dev)
+        ddp_print(ctx, "note: no GPU in use (backend %s): training with the CPU kernels\n",
+                  ddp_backend_name(ctx->backend));
+#endif
+    ddp_print(ctx, "model: %d layers, %d heads, dim %d, ctx %d, vocab %d: %.2f M parameters\n", o->cfg.layers,
+              o->cfg.heads, o->cfg.dim, o->cfg.ctx, o->cfg.vocab, (double)t->model.num_params / 1e6);
+    ddp_print(ctx, "data: %s: %zu tokens, %zu train windows, %zu validation windows%s\n", t->data.source,
+              t->data.n, t->train_windows, t->val_windows, o->data ? "" : " (no --data: the repository's own text)");
+    ddp_print(ctx, "ranks: %d (%s backend), global batch %zu sequences = %d per rank x %d ranks x %d accum, "
+              "%zu tokens per step, %zu steps per epoch\n", ctx->world_size, ddp_backend_name(ctx->backend),
+              t->global_batch, o->batch_size, ctx->world_size, o->grad_accum, t->global_batch * o->cfg.ctx,
+              t->steps_per_epoch);
+    if (o->resume) ddp_print(ctx, "resumed from %s after step %d\n", o->resume, t->start_step);
+}
+
+static void finish(trainer *t)
+{
+    if (t->log) fclose(t->log);
+    ddp_grad_destroy(&t->sync);
+    if (t->dev) gpu_destroy(t->dev);
+    ddp_sampler_destroy(&t->train);
+    ddp_sampler_destroy(&t->val);
+    gpt_destroy(&t->model);
+    free(t->data.tokens);
+    ddp_destroy(&t->ctx);
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+static int fail(const char *why) /* one line (empty: ddp.h has said it), non-zero status */
+{
+    if (*why) fprintf(stderr, PROG ": %s\n", why);
     return 1;
 }
 
 int main(int argc, char **argv)
 {
-    options o;
-    dataset data;
-    gpt model;
-    gpu *dev = NULL; /* the model's device copy when training on a GPU */
-    ddp_ctx ctx;
-    ddp_desc desc;
-    ddp_grad sync;
-    ddp_grad_desc gd;
-    ddp_sampler train, val;
-    ddp_sampler_desc sd;
-    FILE *log = NULL;
+    trainer t;
     char err[1200];
-    size_t train_windows, val_windows, steps_per_epoch, global_batch, i;
-    double t_start, t_train = 0;
-    int status, step, start_step = 0, stop, l;
-    ddp_result r;
-    uint64_t seed;
-
-    status = parse_options(argc, argv, &o);
+    int status, step;
+    memset(&t, 0, sizeof t);
+    status = parse_options(argc, argv, &t.o, err, sizeof err);
     if (status < 0) {
         fputs(usage, stdout);
         return 0;
     }
-    if (status == 0) return 2;
-    if (o.compare[0]) return compare_checkpoints(o.compare[0], o.compare[1]);
-
-    /* Read and check the data before starting ranks: a bad file is one line, once. */
-    if (!load_data(&data, o.data, argv[0], o.cfg.vocab, o.cfg.ctx, err, sizeof err)) return fail(err);
-    train_windows = num_windows(data.n_train, o.cfg.ctx);
-    val_windows = num_windows(data.n - data.n_train, o.cfg.ctx);
-    if (train_windows < (size_t)o.batch_size * o.grad_accum * o.nproc) {
-        snprintf(err, sizeof err, "%s: %zu training windows of %d tokens, fewer than one global batch of %zu",
-                 data.source, train_windows, o.cfg.ctx, (size_t)o.batch_size * o.grad_accum * o.nproc);
-        return fail(err);
+    if (status == 0) {
+        fail(err);
+        return 2; /* a usage error */
     }
-    if (!gpt_create(&model, o.cfg, o.batch_size)) return fail("out of memory for the model");
-    seed = o.seed;
-    if (o.resume && (start_step = load_checkpoint(&model, o.resume, &seed, err, sizeof err)) < 0) return fail(err);
+    if (t.o.compare[0]) return compare_checkpoints(t.o.compare[0], t.o.compare[1]);
+    if (!prepare(&t, argv[0], err, sizeof err)) return fail(err);
 
     /* "--nproc N": this process becomes the launcher of N ranks and returns here */
     status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
+    if (!start_rank(&t, &argc, argv, err, sizeof err)) return fail(err);
+    print_setup(&t);
 
-    memset(&desc, 0, sizeof desc);
-    desc.argc = &argc;
-    desc.argv = argv;
-    if (ddp_init(&ctx, &desc) != DDP_OK) return 1; /* the reason is on stderr */
-#ifdef _OPENMP
-    /* ranks share the cores: spinning threads of several ranks on one core crawl */
-    if (!getenv("OMP_NUM_THREADS"))
-        omp_set_num_threads(omp_get_num_procs() / ctx.local_world_size > 1 ? omp_get_num_procs() / ctx.local_world_size : 1);
-#endif
-    global_batch = (size_t)o.batch_size * ctx.world_size * o.grad_accum;
-    steps_per_epoch = train_windows / global_batch;
-    if (steps_per_epoch == 0) {
-        if (ddp_is_main(&ctx)) fprintf(stderr, PROG ": fewer training windows than one global batch\n");
-        return 1;
-    }
-
-    /* template: DistributedDataParallel(model). Without --resume every rank draws its
-       own weights; ddp_grad_init broadcasts rank 0's, so all ranks start equal. The
-       gradient sum is what the ranks reduce: sum, not average, because the loss is the
-       mean over the global batch's tokens and the step divides by their count. */
-    if (!o.resume) gpt_init_weights(&model, o.seed + (uint64_t)ctx.rank);
-    if (ctx.backend == DDP_BACKEND_NCCL && !(dev = gpu_create(&model)))
-        return fail("the NCCL backend needs the GPU path: build with nvcc, or set DDP_BACKEND=cpu");
-    memset(&gd, 0, sizeof gd);
-    gd.grads = model.grad_sum;
-    gd.count = model.num_params;
-    gd.dtype = DDP_F64;
-    gd.sum = 1;
-    gd.bucket_bytes = (size_t)o.bucket_kb << 10;
-    gd.params = model.params;
-    gd.param_dtype = DDP_F32;
-    if (dev) gpu_grad_desc(dev, &gd); /* fp32 device gradients, summed in place */
-    if (ddp_grad_init(&sync, &ctx, &gd) != DDP_OK) return 1;
-
-    /* One sampler over the training windows: drop_last (no padding), and every step a
-       full global batch, so one rank with batch G and N ranks with G/N see the same
-       windows. Micro-step k of step s is sampler batch (s mod steps_per_epoch) A + k of
-       epoch s / steps_per_epoch: the position depends on the step alone, so a resumed
-       run continues the exact data order. */
-    memset(&sd, 0, sizeof sd);
-    sd.dataset_size = train_windows;
-    sd.batch_size = (size_t)o.batch_size;
-    sd.seed = seed;
-    sd.drop_last = 1;
-    sd.drop_last_batch = 1;
-    if (ddp_sampler_init(&train, &ctx, &sd) != DDP_OK) return 1;
-    memset(&sd, 0, sizeof sd);
-    sd.dataset_size = val_windows;
-    sd.batch_size = (size_t)o.batch_size;
-    sd.no_shuffle = 1;
-    if (ddp_sampler_init(&val, &ctx, &sd) != DDP_OK) return 1;
-
-    if (ddp_is_main(&ctx) && o.log && !(log = fopen(o.log, "a"))) {
-        snprintf(err, sizeof err, "cannot open --log %s: %s", o.log, strerror(errno));
-        return fail(err);
-    }
-#ifdef __CUDACC__
-    if (!dev) ddp_print(&ctx, "note: no GPU in use (backend %s): training with the CPU kernels\n",
-                        ddp_backend_name(ctx.backend));
-#endif
-    ddp_print(&ctx, "model: %d layers, %d heads, dim %d, ctx %d, vocab %d: %.2f M parameters\n", o.cfg.layers,
-              o.cfg.heads, o.cfg.dim, o.cfg.ctx, o.cfg.vocab, (double)model.num_params / 1e6);
-    ddp_print(&ctx, "data: %s: %zu tokens, %zu train windows, %zu validation windows%s\n", data.source, data.n,
-              train_windows, val_windows, o.data ? "" : " (no --data: the repository's own text)");
-    ddp_print(&ctx, "ranks: %d (%s backend), global batch %zu sequences = %d per rank x %d ranks x %d accum, "
-              "%zu tokens per step, %zu steps per epoch\n", ctx.world_size, ddp_backend_name(ctx.backend), global_batch,
-              o.batch_size, ctx.world_size, o.grad_accum, global_batch * o.cfg.ctx, steps_per_epoch);
-    if (o.resume) ddp_print(&ctx, "resumed from %s after step %d\n", o.resume, start_step);
-
-    /* --stop-after pauses a run (a job's time limit): the schedule still spans --steps */
-    stop = o.stop_after && o.stop_after < o.steps ? o.stop_after : o.steps;
-    t_start = now_s();
-    for (step = start_step; step < stop; step++) {
-        const double t0 = now_s();
-        double tokens = 0.0, val_loss = 0.0, step_time;
-        float lr = learning_rate(&o, step), norm = 0.0f;
-        ddp_metric loss;
-        int k, has_val = 0;
-        memset(&loss, 0, sizeof loss);
-        memset(model.grad_sum, 0, model.num_params * sizeof(double));
-
-        /* template: for data in train_loader: loss = model(data); loss.backward().
-           Micro-steps before the last only accumulate (DDP's no_sync()). */
-        for (k = 0; k < o.grad_accum; k++) {
-            size_t b = (size_t)(step % steps_per_epoch) * o.grad_accum + k;
-            ddp_batch bt = ddp_sampler_batch(&train, (uint64_t)(step / steps_per_epoch), b);
-            if (ddp_grad_no_sync(&sync, k < o.grad_accum - 1 || o.bench_no_sync) != DDP_OK) return 1;
-            fill_batch(&model, data.tokens, bt.indices, (int)bt.count);
-            if (dev) gpu_forward(&model, dev, (int)bt.count, 1, 1);
-            else gpt_forward(&model, (int)bt.count, 1, 1);
-            for (i = 0; i < bt.count * o.cfg.ctx; i++) ddp_metric_add(&loss, model.a.losses[i], 1);
-            r = dev ? gpu_backward(&model, dev, (int)bt.count, &sync) : gpt_backward(&model, (int)bt.count, &sync);
-            if (r != DDP_OK || ddp_grad_finish(&sync) != DDP_OK) return 1;
-            tokens += (double)bt.global_count * o.cfg.ctx;
+    t.t_start = now_s();
+    for (step = t.start_step; step < t.stop; step++) {
+        step_stats st;
+        if (!train_step(&t, step, &st, err, sizeof err)) return fail(err);
+        if (t.o.val_every && ((step + 1) % t.o.val_every == 0 || step + 1 == t.stop)) {
+            if (!evaluate(&t, &st.val_loss, err, sizeof err)) return fail(err);
+            st.has_val = 1;
         }
-        if (dev) { /* the same step on the device */
-            norm = gpu_step(&model, dev, lr, o.weight_decay, o.clip, step, tokens);
-        } else {
-            /* the mean gradient over the global batch's tokens, then clip its norm */
-            for (i = 0; i < model.num_params; i++) model.grads[i] = (float)(model.grad_sum[i] / tokens);
-            ddp_global_norm_cpu(&norm, model.grads, model.num_params);
-            if (o.clip > 0) ddp_clip_by_norm_cpu(model.grads, model.num_params, o.clip, &norm);
-            /* template: optimizer.step(). AdamW per tensor: no decay for biases and
-               layernorm weights (the 1-D tensors) */
-            for (l = 0; l < model.num_tensors; l++) {
-                const tensor *t = &model.tensors[l];
-                ddp_adamw_update_cpu(param(&model, t), grad(&model, t), model.m + t->offset, model.v + t->offset,
-                                     t->numel, lr, 0.9f, 0.95f, 1e-8f, t->ndim == 2 ? o.weight_decay : 0.0f, step + 1);
-            }
-            memset(model.grads, 0, model.num_params * sizeof(float)); /* the backward pass accumulates into it */
-        }
-        if (ddp_metric_reduce(&ctx, &loss, 1) != DDP_OK) return 1;
-        step_time = now_s() - t0;
-        t_train += step_time;
-
-        if (o.val_every && ((step + 1) % o.val_every == 0 || step + 1 == stop)) {
-            if (!evaluate(&ctx, &model, dev, &data, &val, &val_loss)) return 1;
-            has_val = 1;
-        }
-        if (ddp_is_main(&ctx)) {
-            double elapsed = now_s() - t_start, per_step = elapsed / (step + 1 - start_step);
-            double tok_s = tokens / step_time;
-            printf("step %5d/%d | loss %.6f | lr %.2e | norm %.3f | %.0f tok/s | %.1f s, ETA %.1f s", step + 1, o.steps,
-                   ddp_metric_mean(&loss), lr, norm, tok_s, elapsed, per_step * (stop - step - 1));
-            if (has_val) printf(" | val %.6f", val_loss);
-            printf("\n");
-            fflush(stdout);
-            if (log) {
-                fprintf(log, "{\"step\": %d, \"loss\": %.6f, ", step + 1, ddp_metric_mean(&loss));
-                if (has_val) fprintf(log, "\"val_loss\": %.6f, ", val_loss);
-                fprintf(log, "\"lr\": %.6g, \"tokens_per_s\": %.1f, \"world_size\": %d}\n", lr, tok_s, ctx.world_size);
-                fflush(log);
-            }
-            if (o.save && ((o.save_every && (step + 1) % o.save_every == 0) || step + 1 == stop)) {
-                if (dev) gpu_to_host(&model, dev); /* the same file as a CPU run's */
-                if (!save_checkpoint(&model, o.save, step + 1, seed, ctx.world_size)) {
-                    snprintf(err, sizeof err, "cannot write checkpoint %s: %s", o.save, strerror(errno));
-                    return fail(err);
-                }
-            }
+        log_step(&t, step, &st);
+        /* template: if rank == 0: torch.save(...) */
+        if (ddp_is_main(&t.ctx) && t.o.save && ((t.o.save_every && (step + 1) % t.o.save_every == 0) || step + 1 == t.stop)) {
+            if (t.dev) gpu_to_host(&t.model, t.dev); /* the same file as a CPU run's */
+            if (!save_checkpoint(&t.model, t.o.save, step + 1, t.seed, t.ctx.world_size, err, sizeof err))
+                return fail(err);
         }
     }
-    ddp_print(&ctx, "trained %d steps in %.1f s: %.0f tokens/s over %d ranks\n", stop - start_step, t_train,
-              t_train > 0 ? (double)(stop - start_step) * global_batch * o.cfg.ctx / t_train : 0.0, ctx.world_size);
-    if (ddp_is_main(&ctx) && o.sample_len) generate(&model, dev, &o);
-
-    if (log) fclose(log);
-    ddp_grad_destroy(&sync);
-    if (dev) gpu_destroy(dev);
-    ddp_sampler_destroy(&train);
-    ddp_sampler_destroy(&val);
-    gpt_destroy(&model);
-    free(data.tokens);
-    ddp_destroy(&ctx);
+    ddp_print(&t.ctx, "trained %d steps in %.1f s: %.0f tokens/s over %d ranks\n", t.stop - t.start_step, t.t_train,
+              t.t_train > 0 ? (double)(t.stop - t.start_step) * t.global_batch * t.o.cfg.ctx / t.t_train : 0.0,
+              t.ctx.world_size);
+    if (ddp_is_main(&t.ctx) && t.o.sample_len) generate(&t.model, t.dev, &t.o);
+    finish(&t);
     return 0;
 }
