@@ -1,11 +1,12 @@
-# ddp.h - build the examples, run the tests.
+# ddp.h - build the examples, run the tests, install.
 #   make            examples (CPU builds with cc; GPU builds too when nvcc is present)
 #   make run        the main job: a short data-parallel training run
 #   make test       every test; the last line is "N passed, N failed, N skipped"
 #   make gpu-build  every GPU example and GPU test (needs nvcc, not a GPU)
 #   make check-gpu  on a GPU machine: a probe, the GPU tests, the benchmarks; fails if any
 #                   step fails; builds only binaries that are missing (run gpu-build first)
-#   make install PREFIX=/usr/local   copies the two headers
+#   make install PREFIX=/usr/local [DESTDIR=...]   headers, ddprun, ddp.pc, CMake package
+#   make uninstall  removes exactly what install put
 # GPU code is built for sm_80 (A100) and sm_90 (H100/H200) plus PTX that newer GPUs
 # compile at load time; choose others with e.g. make NVARCH="-arch=sm_86".
 
@@ -36,7 +37,7 @@ HEADERS      = ddp.h ddp_kernels.cuh
 # What tests/test_gpu_arch.sh expects in every GPU binary (nothing: NVARCH was chosen).
 export DDP_EXPECT_ARCH = $(if $(filter file,$(origin NVARCH)),sm_80 sm_90 ptx:sm_90)
 
-.PHONY: all run test gpu-build check-gpu install clean
+.PHONY: all run test gpu-build check-gpu install uninstall clean
 all: $(EXAMPLES) $(if $(HAVE_NVCC),$(GPU_EXAMPLES))
 
 examples/%: examples/%.c $(HEADERS)
@@ -80,9 +81,67 @@ check-gpu:
 	if [ -n "$$failed" ]; then echo "check-gpu: FAILED:$${failed#,}"; exit 1; fi; \
 	echo "check-gpu: every step passed"
 
-install:
-	install -d $(DESTDIR)$(PREFIX)/include
-	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include
+# ---- install: headers, ddprun, pkg-config and CMake package files ----
+INCLUDEDIR = $(PREFIX)/include
+BINDIR     = $(PREFIX)/bin
+PCDIR      = $(PREFIX)/share/pkgconfig
+CMAKEDIR   = $(PREFIX)/share/cmake/ddp
+INSTALLED  = $(addprefix $(INCLUDEDIR)/,$(HEADERS)) $(BINDIR)/ddprun $(PCDIR)/ddp.pc \
+             $(CMAKEDIR)/ddpConfig.cmake $(CMAKEDIR)/ddpConfigVersion.cmake
+
+define DDP_PC
+prefix=$(PREFIX)
+includedir=$${prefix}/include
+
+Name: ddp
+Description: PyTorch-style DistributedDataParallel for C and CUDA in two headers (Linux)
+Version: $(VERSION)
+Cflags: -I$${includedir}
+Libs: -lpthread -lm
+endef
+
+# Relocatable: the include path is found from where this file lies.
+define DDP_CMAKE_CONFIG
+# find_package(ddp CONFIG) gives ddp::ddp: the include path of ddp.h and
+# ddp_kernels.cuh, threads and libm. GPU programs also link NCCL and cuBLAS(Lt):
+#   find_package(CUDAToolkit REQUIRED)
+#   target_link_libraries(app PRIVATE ddp::ddp nccl CUDA::cublasLt CUDA::cublas)
+include(CMakeFindDependencyMacro)
+find_dependency(Threads)
+get_filename_component(_ddp_prefix "$${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
+if(NOT TARGET ddp::ddp)
+  add_library(ddp::ddp INTERFACE IMPORTED)
+  set_target_properties(ddp::ddp PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "$${_ddp_prefix}/include"
+    INTERFACE_LINK_LIBRARIES "Threads::Threads;m")
+endif()
+unset(_ddp_prefix)
+endef
+
+define DDP_CMAKE_VERSION
+set(PACKAGE_VERSION "$(VERSION)")
+if(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)
+  set(PACKAGE_VERSION_COMPATIBLE FALSE)
+else()
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+  if(PACKAGE_FIND_VERSION VERSION_EQUAL PACKAGE_VERSION)
+    set(PACKAGE_VERSION_EXACT TRUE)
+  endif()
+endif()
+endef
+export DDP_PC DDP_CMAKE_CONFIG DDP_CMAKE_VERSION
+
+install: examples/ddprun
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PCDIR) $(DESTDIR)$(CMAKEDIR)
+	install -m 644 $(HEADERS) $(DESTDIR)$(INCLUDEDIR)
+	install -m 755 examples/ddprun $(DESTDIR)$(BINDIR)
+	printf '%s\n' "$$DDP_PC" > $(DESTDIR)$(PCDIR)/ddp.pc
+	printf '%s\n' "$$DDP_CMAKE_CONFIG" > $(DESTDIR)$(CMAKEDIR)/ddpConfig.cmake
+	printf '%s\n' "$$DDP_CMAKE_VERSION" > $(DESTDIR)$(CMAKEDIR)/ddpConfigVersion.cmake
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	[ ! -d $(DESTDIR)$(CMAKEDIR) ] || rmdir --ignore-fail-on-non-empty $(DESTDIR)$(CMAKEDIR)
 
 clean:
 	rm -f $(EXAMPLES) $(GPU_EXAMPLES) $(TESTS) $(GPU_TESTS)
