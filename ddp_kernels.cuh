@@ -435,6 +435,18 @@ static inline void ddp__attention_forward_rows(float *out, float *lse, const flo
     }
 }
 
+/* The launch geometry of the GPU attention kernels, plain C so that the CPU tests check
+   it: gx = B*NH heads (CUDA allows 2^31-1 blocks in x), gy = row tiles of `rows` (65535
+   in y, so T up to 4M at 64 rows per tile). 0 when the shape does not fit. */
+static inline int ddp__att_grid(long B, long NH, long T, int rows, unsigned *gx, unsigned *gy)
+{
+    const long x = B * NH, y = (T + rows - 1) / rows;
+    if (B < 0 || NH < 0 || T < 0 || x > 2147483647L || y > 65535) return 0;
+    *gx = (unsigned)x;
+    *gy = (unsigned)y;
+    return 1;
+}
+
 #define DDP__ATT_KV 2048 /* floats in each per-block key/value buffer */
 #define DDP__ATT_QB 32   /* queries per work item of the forward */
 
@@ -772,8 +784,11 @@ static inline void ddp_clip_by_norm_cpu(float *grads, size_t N, float max_norm, 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cub/device/device_radix_sort.cuh>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* The activation type for callers that fix it at compile time. */
@@ -783,35 +798,107 @@ typedef float ddp_floatX;
 typedef __nv_bfloat16 ddp_floatX;
 #endif
 
+/* One cached cuBLASLt matmul: what it was planned for (key, compared with memcmp, so
+   built from a zeroed struct) and the descriptors, layouts and algorithm the heuristic
+   chose. state -1 remembers that cuBLASLt had no algorithm (cublasGemmEx runs it). */
+typedef struct ddp__lt_key {
+    int m, n, k, lda, ldb, ta, tb, bias, compute, tin, tout; /* tin: type of a and b; tout: of d */
+    uint32_t al_a, al_b, al_d;                                /* pointer alignments, bytes */
+} ddp__lt_key;
+
+typedef struct ddp__lt_plan {
+    ddp__lt_key key;
+    int state; /* 0 empty, 1 ready, -1 declined by cuBLASLt */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} ddp__lt_plan;
+
+#define DDP_KERNELS_LT_PLANS 32 /* a GPT uses ~12 shapes (4 matmuls x forward + 2 backward products) */
+
 /* Caller-owned state of the GPU half: create with ddp_kernels_init, free with
    ddp_kernels_destroy. Serves one stream at a time. */
 typedef struct ddp_kernels_ctx {
     cublasLtHandle_t lt;
+    cublasHandle_t blas;          /* created on first need: matmuls that cuBLASLt declines */
     void *lt_workspace;           /* cuBLASLt workspace, DDP_KERNELS_LT_WORKSPACE bytes */
     size_t lt_workspace_bytes;
     void *scratch;                /* partial sums and sort buffers; grows on demand */
     size_t scratch_bytes;
     int allow_tf32;               /* fp32 matmuls may use TF32 tensor cores (off: exact fp32) */
-    cublasStatus_t cublas_status; /* the cuBLASLt status behind the last cudaErrorUnknown */
+    cublasStatus_t cublas_status; /* the cuBLAS(Lt) status behind the last cudaErrorUnknown */
+    ddp__lt_plan plans[DDP_KERNELS_LT_PLANS]; /* matmul plans by shape, type and epilogue */
+    int plans_next;               /* the slot a new plan takes (round robin) */
+    char error[256];              /* why the last failure happened; see ddp_kernels_error */
 } ddp_kernels_ctx;
 
 #define DDP_KERNELS_LT_WORKSPACE (32u << 20)
 
-static inline cudaError_t ddp_kernels_init(ddp_kernels_ctx *ctx)
+/* Returns err after recording why in ctx->error. */
+static inline cudaError_t ddp__fail(ddp_kernels_ctx *ctx, cudaError_t err, const char *fmt, ...)
 {
-    memset(ctx, 0, sizeof *ctx);
-    ctx->cublas_status = cublasLtCreate(&ctx->lt);
-    if (ctx->cublas_status != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
-    ctx->lt_workspace_bytes = DDP_KERNELS_LT_WORKSPACE;
-    return cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+/* "" or the cause of the last failure this context saw, in words: "no CUDA device:
+   cudaGetDeviceCount: ..., driver 12.4, runtime 13.0", "cuBLAS matmul m=.. n=.. k=..:
+   ...", "attention: head size 160 > 128". The returned cudaError_t says only the kind. */
+static inline const char *ddp_kernels_error(const ddp_kernels_ctx *ctx) { return ctx->error; }
+
+static inline void ddp__lt_plan_free(ddp__lt_plan *pl)
+{
+    if (pl->ld) cublasLtMatrixLayoutDestroy(pl->ld);
+    if (pl->lb) cublasLtMatrixLayoutDestroy(pl->lb);
+    if (pl->la) cublasLtMatrixLayoutDestroy(pl->la);
+    if (pl->op) cublasLtMatmulDescDestroy(pl->op);
+    memset(pl, 0, sizeof *pl);
 }
 
 static inline void ddp_kernels_destroy(ddp_kernels_ctx *ctx)
 {
+    for (int i = 0; i < DDP_KERNELS_LT_PLANS; i++) ddp__lt_plan_free(&ctx->plans[i]);
     cudaFree(ctx->lt_workspace);
     cudaFree(ctx->scratch);
+    if (ctx->blas) cublasDestroy(ctx->blas);
     if (ctx->lt) cublasLtDestroy(ctx->lt);
     memset(ctx, 0, sizeof *ctx);
+}
+
+/* On failure the context holds nothing (destroy is still safe) and ddp_kernels_error
+   names the cause, e.g. with no usable GPU "no CUDA device: cudaGetDeviceCount: CUDA
+   driver version is insufficient for CUDA runtime version, driver 12.2, runtime 13.0". */
+static inline cudaError_t ddp_kernels_init(ddp_kernels_ctx *ctx)
+{
+    int ndev = 0, drv = 0, rt = 0;
+    memset(ctx, 0, sizeof *ctx);
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        cudaGetLastError(); /* the probe's error must not surface in the caller's next call */
+        cudaDriverGetVersion(&drv);
+        cudaRuntimeGetVersion(&rt);
+        return ddp__fail(ctx, e != cudaSuccess ? e : cudaErrorNoDevice,
+                         "no CUDA device: cudaGetDeviceCount: %s, driver %d.%d%s, runtime %d.%d",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", drv / 1000, drv % 1000 / 10,
+                         drv == 0 ? " (none installed)" : "", rt / 1000, rt % 1000 / 10);
+    }
+    ctx->cublas_status = cublasLtCreate(&ctx->lt);
+    if (ctx->cublas_status != CUBLAS_STATUS_SUCCESS) {
+        cublasStatus_t st = ctx->cublas_status;
+        ddp_kernels_destroy(ctx);
+        ctx->cublas_status = st;
+        return ddp__fail(ctx, cudaErrorUnknown, "cublasLtCreate: %s", cublasLtGetStatusString(st));
+    }
+    ctx->lt_workspace_bytes = DDP_KERNELS_LT_WORKSPACE;
+    if ((e = cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes)) != cudaSuccess) {
+        ddp_kernels_destroy(ctx);
+        return ddp__fail(ctx, e, "cudaMalloc of the %u MiB cuBLASLt workspace: %s", DDP_KERNELS_LT_WORKSPACE >> 20,
+                         cudaGetErrorString(e));
+    }
+    return cudaSuccess;
 }
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -847,38 +934,58 @@ template <> __device__ __forceinline__ __nv_bfloat16 ddp__to<__nv_bfloat16>(floa
 /* Elements of F in one 128-bit load. */
 template <typename F> struct ddp__pack { static constexpr int n = 16 / sizeof(F); };
 
-/* dst[0..n) = p[i..i+n) as floats, zeros past end; one 128-bit load when vec (which
-   promises p + i is 16-byte aligned whenever the whole pack is in range). */
-template <typename F>
-static __device__ __forceinline__ void ddp__load(float *dst, const F *p, long i, long end, bool vec)
+/* dst[0..N) = p[i..i+N) as floats, zeros past end; 128-bit loads when vec (which
+   promises p + i is 16-byte aligned whenever the whole run is in range). N is a
+   multiple of the pack of X: an fp32 gradient read beside a pack of bf16 takes two. */
+template <int N, typename X>
+static __device__ __forceinline__ void ddp__loadn(float *dst, const X *p, long i, long end, bool vec)
 {
-    constexpr int n = ddp__pack<F>::n;
-    if (vec && i + n <= end) {
-        alignas(16) F v[n];
-        *reinterpret_cast<int4 *>(v) = *reinterpret_cast<const int4 *>(p + i);
+    constexpr int n = ddp__pack<X>::n;
+    if (vec && i + N <= end) {
 #pragma unroll
-        for (int k = 0; k < n; k++) dst[k] = ddp__f(v[k]);
+        for (int c = 0; c < N; c += n) {
+            alignas(16) X v[n];
+            *reinterpret_cast<int4 *>(v) = *reinterpret_cast<const int4 *>(p + i + c);
+#pragma unroll
+            for (int k = 0; k < n; k++) dst[c + k] = ddp__f(v[k]);
+        }
     } else {
 #pragma unroll
-        for (int k = 0; k < n; k++) dst[k] = i + k < end ? ddp__f(p[i + k]) : 0.0f;
+        for (int k = 0; k < N; k++) dst[k] = i + k < end ? ddp__f(p[i + k]) : 0.0f;
     }
 }
 
-/* p[i..i+n) = src[0..n), stopping at end. */
+/* p[i..i+N) = src[0..N), stopping at end. */
+template <int N, typename X>
+static __device__ __forceinline__ void ddp__storen(X *p, const float *src, long i, long end, bool vec)
+{
+    constexpr int n = ddp__pack<X>::n;
+    if (vec && i + N <= end) {
+#pragma unroll
+        for (int c = 0; c < N; c += n) {
+            alignas(16) X v[n];
+#pragma unroll
+            for (int k = 0; k < n; k++) v[k] = ddp__to<X>(src[c + k]);
+            *reinterpret_cast<int4 *>(p + i + c) = *reinterpret_cast<const int4 *>(v);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            if (i + k < end) p[i + k] = ddp__to<X>(src[k]);
+    }
+}
+
+/* One pack of F: 16 bytes. */
+template <typename F>
+static __device__ __forceinline__ void ddp__load(float *dst, const F *p, long i, long end, bool vec)
+{
+    ddp__loadn<ddp__pack<F>::n>(dst, p, i, end, vec);
+}
+
 template <typename F>
 static __device__ __forceinline__ void ddp__store(F *p, const float *src, long i, long end, bool vec)
 {
-    constexpr int n = ddp__pack<F>::n;
-    if (vec && i + n <= end) {
-        alignas(16) F v[n];
-#pragma unroll
-        for (int k = 0; k < n; k++) v[k] = ddp__to<F>(src[k]);
-        *reinterpret_cast<int4 *>(p + i) = *reinterpret_cast<const int4 *>(v);
-    } else {
-#pragma unroll
-        for (int k = 0; k < n; k++)
-            if (i + k < end) p[i + k] = ddp__to<F>(src[k]);
-    }
+    ddp__storen<ddp__pack<F>::n>(p, src, i, end, vec);
 }
 
 struct ddp__sum_op { template <class V> __device__ V operator()(V a, V b) const { return a + b; } };
@@ -982,21 +1089,21 @@ static inline cudaError_t ddp_embedding_forward_gpu(ddp_kernels_ctx *ctx, F *out
     return cudaGetLastError();
 }
 
-/* dwpe (T,C) += sum over b of dout (B,T,C); one thread per pack of (t, c) */
+/* dwpe (T,C) fp32 += sum over b of dout (B,T,C); one thread per pack of (t, c) */
 template <typename F>
-static __global__ void ddp__embedding_dwpe_kernel(F *dwpe, const F *dout, int B, int T, int C, bool vec)
+static __global__ void ddp__embedding_dwpe_kernel(float *dwpe, const F *dout, int B, int T, int C, bool vec)
 {
     constexpr int n = ddp__pack<F>::n;
     const long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * n, N = (long)T * C;
     if (i >= N) return;
     float acc[n], v[n];
-    ddp__load(acc, dwpe, i, N, vec);
+    ddp__loadn<n>(acc, dwpe, i, N, vec);
     for (int b = 0; b < B; b++) {
         ddp__load(v, dout + (long)b * N, i, N, vec);
 #pragma unroll
         for (int k = 0; k < n; k++) acc[k] += v[k];
     }
-    ddp__store(dwpe, acc, i, N, vec);
+    ddp__storen<n>(dwpe, acc, i, N, vec);
 }
 
 static __global__ void ddp__iota_kernel(int *a, int n)
@@ -1008,28 +1115,28 @@ static __global__ void ddp__iota_kernel(int *a, int n)
 /* One block per position of the token-sorted order; the block that starts a run of
    equal tokens sums the run's dout rows, in position order, into dwte. */
 template <typename F>
-static __global__ void ddp__embedding_dwte_kernel(F *dwte, const F *dout, const int *sorted_tokens,
+static __global__ void ddp__embedding_dwte_kernel(float *dwte, const F *dout, const int *sorted_tokens,
                                                   const int *sorted_pos, int BT, int C, bool vec)
 {
     constexpr int n = ddp__pack<F>::n;
     const int j = blockIdx.x, tok = sorted_tokens[j];
     if (j > 0 && sorted_tokens[j - 1] == tok) return;
-    F *row = dwte + (long)tok * C;
+    float *row = dwte + (long)tok * C;
     for (int c = threadIdx.x * n; c < C; c += blockDim.x * n) {
         float acc[n], v[n];
-        ddp__load(acc, row, c, C, vec);
+        ddp__loadn<n>(acc, row, c, C, vec);
         for (int r = j; r < BT && sorted_tokens[r] == tok; r++) {
             ddp__load(v, dout + (long)sorted_pos[r] * C, c, C, vec);
 #pragma unroll
             for (int k = 0; k < n; k++) acc[k] += v[k];
         }
-        ddp__store(row, acc, c, C, vec);
+        ddp__storen<n>(row, acc, c, C, vec);
     }
 }
 
-/* dwte (V,C) +=, dwpe (maxT,C) +=; dout (B,T,C); tokens (B,T). */
+/* dwte (V,C) +=, dwpe (maxT,C) += (parameter gradients, fp32); dout (B,T,C); tokens (B,T). */
 template <typename F>
-static inline cudaError_t ddp_embedding_backward_gpu(ddp_kernels_ctx *ctx, F *dwte, F *dwpe, const F *dout,
+static inline cudaError_t ddp_embedding_backward_gpu(ddp_kernels_ctx *ctx, float *dwte, float *dwpe, const F *dout,
                                               const int *tokens, int B, int T, int C, cudaStream_t stream)
 {
     constexpr int n = ddp__pack<F>::n;
@@ -1171,9 +1278,11 @@ static __global__ void ddp__layernorm_param_partial_kernel(float *part, const F 
         }
 }
 
-/* dinp (B,T,C) +=, dweight (C) +=, dbias (C) +=; dout, inp (B,T,C); weight (C); mean, rstd (B,T). */
+/* dinp (B,T,C) += (or NULL: not needed), dweight (C) +=, dbias (C) += (fp32); dout, inp (B,T,C);
+   weight (C); mean, rstd (B,T). */
 template <typename F>
-static inline cudaError_t ddp_layernorm_backward_gpu(ddp_kernels_ctx *ctx, F *dinp, F *dweight, F *dbias,
+static inline cudaError_t ddp_layernorm_backward_gpu(ddp_kernels_ctx *ctx, typename ddp__same<F>::type *dinp,
+                                              float *dweight, float *dbias,
                                               const F *dout, const F *inp, const F *weight,
                                               const float *mean, const float *rstd,
                                               int B, int T, int C, cudaStream_t stream)
@@ -1186,8 +1295,11 @@ static inline cudaError_t ddp_layernorm_backward_gpu(ddp_kernels_ctx *ctx, F *di
     const int chunks = (rows + rpc - 1) / rpc;
     void *part;
     DDP__TRY(ddp__scratch(ctx, (size_t)chunks * 2 * C * sizeof(float), stream, &part));
-    ddp__layernorm_backward_kernel<<<ddp__blocks(rows, 8), 256, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, rows, C, vec);
-    DDP__TRY(cudaGetLastError());
+    if (dinp) {
+        ddp__layernorm_backward_kernel<<<ddp__blocks(rows, 8), 256, 0, stream>>>(dinp, dout, inp, weight, mean, rstd,
+                                                                                 rows, C, vec);
+        DDP__TRY(cudaGetLastError());
+    }
     dim3 grid(ddp__blocks(C, 128 * n), chunks);
     ddp__layernorm_param_partial_kernel<<<grid, 128, 0, stream>>>((float *)part, dout, inp, mean, rstd, rows, C, rpc, vec);
     DDP__TRY(cudaGetLastError());
@@ -1209,58 +1321,116 @@ static inline uint32_t ddp__alignment(const void *p)
     return a;
 }
 
-/* Column-major D (m,n) = op(A) op(B) + beta D [+ bias (m)], fp32 accumulation.
-   A is stored (m,k) or, transposed, (k,m) with leading dimension lda; B likewise. */
-template <typename F>
-static cublasStatus_t ddp__lt_matmul(ddp_kernels_ctx *ctx, F *d, const F *a, const F *b, const F *bias,
-                                int m, int n, int k, bool ta, bool tb, int lda, int ldb, float beta,
-                                cudaStream_t stream)
+/* The cached plan for key, made on first use: descriptors, layouts and the heuristic's
+   algorithm (state 1), or state -1 when cuBLASLt has none for it. bias is the first
+   caller's bias pointer (set again by every call). NULL when cuBLASLt itself failed. */
+static inline ddp__lt_plan *ddp__lt_plan_for(ddp_kernels_ctx *ctx, const ddp__lt_key *key, const void *bias,
+                                             cublasStatus_t *status)
 {
-    const cudaDataType_t ty = ddp__dtype(d);
-    const cublasComputeType_t ct = sizeof(F) == 4 && ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    const uint32_t al_a = ddp__alignment(a), al_b = ddp__alignment(b), al_d = ddp__alignment(d);
+    for (int i = 0; i < DDP_KERNELS_LT_PLANS; i++)
+        if (ctx->plans[i].state && memcmp(&ctx->plans[i].key, key, sizeof *key) == 0) return &ctx->plans[i];
+    ddp__lt_plan *pl = &ctx->plans[ctx->plans_next];
+    ctx->plans_next = (ctx->plans_next + 1) % DDP_KERNELS_LT_PLANS;
+    ddp__lt_plan_free(pl);
+    pl->key = *key;
+    const cublasOperation_t opa = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    const cudaDataType_t tin = (cudaDataType_t)key->tin, tout = (cudaDataType_t)key->tout;
     const size_t ws = ctx->lt_workspace_bytes;
-    const float alpha = 1.0f;
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    const int m = key->m, n = key->n, k = key->k;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    cublasStatus_t s = cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F);
+    cublasStatus_t s = cublasLtMatmulDescCreate(&pl->op, (cublasComputeType_t)key->compute, CUDA_R_32F);
 #define DDP__LT(call) if (s == CUBLAS_STATUS_SUCCESS) s = (call)
-    DDP__LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    DDP__LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    DDP__LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (bias) DDP__LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    DDP__LT(cublasLtMatrixLayoutCreate(&la, ty, ta ? k : m, ta ? m : k, lda));
-    DDP__LT(cublasLtMatrixLayoutCreate(&lb, ty, tb ? n : k, tb ? k : n, ldb));
-    DDP__LT(cublasLtMatrixLayoutCreate(&ld, ty, m, n, m));
+    DDP__LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    DDP__LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    DDP__LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (bias) DDP__LT(cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    DDP__LT(cublasLtMatrixLayoutCreate(&pl->la, tin, key->ta ? k : m, key->ta ? m : k, key->lda));
+    DDP__LT(cublasLtMatrixLayoutCreate(&pl->lb, tin, key->tb ? n : k, key->tb ? k : n, key->ldb));
+    DDP__LT(cublasLtMatrixLayoutCreate(&pl->ld, tout, m, n, m));
     DDP__LT(cublasLtMatmulPreferenceCreate(&pref));
     DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
-    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-    DDP__LT(cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
-    if (s == CUBLAS_STATUS_SUCCESS && found == 0) s = CUBLAS_STATUS_NOT_SUPPORTED;
-    DDP__LT(cublasLtMatmul(ctx->lt, op, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
-                           ctx->lt_workspace, ws, stream));
+    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key->al_a,
+                                                 sizeof key->al_a));
+    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key->al_b,
+                                                 sizeof key->al_b));
+    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key->al_d,
+                                                 sizeof key->al_d));
+    DDP__LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key->al_d,
+                                                 sizeof key->al_d));
+    DDP__LT(cublasLtMatmulAlgoGetHeuristic(ctx->lt, pl->op, pl->la, pl->lb, pl->ld, pl->ld, pref, 1, &heur, &found));
 #undef DDP__LT
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (ld) cublasLtMatrixLayoutDestroy(ld);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (op) cublasLtMatmulDescDestroy(op);
+    /* no algorithm is reported as a status by some versions and as found == 0 by others */
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
+        ddp__lt_plan_free(pl);
+        pl->key = *key;
+        pl->state = -1;
+        return pl;
+    }
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        ddp__lt_plan_free(pl);
+        *status = s;
+        return NULL;
+    }
+    pl->algo = heur.algo;
+    pl->state = 1;
+    return pl;
+}
+
+/* The same product through cublasGemmEx, which takes any leading dimension and
+   alignment (e.g. an unpadded vocabulary of 50257 in bf16) where cuBLASLt has no
+   algorithm. Slower, still fp32 accumulation and deterministic. */
+static inline cublasStatus_t ddp__blas_matmul(ddp_kernels_ctx *ctx, const ddp__lt_key *key, void *d, const void *a,
+                                              const void *b, float beta, cudaStream_t stream)
+{
+    const float alpha = 1.0f;
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    if (!ctx->blas) s = cublasCreate(&ctx->blas);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(ctx->blas, stream);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasGemmEx(ctx->blas, key->ta ? CUBLAS_OP_T : CUBLAS_OP_N, key->tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                         key->m, key->n, key->k, &alpha, a, (cudaDataType_t)key->tin, key->lda, b,
+                         (cudaDataType_t)key->tin, key->ldb, &beta, d, (cudaDataType_t)key->tout, key->m,
+                         (cublasComputeType_t)key->compute, CUBLAS_GEMM_DEFAULT);
     return s;
 }
 
-static inline cudaError_t ddp__lt_error(ddp_kernels_ctx *ctx, cublasStatus_t s)
+/* Column-major D (m,n) = op(A) op(B) + beta D [+ bias (m)], fp32 accumulation; A, B of
+   type F, D and bias of type O (an fp32 weight gradient beside bf16 activations).
+   A is stored (m,k) or, transposed, (k,m) with leading dimension lda; B likewise.
+   The plan comes from the context's cache. CUBLAS_STATUS_NOT_SUPPORTED means only
+   that the bias epilogue was declined: the caller runs it again without the bias. */
+template <typename F, typename O>
+static cublasStatus_t ddp__lt_matmul(ddp_kernels_ctx *ctx, O *d, const F *a, const F *b, const O *bias,
+                                     int m, int n, int k, bool ta, bool tb, int lda, int ldb, float beta,
+                                     cudaStream_t stream)
+{
+    const float alpha = 1.0f;
+    ddp__lt_key key;
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    memset(&key, 0, sizeof key); /* padding too: keys compare with memcmp */
+    key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ta = ta, key.tb = tb, key.bias = bias != NULL;
+    key.compute = sizeof(F) == 4 && ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    key.tin = ddp__dtype(a), key.tout = ddp__dtype(d);
+    key.al_a = ddp__alignment(a), key.al_b = ddp__alignment(b), key.al_d = ddp__alignment(d);
+    ddp__lt_plan *pl = ddp__lt_plan_for(ctx, &key, bias, &s);
+    if (!pl) return s;
+    if (pl->state < 0) return bias ? CUBLAS_STATUS_NOT_SUPPORTED : ddp__blas_matmul(ctx, &key, d, a, b, beta, stream);
+    if (bias) s = cublasLtMatmulDescSetAttribute(pl->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmul(ctx->lt, pl->op, &alpha, a, pl->la, b, pl->lb, &beta, d, pl->ld, d, pl->ld, &pl->algo,
+                           ctx->lt_workspace, ctx->lt_workspace_bytes, stream);
+    return s;
+}
+
+static inline cudaError_t ddp__lt_error(ddp_kernels_ctx *ctx, cublasStatus_t s, const char *what, int m, int n, int k)
 {
     if (s == CUBLAS_STATUS_SUCCESS) return cudaGetLastError();
     ctx->cublas_status = s;
-    return cudaErrorUnknown;
+    return ddp__fail(ctx, cudaErrorUnknown, "cuBLAS %s m=%d n=%d k=%d: %s", what, m, n, k, cublasLtGetStatusString(s));
 }
 
 /* out (rows, OC) += bias (OC), for shapes whose bias epilogue cuBLASLt declines */
@@ -1287,24 +1457,27 @@ static inline cudaError_t ddp_matmul_forward_gpu(ddp_kernels_ctx *ctx, F *out, c
         if (s == CUBLAS_STATUS_SUCCESS && bias)
             ddp__add_bias_kernel<<<ddp__blocks((size_t)BT * OC, 256), 256, 0, stream>>>(out, bias, (long)BT * OC, OC);
     }
-    return ddp__lt_error(ctx, s);
+    return ddp__lt_error(ctx, s, "matmul forward", OC, BT, C);
 }
 
-/* dinp (B,T,C) +=, dweight (OC,C) +=, dbias (OC) += (or NULL); dout (B,T,OC); inp (B,T,C); weight (OC,C). */
+/* dinp (B,T,C) += (or NULL: not needed); dweight (OC,C) +=, dbias (OC) += (or NULL), fp32
+   whatever F is, so that small contributions are not lost to bf16 rounding across
+   micro-batches; dout (B,T,OC); inp (B,T,C); weight (OC,C). */
 template <typename F>
-static inline cudaError_t ddp_matmul_backward_gpu(ddp_kernels_ctx *ctx, F *dinp, F *dweight,
-                                           typename ddp__same<F>::type *dbias, const F *dout,
+static inline cudaError_t ddp_matmul_backward_gpu(ddp_kernels_ctx *ctx, typename ddp__same<F>::type *dinp,
+                                           float *dweight, float *dbias, const F *dout,
                                            const F *inp, const F *weight, int B, int T, int C, int OC,
                                            cudaStream_t stream)
 {
     constexpr int n = ddp__pack<F>::n;
     const int BT = B * T;
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     /* dinp^T (C,BT) += weight-as-stored (C,OC) x dout^T (OC,BT) */
-    cublasStatus_t s = ddp__lt_matmul(ctx, dinp, weight, dout, (const F *)NULL, C, BT, OC, false, false, C, OC, 1.0f, stream);
+    if (dinp) s = ddp__lt_matmul(ctx, dinp, weight, dout, (const F *)NULL, C, BT, OC, false, false, C, OC, 1.0f, stream);
+    if (s != CUBLAS_STATUS_SUCCESS) return ddp__lt_error(ctx, s, "matmul backward dinp", C, BT, OC);
     /* dweight^T (C,OC) += inp^T (C,BT) x dout (BT,OC) */
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = ddp__lt_matmul(ctx, dweight, inp, dout, (const F *)NULL, C, OC, BT, false, true, C, OC, 1.0f, stream);
-    if (s != CUBLAS_STATUS_SUCCESS || !dbias) return ddp__lt_error(ctx, s);
+    s = ddp__lt_matmul(ctx, dweight, inp, dout, (const float *)NULL, C, OC, BT, false, true, C, OC, 1.0f, stream);
+    if (s != CUBLAS_STATUS_SUCCESS || !dbias) return ddp__lt_error(ctx, s, "matmul backward dweight", C, OC, BT);
     const int rpc = ddp__rows_per_chunk(BT), chunks = (BT + rpc - 1) / rpc;
     const bool vec = OC % n == 0 && ddp__aligned16(dout);
     void *part;
@@ -1317,67 +1490,97 @@ static inline cudaError_t ddp_matmul_backward_gpu(ddp_kernels_ctx *ctx, F *dinp,
 }
 
 /* ---- attention ---------------------------------------------------------- */
-/* Tiles: a block of DDP__ATT_BR threads owns DDP__ATT_BR rows (one each); the other
-   side streams through shared memory DDP__ATT_BC rows at a time. HS is the head size
-   rounded up to 32, 64 or 128; the padding lanes hold zeros. */
+/* A block owns DDP__ATT_BR rows: queries in the forward and the dq kernel, keys in
+   the dk/dv kernel. Each row is shared by a group of G = HS/16 adjacent threads:
+   thread p of a group holds dimensions p, p+G, ..., p+15G of its row's vectors in
+   registers (16 per vector whatever the head size, so nothing spills; one thread
+   per row held 2 x 128 floats at HS 128). A dot product is the sum of the group's
+   16-term partial sums, combined by xor shuffles so that every thread of the group
+   holds the same bits. The other side streams through shared memory DDP__ATT_BC rows
+   at a time; all rows of a warp read the same tile row together (a broadcast) and the
+   G threads of a group read consecutive words, so no access has a bank conflict.
+   Loops over a tile are uniform across the block (the shuffles need every lane);
+   causality is a mask. HS is the head size rounded up to 32, 64 or 128; padding
+   dimensions hold zeros. The grid is (B*NH, row tiles), see ddp__att_grid. */
 #define DDP__ATT_BR 64
 #define DDP__ATT_BC 32
+#define DDP__ATT_DPT 16 /* dimensions per thread */
+
+/* sum of v over the G-thread group (G divides 32), the same bits in every thread */
+template <int G>
+static __device__ __forceinline__ float ddp__group_sum(float v)
+{
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* tile (DDP__ATT_BC, HS) = rows r0.. of src (stride ld, hs columns), zeros past T and hs */
+template <typename F, int HS>
+static __device__ __forceinline__ void ddp__att_tile(float *tile, const F *src, long ld, int r0, int T, int hs)
+{
+    for (int e = threadIdx.x; e < DDP__ATT_BC * HS; e += blockDim.x) {
+        const int r = r0 + e / HS, d = e % HS;
+        tile[e] = r < T && d < hs ? ddp__f(src[(long)r * ld + d]) : 0.0f;
+    }
+}
 
 template <typename F, int HS>
-static __global__ void __launch_bounds__(DDP__ATT_BR)
+static __global__ void __launch_bounds__(DDP__ATT_BR * HS / DDP__ATT_DPT)
 ddp__attention_forward_kernel(F *out, float *lse, const F *inp, int T, int C, int NH, float scale)
 {
-    extern __shared__ float ddp__att_smem[];
-    float *Ks = ddp__att_smem, *Vs = Ks + DDP__ATT_BC * HS, *S = Vs + DDP__ATT_BC * HS; /* S: (BR, BC+1) */
-    const int hs = C / NH, C3 = 3 * C, tid = threadIdx.x;
-    const int qt = gridDim.x - 1 - blockIdx.x; /* longest rows first */
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, t = qt * DDP__ATT_BR + tid;
+    constexpr int G = HS / DDP__ATT_DPT;
+    __shared__ float Ks[DDP__ATT_BC * HS], Vs[DDP__ATT_BC * HS];
+    const int hs = C / NH, C3 = 3 * C, p = threadIdx.x % G;
+    const int qt = gridDim.y - 1 - blockIdx.y; /* longest rows first */
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, t = qt * DDP__ATT_BR + threadIdx.x / G;
     const int last = min(T - 1, qt * DDP__ATT_BR + DDP__ATT_BR - 1);
-    const bool active = t < T;
     const F *base = inp + (long)b * T * C3 + h * hs;
-    float q[HS], acc[HS], m = -INFINITY, l = 0.0f;
+    float q[DDP__ATT_DPT], acc[DDP__ATT_DPT], s[DDP__ATT_BC], m = -INFINITY, l = 0.0f;
 #pragma unroll
-    for (int d = 0; d < HS; d++) {
-        q[d] = active && d < hs ? ddp__f(base[(long)t * C3 + d]) * scale : 0.0f;
-        acc[d] = 0.0f;
+    for (int i = 0; i < DDP__ATT_DPT; i++) {
+        const int d = p + G * i;
+        q[i] = t < T && d < hs ? ddp__f(base[(long)t * C3 + d]) * scale : 0.0f;
+        acc[i] = 0.0f;
     }
     for (int k0 = 0; k0 <= last; k0 += DDP__ATT_BC) {
         __syncthreads(); /* the previous tile is no longer read */
-        for (int e = tid; e < DDP__ATT_BC * HS; e += DDP__ATT_BR) {
-            const int j = k0 + e / HS, d = e % HS;
-            const bool ok = j < T && d < hs;
-            Ks[e] = ok ? ddp__f(base[(long)j * C3 + C + d]) : 0.0f;
-            Vs[e] = ok ? ddp__f(base[(long)j * C3 + 2 * C + d]) : 0.0f;
-        }
+        ddp__att_tile<F, HS>(Ks, base + C, C3, k0, T, hs);
+        ddp__att_tile<F, HS>(Vs, base + 2 * C, C3, k0, T, hs);
         __syncthreads();
-        if (!active || k0 > t) continue;
-        const int jn = min(DDP__ATT_BC, t - k0 + 1); /* keys k0 .. t are visible */
+        const int jn = min(DDP__ATT_BC, last - k0 + 1);
         float mt = m;
-        for (int j = 0; j < jn; j++) {
-            float s = 0.0f;
 #pragma unroll
-            for (int d = 0; d < HS; d++) s += q[d] * Ks[j * HS + d];
-            S[tid * (DDP__ATT_BC + 1) + j] = s;
-            mt = fmaxf(mt, s);
-        }
+        for (int j = 0; j < DDP__ATT_BC; j++)
+            if (j < jn) {
+                float x = 0.0f;
+#pragma unroll
+                for (int i = 0; i < DDP__ATT_DPT; i++) x += q[i] * Ks[j * HS + p + G * i];
+                x = ddp__group_sum<G>(x);
+                s[j] = k0 + j <= t ? x : -INFINITY; /* keys k0+j <= t are visible */
+                mt = fmaxf(mt, s[j]);
+            }
+        /* key 0 is visible to every row, so mt is finite from the first tile on */
         const float r = expf(m - mt); /* rescale what was summed under the old max */
         l *= r;
 #pragma unroll
-        for (int d = 0; d < HS; d++) acc[d] *= r;
-        for (int j = 0; j < jn; j++) {
-            const float p = expf(S[tid * (DDP__ATT_BC + 1) + j] - mt);
-            l += p;
+        for (int i = 0; i < DDP__ATT_DPT; i++) acc[i] *= r;
 #pragma unroll
-            for (int d = 0; d < HS; d++) acc[d] += p * Vs[j * HS + d];
-        }
+        for (int j = 0; j < DDP__ATT_BC; j++)
+            if (j < jn && k0 + j <= t) {
+                const float pj = expf(s[j] - mt);
+                l += pj;
+#pragma unroll
+                for (int i = 0; i < DDP__ATT_DPT; i++) acc[i] += pj * Vs[j * HS + p + G * i];
+            }
         m = mt;
     }
-    if (!active) return;
+    if (t >= T) return;
     F *o = out + ((long)b * T + t) * C + h * hs;
 #pragma unroll
-    for (int d = 0; d < HS; d++)
-        if (d < hs) o[d] = ddp__to<F>(acc[d] / l);
-    lse[(long)bh * T + t] = m + logf(l);
+    for (int i = 0; i < DDP__ATT_DPT; i++)
+        if (p + G * i < hs) o[p + G * i] = ddp__to<F>(acc[i] / l);
+    if (p == 0) lse[(long)bh * T + t] = m + logf(l);
 }
 
 /* Dd (B,NH,T) = dout . out per head and row, the softmax backward's shared term */
@@ -1394,155 +1597,153 @@ static __global__ void ddp__attention_dot_kernel(float *Dd, const F *dout, const
     Dd[(b * NH + h) * T + t] = s;
 }
 
-/* dk, dv for DDP__ATT_BR keys (one per thread), streaming the queries that see them. */
+/* dk, dv for DDP__ATT_BR keys, streaming the queries that see them. */
 template <typename F, int HS>
-static __global__ void __launch_bounds__(DDP__ATT_BR)
+static __global__ void __launch_bounds__(DDP__ATT_BR * HS / DDP__ATT_DPT)
 ddp__attention_backward_kv_kernel(F *dinp, const F *dout, const F *inp, const float *lse, const float *Dd,
                                   int T, int C, int NH, float scale)
 {
-    extern __shared__ float ddp__att_smem[];
-    float *Kp = ddp__att_smem, *Vp = Kp + DDP__ATT_BR * (HS + 1);         /* own rows, padded */
-    float *Qs = Vp + DDP__ATT_BR * (HS + 1), *dOs = Qs + DDP__ATT_BC * HS; /* query tile */
-    float *Ls = dOs + DDP__ATT_BC * HS, *Ds = Ls + DDP__ATT_BC;
-    const int hs = C / NH, C3 = 3 * C, tid = threadIdx.x;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k_first = blockIdx.x * DDP__ATT_BR, j = k_first + tid;
+    constexpr int G = HS / DDP__ATT_DPT;
+    __shared__ float Qs[DDP__ATT_BC * HS], dOs[DDP__ATT_BC * HS], Ls[DDP__ATT_BC], Ds[DDP__ATT_BC];
+    const int hs = C / NH, C3 = 3 * C, p = threadIdx.x % G;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, k_first = blockIdx.y * DDP__ATT_BR;
+    const int j = k_first + threadIdx.x / G;
     const F *base = inp + (long)b * T * C3 + h * hs, *dbase = dout + (long)b * T * C + h * hs;
-    for (int e = tid; e < DDP__ATT_BR * HS; e += DDP__ATT_BR) {
-        const int r = k_first + e / HS, d = e % HS;
-        const bool ok = r < T && d < hs;
-        Kp[(e / HS) * (HS + 1) + d] = ok ? ddp__f(base[(long)r * C3 + C + d]) : 0.0f;
-        Vp[(e / HS) * (HS + 1) + d] = ok ? ddp__f(base[(long)r * C3 + 2 * C + d]) : 0.0f;
-    }
-    const float *k = Kp + tid * (HS + 1), *v = Vp + tid * (HS + 1);
-    float dk[HS], dv[HS];
+    float k[DDP__ATT_DPT], v[DDP__ATT_DPT], dk[DDP__ATT_DPT], dv[DDP__ATT_DPT];
 #pragma unroll
-    for (int d = 0; d < HS; d++) dk[d] = dv[d] = 0.0f;
+    for (int i = 0; i < DDP__ATT_DPT; i++) {
+        const int d = p + G * i;
+        const bool ok = j < T && d < hs;
+        k[i] = ok ? ddp__f(base[(long)j * C3 + C + d]) : 0.0f;
+        v[i] = ok ? ddp__f(base[(long)j * C3 + 2 * C + d]) : 0.0f;
+        dk[i] = dv[i] = 0.0f;
+    }
     for (int q0 = k_first; q0 < T; q0 += DDP__ATT_BC) {
-        __syncthreads(); /* own rows loaded / previous query tile no longer read */
-        for (int e = tid; e < DDP__ATT_BC * HS; e += DDP__ATT_BR) {
-            const int i = q0 + e / HS, d = e % HS;
-            const bool ok = i < T && d < hs;
-            Qs[e] = ok ? ddp__f(base[(long)i * C3 + d]) : 0.0f;
-            dOs[e] = ok ? ddp__f(dbase[(long)i * C + d]) : 0.0f;
-        }
-        if (tid < DDP__ATT_BC) {
-            const int i = q0 + tid;
-            Ls[tid] = i < T ? lse[(long)bh * T + i] : 0.0f;
-            Ds[tid] = i < T ? Dd[(long)bh * T + i] : 0.0f;
+        __syncthreads(); /* the previous query tile is no longer read */
+        ddp__att_tile<F, HS>(Qs, base, C3, q0, T, hs);
+        ddp__att_tile<F, HS>(dOs, dbase, C, q0, T, hs);
+        if (threadIdx.x < DDP__ATT_BC) {
+            const int i = q0 + threadIdx.x;
+            Ls[threadIdx.x] = i < T ? lse[(long)bh * T + i] : 0.0f;
+            Ds[threadIdx.x] = i < T ? Dd[(long)bh * T + i] : 0.0f;
         }
         __syncthreads();
-        if (j >= T) continue;
         const int in = min(DDP__ATT_BC, T - q0);
-        for (int ii = j > q0 ? j - q0 : 0; ii < in; ii++) { /* queries i >= j see key j */
-            const float *qi = Qs + ii * HS, *gi = dOs + ii * HS;
+        for (int ii = 0; ii < in; ii++) {
+            const float *qi = Qs + ii * HS + p, *gi = dOs + ii * HS + p;
             float s = 0.0f, dp = 0.0f;
 #pragma unroll
-            for (int d = 0; d < HS; d++) {
-                s += qi[d] * k[d];
-                dp += gi[d] * v[d];
+            for (int i = 0; i < DDP__ATT_DPT; i++) {
+                s += qi[G * i] * k[i];
+                dp += gi[G * i] * v[i];
             }
-            const float p = expf(s * scale - Ls[ii]), ds = p * (dp - Ds[ii]) * scale;
+            s = ddp__group_sum<G>(s);
+            dp = ddp__group_sum<G>(dp);
+            if (q0 + ii < j) continue; /* query q0+ii sees key j only from j on (never when j >= T) */
+            const float pr = expf(s * scale - Ls[ii]), ds = pr * (dp - Ds[ii]) * scale;
 #pragma unroll
-            for (int d = 0; d < HS; d++) {
-                dv[d] += p * gi[d];
-                dk[d] += ds * qi[d];
+            for (int i = 0; i < DDP__ATT_DPT; i++) {
+                dv[i] += pr * gi[G * i];
+                dk[i] += ds * qi[G * i];
             }
         }
     }
     if (j >= T) return;
     F *g = dinp + ((long)b * T + j) * C3 + h * hs;
 #pragma unroll
-    for (int d = 0; d < HS; d++)
+    for (int i = 0; i < DDP__ATT_DPT; i++) {
+        const int d = p + G * i;
         if (d < hs) {
-            g[C + d] = ddp__to<F>(ddp__f(g[C + d]) + dk[d]);
-            g[2 * C + d] = ddp__to<F>(ddp__f(g[2 * C + d]) + dv[d]);
+            g[C + d] = ddp__to<F>(ddp__f(g[C + d]) + dk[i]);
+            g[2 * C + d] = ddp__to<F>(ddp__f(g[2 * C + d]) + dv[i]);
         }
+    }
 }
 
-/* dq for DDP__ATT_BR queries (one per thread), streaming the keys they see. */
+/* dq for DDP__ATT_BR queries, streaming the keys they see. */
 template <typename F, int HS>
-static __global__ void __launch_bounds__(DDP__ATT_BR)
+static __global__ void __launch_bounds__(DDP__ATT_BR * HS / DDP__ATT_DPT)
 ddp__attention_backward_q_kernel(F *dinp, const F *dout, const F *inp, const float *lse, const float *Dd,
                                  int T, int C, int NH, float scale)
 {
-    extern __shared__ float ddp__att_smem[];
-    float *Qp = ddp__att_smem, *dOp = Qp + DDP__ATT_BR * (HS + 1);        /* own rows, padded */
-    float *Ks = dOp + DDP__ATT_BR * (HS + 1), *Vs = Ks + DDP__ATT_BC * HS; /* key tile */
-    const int hs = C / NH, C3 = 3 * C, tid = threadIdx.x;
-    const int qt = gridDim.x - 1 - blockIdx.x; /* longest rows first */
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, q_first = qt * DDP__ATT_BR, t = q_first + tid;
+    constexpr int G = HS / DDP__ATT_DPT;
+    __shared__ float Ks[DDP__ATT_BC * HS], Vs[DDP__ATT_BC * HS];
+    const int hs = C / NH, C3 = 3 * C, p = threadIdx.x % G;
+    const int qt = gridDim.y - 1 - blockIdx.y; /* longest rows first */
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, q_first = qt * DDP__ATT_BR, t = q_first + threadIdx.x / G;
     const int last = min(T - 1, q_first + DDP__ATT_BR - 1);
     const F *base = inp + (long)b * T * C3 + h * hs, *dbase = dout + (long)b * T * C + h * hs;
-    for (int e = tid; e < DDP__ATT_BR * HS; e += DDP__ATT_BR) {
-        const int r = q_first + e / HS, d = e % HS;
-        const bool ok = r < T && d < hs;
-        Qp[(e / HS) * (HS + 1) + d] = ok ? ddp__f(base[(long)r * C3 + d]) : 0.0f;
-        dOp[(e / HS) * (HS + 1) + d] = ok ? ddp__f(dbase[(long)r * C + d]) : 0.0f;
-    }
-    const float *q = Qp + tid * (HS + 1), *g = dOp + tid * (HS + 1);
     const float L = t < T ? lse[(long)bh * T + t] : 0.0f, D = t < T ? Dd[(long)bh * T + t] : 0.0f;
-    float dq[HS];
+    float q[DDP__ATT_DPT], g[DDP__ATT_DPT], dq[DDP__ATT_DPT];
 #pragma unroll
-    for (int d = 0; d < HS; d++) dq[d] = 0.0f;
+    for (int i = 0; i < DDP__ATT_DPT; i++) {
+        const int d = p + G * i;
+        const bool ok = t < T && d < hs;
+        q[i] = ok ? ddp__f(base[(long)t * C3 + d]) : 0.0f;
+        g[i] = ok ? ddp__f(dbase[(long)t * C + d]) : 0.0f;
+        dq[i] = 0.0f;
+    }
     for (int k0 = 0; k0 <= last; k0 += DDP__ATT_BC) {
         __syncthreads();
-        for (int e = tid; e < DDP__ATT_BC * HS; e += DDP__ATT_BR) {
-            const int j = k0 + e / HS, d = e % HS;
-            const bool ok = j < T && d < hs;
-            Ks[e] = ok ? ddp__f(base[(long)j * C3 + C + d]) : 0.0f;
-            Vs[e] = ok ? ddp__f(base[(long)j * C3 + 2 * C + d]) : 0.0f;
-        }
+        ddp__att_tile<F, HS>(Ks, base + C, C3, k0, T, hs);
+        ddp__att_tile<F, HS>(Vs, base + 2 * C, C3, k0, T, hs);
         __syncthreads();
-        if (t >= T || k0 > t) continue;
-        const int jn = min(DDP__ATT_BC, t - k0 + 1);
+        const int jn = min(DDP__ATT_BC, last - k0 + 1);
         for (int jj = 0; jj < jn; jj++) {
-            const float *kj = Ks + jj * HS, *vj = Vs + jj * HS;
+            const float *kj = Ks + jj * HS + p, *vj = Vs + jj * HS + p;
             float s = 0.0f, dp = 0.0f;
 #pragma unroll
-            for (int d = 0; d < HS; d++) {
-                s += q[d] * kj[d];
-                dp += g[d] * vj[d];
+            for (int i = 0; i < DDP__ATT_DPT; i++) {
+                s += q[i] * kj[G * i];
+                dp += g[i] * vj[G * i];
             }
+            s = ddp__group_sum<G>(s);
+            dp = ddp__group_sum<G>(dp);
+            if (k0 + jj > t) continue; /* key k0+jj is not visible to query t */
             const float ds = expf(s * scale - L) * (dp - D) * scale;
 #pragma unroll
-            for (int d = 0; d < HS; d++) dq[d] += ds * kj[d];
+            for (int i = 0; i < DDP__ATT_DPT; i++) dq[i] += ds * kj[G * i];
         }
     }
     if (t >= T) return;
     F *o = dinp + ((long)b * T + t) * C3 + h * hs;
 #pragma unroll
-    for (int d = 0; d < HS; d++)
-        if (d < hs) o[d] = ddp__to<F>(ddp__f(o[d]) + dq[d]);
+    for (int i = 0; i < DDP__ATT_DPT; i++)
+        if (p + G * i < hs) o[p + G * i] = ddp__to<F>(ddp__f(o[p + G * i]) + dq[i]);
+}
+
+/* C % NH == 0, head size <= 128 and a grid that CUDA can launch, or a reason in ctx */
+static inline cudaError_t ddp__att_check(ddp_kernels_ctx *ctx, int B, int T, int C, int NH, dim3 *grid)
+{
+    unsigned gx = 0, gy = 0;
+    if (NH <= 0 || C % NH != 0 || C / NH > 128)
+        return ddp__fail(ctx, cudaErrorInvalidValue, "attention: C=%d, NH=%d: needs C %% NH == 0 and C/NH <= 128", C, NH);
+    if (!ddp__att_grid(B, NH, T, DDP__ATT_BR, &gx, &gy))
+        return ddp__fail(ctx, cudaErrorInvalidValue, "attention: B*NH=%ld x %d row tiles exceeds CUDA's grid",
+                         (long)B * NH, (T + DDP__ATT_BR - 1) / DDP__ATT_BR);
+    *grid = dim3(gx, gy);
+    return cudaSuccess;
 }
 
 template <typename F, int HS>
-static inline cudaError_t ddp__attention_forward(F *out, float *lse, const F *inp, int B, int T, int C, int NH,
+static inline cudaError_t ddp__attention_forward(F *out, float *lse, const F *inp, int T, int C, int NH, dim3 grid,
                                           cudaStream_t stream)
 {
-    const size_t smem = (2 * DDP__ATT_BC * HS + DDP__ATT_BR * (DDP__ATT_BC + 1)) * sizeof(float);
-    DDP__TRY(cudaFuncSetAttribute(ddp__attention_forward_kernel<F, HS>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(ddp__blocks(T, DDP__ATT_BR), B * NH);
-    ddp__attention_forward_kernel<F, HS><<<grid, DDP__ATT_BR, smem, stream>>>(out, lse, inp, T, C, NH,
-                                                                             1.0f / sqrtf((float)(C / NH)));
+    /* 2 x 16 KB static shared memory at HS 128: under the 48 KB a launch gets without opting in */
+    ddp__attention_forward_kernel<F, HS><<<grid, DDP__ATT_BR * HS / DDP__ATT_DPT, 0, stream>>>(
+        out, lse, inp, T, C, NH, 1.0f / sqrtf((float)(C / NH)));
     return cudaGetLastError();
 }
 
 template <typename F, int HS>
 static inline cudaError_t ddp__attention_backward(F *dinp, const F *dout, const F *inp, const float *lse,
-                                           const float *Dd, int B, int T, int C, int NH, cudaStream_t stream)
+                                           const float *Dd, int T, int C, int NH, dim3 grid, cudaStream_t stream)
 {
-    const size_t smem_kv = (2 * DDP__ATT_BR * (HS + 1) + 2 * DDP__ATT_BC * HS + 2 * DDP__ATT_BC) * sizeof(float);
-    const size_t smem_q = (2 * DDP__ATT_BR * (HS + 1) + 2 * DDP__ATT_BC * HS) * sizeof(float);
     const float scale = 1.0f / sqrtf((float)(C / NH));
-    dim3 grid(ddp__blocks(T, DDP__ATT_BR), B * NH);
-    DDP__TRY(cudaFuncSetAttribute(ddp__attention_backward_kv_kernel<F, HS>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-    DDP__TRY(cudaFuncSetAttribute(ddp__attention_backward_q_kernel<F, HS>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
-    ddp__attention_backward_kv_kernel<F, HS><<<grid, DDP__ATT_BR, smem_kv, stream>>>(dinp, dout, inp, lse, Dd, T, C, NH, scale);
+    const int threads = DDP__ATT_BR * HS / DDP__ATT_DPT;
+    ddp__attention_backward_kv_kernel<F, HS><<<grid, threads, 0, stream>>>(dinp, dout, inp, lse, Dd, T, C, NH, scale);
     DDP__TRY(cudaGetLastError());
-    ddp__attention_backward_q_kernel<F, HS><<<grid, DDP__ATT_BR, smem_q, stream>>>(dinp, dout, inp, lse, Dd, T, C, NH, scale);
+    ddp__attention_backward_q_kernel<F, HS><<<grid, threads, 0, stream>>>(dinp, dout, inp, lse, Dd, T, C, NH, scale);
     return cudaGetLastError();
 }
 
@@ -1551,31 +1752,33 @@ template <typename F>
 static inline cudaError_t ddp_attention_forward_gpu(ddp_kernels_ctx *ctx, F *out, float *lse, const F *inp,
                                              int B, int T, int C, int NH, cudaStream_t stream)
 {
-    (void)ctx;
+    dim3 grid;
+    DDP__TRY(ddp__att_check(ctx, B, T, C, NH, &grid));
     const int hs = C / NH;
-    if (NH <= 0 || C % NH != 0 || hs > 128) return cudaErrorInvalidValue;
     if (B * T == 0) return cudaSuccess;
-    if (hs <= 32) return ddp__attention_forward<F, 32>(out, lse, inp, B, T, C, NH, stream);
-    if (hs <= 64) return ddp__attention_forward<F, 64>(out, lse, inp, B, T, C, NH, stream);
-    return ddp__attention_forward<F, 128>(out, lse, inp, B, T, C, NH, stream);
+    if (hs <= 32) return ddp__attention_forward<F, 32>(out, lse, inp, T, C, NH, grid, stream);
+    if (hs <= 64) return ddp__attention_forward<F, 64>(out, lse, inp, T, C, NH, grid, stream);
+    return ddp__attention_forward<F, 128>(out, lse, inp, T, C, NH, grid, stream);
 }
 
-/* dinp (B,T,3C) +=; dout, out (B,T,C); inp (B,T,3C); lse (B,NH,T) from the forward. */
+/* dinp (B,T,3C) += (NULL: nothing to do); dout, out (B,T,C); inp (B,T,3C); lse (B,NH,T)
+   from the forward. */
 template <typename F>
-static inline cudaError_t ddp_attention_backward_gpu(ddp_kernels_ctx *ctx, F *dinp, const F *dout, const F *inp,
-                                              const F *out, const float *lse, int B, int T, int C, int NH,
-                                              cudaStream_t stream)
+static inline cudaError_t ddp_attention_backward_gpu(ddp_kernels_ctx *ctx, typename ddp__same<F>::type *dinp,
+                                              const F *dout, const F *inp, const F *out, const float *lse,
+                                              int B, int T, int C, int NH, cudaStream_t stream)
 {
+    dim3 grid;
+    DDP__TRY(ddp__att_check(ctx, B, T, C, NH, &grid));
     const int hs = C / NH;
-    if (NH <= 0 || C % NH != 0 || hs > 128) return cudaErrorInvalidValue;
-    if (B * T == 0) return cudaSuccess;
+    if (B * T == 0 || !dinp) return cudaSuccess;
     void *Dd;
     DDP__TRY(ddp__scratch(ctx, (size_t)B * NH * T * sizeof(float), stream, &Dd));
     ddp__attention_dot_kernel<<<ddp__blocks((size_t)B * T * NH, 256), 256, 0, stream>>>((float *)Dd, dout, out, B * T, T, C, NH);
     DDP__TRY(cudaGetLastError());
-    if (hs <= 32) return ddp__attention_backward<F, 32>(dinp, dout, inp, lse, (float *)Dd, B, T, C, NH, stream);
-    if (hs <= 64) return ddp__attention_backward<F, 64>(dinp, dout, inp, lse, (float *)Dd, B, T, C, NH, stream);
-    return ddp__attention_backward<F, 128>(dinp, dout, inp, lse, (float *)Dd, B, T, C, NH, stream);
+    if (hs <= 32) return ddp__attention_backward<F, 32>(dinp, dout, inp, lse, (float *)Dd, T, C, NH, grid, stream);
+    if (hs <= 64) return ddp__attention_backward<F, 64>(dinp, dout, inp, lse, (float *)Dd, T, C, NH, grid, stream);
+    return ddp__attention_backward<F, 128>(dinp, dout, inp, lse, (float *)Dd, T, C, NH, grid, stream);
 }
 
 /* ---- gelu --------------------------------------------------------------- */
@@ -1630,14 +1833,14 @@ static inline cudaError_t ddp_gelu_forward_gpu(ddp_kernels_ctx *ctx, F *out, con
     return cudaGetLastError();
 }
 
-/* dinp (N) += gelu'(inp) * dout; inp, dout (N). */
+/* dinp (N) += gelu'(inp) * dout (NULL: nothing to do); inp, dout (N). */
 template <typename F>
-static inline cudaError_t ddp_gelu_backward_gpu(ddp_kernels_ctx *ctx, F *dinp, const F *inp, const F *dout, size_t N,
-                                         cudaStream_t stream)
+static inline cudaError_t ddp_gelu_backward_gpu(ddp_kernels_ctx *ctx, typename ddp__same<F>::type *dinp, const F *inp,
+                                         const F *dout, size_t N, cudaStream_t stream)
 {
     (void)ctx;
     constexpr int n = ddp__pack<F>::n;
-    if (N == 0) return cudaSuccess;
+    if (N == 0 || !dinp) return cudaSuccess;
     const bool vec = ddp__aligned16(dinp) && ddp__aligned16(inp) && ddp__aligned16(dout);
     ddp__gelu_backward_kernel<<<ddp__blocks(N, 256 * n), 256, 0, stream>>>(dinp, inp, dout, (long)N, vec);
     return cudaGetLastError();
@@ -1666,14 +1869,18 @@ static __global__ void ddp__residual_backward_kernel(F *dinp1, F *dinp2, const F
     if (i >= N) return;
     float d[n], g[n];
     ddp__load(d, dout, i, N, vec);
-    ddp__load(g, dinp1, i, N, vec);
+    if (dinp1) {
+        ddp__load(g, dinp1, i, N, vec);
 #pragma unroll
-    for (int k = 0; k < n; k++) g[k] += d[k];
-    ddp__store(dinp1, g, i, N, vec);
-    ddp__load(g, dinp2, i, N, vec);
+        for (int k = 0; k < n; k++) g[k] += d[k];
+        ddp__store(dinp1, g, i, N, vec);
+    }
+    if (dinp2) {
+        ddp__load(g, dinp2, i, N, vec);
 #pragma unroll
-    for (int k = 0; k < n; k++) g[k] += d[k];
-    ddp__store(dinp2, g, i, N, vec);
+        for (int k = 0; k < n; k++) g[k] += d[k];
+        ddp__store(dinp2, g, i, N, vec);
+    }
 }
 
 /* out (N) = inp1 (N) + inp2 (N) */
@@ -1689,14 +1896,15 @@ static inline cudaError_t ddp_residual_forward_gpu(ddp_kernels_ctx *ctx, F *out,
     return cudaGetLastError();
 }
 
-/* dinp1 (N) +=, dinp2 (N) += dout (N) */
+/* dinp1 (N) +=, dinp2 (N) += dout (N); either may be NULL (not needed) */
 template <typename F>
-static inline cudaError_t ddp_residual_backward_gpu(ddp_kernels_ctx *ctx, F *dinp1, F *dinp2, const F *dout, size_t N,
+static inline cudaError_t ddp_residual_backward_gpu(ddp_kernels_ctx *ctx, typename ddp__same<F>::type *dinp1,
+                                             typename ddp__same<F>::type *dinp2, const F *dout, size_t N,
                                              cudaStream_t stream)
 {
     (void)ctx;
     constexpr int n = ddp__pack<F>::n;
-    if (N == 0) return cudaSuccess;
+    if (N == 0 || (!dinp1 && !dinp2)) return cudaSuccess;
     const bool vec = ddp__aligned16(dinp1) && ddp__aligned16(dinp2) && ddp__aligned16(dout);
     ddp__residual_backward_kernel<<<ddp__blocks(N, 256 * n), 256, 0, stream>>>(dinp1, dinp2, dout, (long)N, vec);
     return cudaGetLastError();
@@ -1790,12 +1998,12 @@ static inline cudaError_t ddp_crossentropy_forward_backward_gpu(ddp_kernels_ctx 
 
 /* ---- AdamW -------------------------------------------------------------- */
 template <typename F>
-static __global__ void ddp__adamw_kernel(F *params, float *master, const F *grads, float *m, float *v, long N,
+static __global__ void ddp__adamw_kernel(F *params, float *master, const float *grads, float *m, float *v, long N,
                                          float lr, float beta1, float beta2, float eps, float wd, float c1, float c2)
 {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
-    const float g = ddp__f(grads[i]);
+    const float g = grads[i];
     float p = master ? master[i] : ddp__f(params[i]);
     const float mi = beta1 * m[i] + (1.0f - beta1) * g, vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     p -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p);
@@ -1805,11 +2013,12 @@ static __global__ void ddp__adamw_kernel(F *params, float *master, const F *grad
     params[i] = ddp__to<F>(p);
 }
 
-/* One step on params (N); grads (N); m, v (N) fp32; step t from 1; then the GPU-only
-   master (N): fp32 master copy that params mirrors (rounded to F), or NULL to update
-   params directly. Same order as ddp_adamw_update_cpu up to t. */
+/* One step on params (N); grads (N) fp32, as the backward launchers produce them; m, v
+   (N) fp32; step t from 1; then the GPU-only master (N): fp32 master copy that params
+   mirrors (rounded to F), or NULL to update params directly. Same order as
+   ddp_adamw_update_cpu up to t. */
 template <typename F>
-static inline cudaError_t ddp_adamw_update_gpu(ddp_kernels_ctx *ctx, F *params, const F *grads, float *m, float *v,
+static inline cudaError_t ddp_adamw_update_gpu(ddp_kernels_ctx *ctx, F *params, const float *grads, float *m, float *v,
                                         size_t N, float lr, float beta1, float beta2, float eps, float weight_decay,
                                         int t, float *master, cudaStream_t stream)
 {

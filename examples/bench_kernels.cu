@@ -96,7 +96,10 @@ int main()
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     ddp_kernels_ctx k;
-    CHECK_CUDA(ddp_kernels_init(&k));
+    if (ddp_kernels_init(&k) != cudaSuccess) {
+        fprintf(stderr, "ddp_kernels_init: %s\n", ddp_kernels_error(&k));
+        return 1;
+    }
     const cudaStream_t s = 0;
     const double E = sizeof(bf16), act = (double)BT * C * E; /* one (B,T,C) bf16 tensor */
 
@@ -126,12 +129,14 @@ int main()
     bf16 *wte = make<bf16>((size_t)V * C, 0.02f), *wpe = make<bf16>((size_t)T * C, 0.02f);
     bf16 *x = make<bf16>((size_t)BT * C, 1), *y = make<bf16>((size_t)BT * C, 1), *dx = make<bf16>((size_t)BT * C, 0);
     bf16 *dy = make<bf16>((size_t)BT * C, 1), *dx2 = make<bf16>((size_t)BT * C, 0);
-    bf16 *lnw = make<bf16>(C, 1), *lnb = make<bf16>(C, 0.1f), *dlnw = make<bf16>(C, 0), *dlnb = make<bf16>(C, 0);
-    bf16 *dwte = make<bf16>((size_t)V * C, 0), *dwpe = make<bf16>((size_t)T * C, 0);
+    /* parameter gradients are fp32 whatever the activation type */
+    bf16 *lnw = make<bf16>(C, 1), *lnb = make<bf16>(C, 0.1f);
+    float *dlnw = make<float>(C, 0), *dlnb = make<float>(C, 0);
+    float *dwte = make<float>((size_t)V * C, 0), *dwpe = make<float>((size_t)T * C, 0);
     bf16 *qkv = make<bf16>((size_t)BT * 3 * C, 1), *dqkv = make<bf16>((size_t)BT * 3 * C, 0);
     bf16 *h4 = make<bf16>((size_t)BT * 4 * C, 1), *g4 = make<bf16>((size_t)BT * 4 * C, 1), *dh4 = make<bf16>((size_t)BT * 4 * C, 0);
     bf16 *w = make<bf16>((size_t)4 * C * C, 0.02f), *bias = make<bf16>(4 * C, 0.02f);
-    bf16 *dw = make<bf16>((size_t)4 * C * C, 0), *dbias = make<bf16>(4 * C, 0);
+    float *dw = make<float>((size_t)4 * C * C, 0), *dbias = make<float>(4 * C, 0);
     bf16 *logits = make<bf16>((size_t)BT * V, 2), *dlogits = make<bf16>((size_t)BT * V, 0);
     float *mean = make<float>(BT, 0), *rstd = make<float>(BT, 1), *lse = make<float>((size_t)B * NH * T, 0);
     float *losses = make<float>(BT, 0), *loss = make<float>(1, 0), *norm = make<float>(1, 0);
@@ -142,7 +147,7 @@ int main()
     us = time_us([&] { return ddp_embedding_forward_gpu(&k, x, tokens, wte, wpe, B, T, C, s); });
     row_bw("embedding.forward", shape, us, 3 * act);
     us = time_us([&] { return ddp_embedding_backward_gpu(&k, dwte, dwpe, dy, tokens, B, T, C, s); });
-    row_bw("embedding.backward", shape, us, 2 * act + 2.0 * T * C * E + 2 * act);
+    row_bw("embedding.backward", shape, us, 2 * act + 2.0 * T * C * 4 + 2 * act * 4 / E);
 
     CHECK_CUDA(ddp_layernorm_forward_gpu(&k, y, mean, rstd, x, lnw, lnb, B, T, C, s));
     us = time_us([&] { return ddp_layernorm_forward_gpu(&k, y, mean, rstd, x, lnw, lnb, B, T, C, s); });
@@ -198,16 +203,17 @@ int main()
     row_bw("crossentropy.fwd+bwd", shape, us, 2.0 * BT * V * E);
 
     {
-        bf16 *p = make<bf16>(NPARAMS, 0.02f), *g = make<bf16>(NPARAMS, 0.01f);
+        bf16 *p = make<bf16>(NPARAMS, 0.02f);
+        float *g = make<float>(NPARAMS, 0.01f);
         float *master = make<float>(NPARAMS, 0.02f), *m = make<float>(NPARAMS, 0), *v = make<float>(NPARAMS, 0);
         snprintf(shape, sizeof shape, "N=%zu", NPARAMS);
         us = time_us([&] { return ddp_adamw_update_gpu(&k, p, g, m, v, NPARAMS, 6e-4f, 0.9f, 0.95f, 1e-8f,
                                                        0.1f, 1, master, s); }, 7);
-        row_bw("adamw.update", shape, us, NPARAMS * (2.0 + 2.0 + 3 * 4.0 + 3 * 4.0 + 2.0));
+        row_bw("adamw.update", shape, us, NPARAMS * (2.0 + 2.0 + 3 * 4.0 + 3 * 4.0 + 4.0));
         us = time_us([&] { return ddp_global_norm_gpu(&k, norm, g, NPARAMS, s); }, 7);
-        row_bw("grad_norm", shape, us, NPARAMS * 2.0);
+        row_bw("grad_norm", shape, us, NPARAMS * 4.0);
         us = time_us([&] { return ddp_clip_by_norm_gpu(&k, g, NPARAMS, 1e-3f, norm, s); }, 7); /* always clips */
-        row_bw("grad_clip", shape, us, NPARAMS * 4.0);
+        row_bw("grad_clip", shape, us, NPARAMS * 8.0);
         cudaFree(p); cudaFree(g); cudaFree(master); cudaFree(m); cudaFree(v);
     }
     ddp_kernels_destroy(&k);

@@ -4,8 +4,10 @@
    tiles with a partial one (head size 64), and head size 128. bf16 inputs are rounded
    first and the CPU twin sees the same rounded values. Outputs are poisoned with 0xFF
    bytes (NaN) before each run; gradients start from random values, so "+=" is checked.
-   Every backward also runs twice: the results must be bitwise equal.
-   Without a GPU every check prints SKIP and the program exits 0. */
+   Every backward also runs twice: the results must be bitwise equal. Parameter
+   gradients are fp32 in both modes (the launchers take float* for them).
+   Without a GPU, ddp_kernels_init must fail and name the cause; every other check
+   prints SKIP with that cause (FAIL under DDP_REQUIRE_GPU=1, see test_gpu_ready). */
 #include "ddp_kernels.cuh"
 #include "tests/test.h"
 #include <math.h>
@@ -99,6 +101,14 @@ struct Bufs {
     }
 };
 
+/* A device buffer of either type, for checks whose gradients mix F and fp32. */
+struct Dev {
+    void *p;
+    bool bf16;
+    Dev(float *q) : p(q), bf16(false) {}
+    Dev(__nv_bfloat16 *q) : p(q), bf16(true) {}
+};
+
 template <typename F> static cudaError_t reload(F *d, const std::vector<float> &h)
 {
     std::vector<F> t(h.size());
@@ -120,10 +130,20 @@ template <typename F> static cudaError_t down(std::vector<float> &h, const F *d,
 #define ALLOCATED(...) do { if (!(__VA_ARGS__)) { r->err = INFINITY; r->why = "cudaMalloc failed"; return; } } while (0)
 #define WORST(gpu, ref) (r->err = fmax(r->err, relerr(gpu, ref)))
 
+static cudaError_t reload(Dev d, const std::vector<float> &h)
+{
+    return d.bf16 ? reload((__nv_bfloat16 *)d.p, h) : reload((float *)d.p, h);
+}
+
+static cudaError_t down(std::vector<float> &h, Dev d, size_t n)
+{
+    return d.bf16 ? down(h, (const __nv_bfloat16 *)d.p, n) : down(h, (const float *)d.p, n);
+}
+
 /* Runs a backward from freshly loaded gradients twice; keeps the first result in
    out and records whether the second matched it bit for bit. */
-template <typename F, typename Run>
-static cudaError_t twice(Result *r, Run run, std::vector<F *> grads, std::vector<std::vector<float>> init,
+template <typename Run>
+static cudaError_t twice(Result *r, Run run, std::vector<Dev> grads, std::vector<std::vector<float>> init,
                          std::vector<std::vector<float>> &out)
 {
     std::vector<std::vector<float>> again(grads.size());
@@ -135,9 +155,10 @@ static cudaError_t twice(Result *r, Run run, std::vector<F *> grads, std::vector
         for (size_t i = 0; i < grads.size() && !e; i++) e = down(pass ? again[i] : out[i], grads[i], init[i].size());
         if (e) return e;
     }
-    r->same = 1;
+    int same = 1;
     for (size_t i = 0; i < grads.size(); i++)
-        r->same &= memcmp(out[i].data(), again[i].data(), out[i].size() * sizeof(float)) == 0;
+        same &= memcmp(out[i].data(), again[i].data(), out[i].size() * sizeof(float)) == 0;
+    r->same = r->same != 0 && same; /* a check may call twice() more than once */
     return cudaSuccess;
 }
 
@@ -164,11 +185,12 @@ template <typename F> static void t_embedding_bwd(const Shape &s, Result *r)
     const int BT = s.B * s.T;
     auto gout = rnd((size_t)BT * s.C, 1), gwte = rnd((size_t)s.V * s.C, 1), gwpe = rnd((size_t)s.T * s.C, 1);
     auto tok = rnd_int(BT, s.V < 13 ? s.V : 13); /* long runs of repeated tokens */
-    F *dgout = m.up<F>(gout), *dgwte = m.up<F>(gwte), *dgwpe = m.up<F>(gwpe);
+    F *dgout = m.up<F>(gout);
+    float *dgwte = m.up<float>(gwte), *dgwpe = m.up<float>(gwpe);
     int *dtok = m.up_int(tok);
     ALLOCATED(dgout && dgwte && dgwpe && dtok);
     std::vector<std::vector<float>> got;
-    CK(twice<F>(r, [&] { return ddp_embedding_backward_gpu(&g_ctx, dgwte, dgwpe, dgout, dtok, s.B, s.T, s.C, 0); },
+    CK(twice(r, [&] { return ddp_embedding_backward_gpu(&g_ctx, dgwte, dgwpe, dgout, dtok, s.B, s.T, s.C, 0); },
                 {dgwte, dgwpe}, {gwte, gwpe}, got));
     ddp_embedding_backward_cpu(gwte.data(), gwpe.data(), gout.data(), tok.data(), s.B, s.T, s.C);
     WORST(got[0], gwte);
@@ -200,20 +222,28 @@ template <typename F> static void t_layernorm_bwd(const Shape &s, Result *r)
     auto gx = rnd(N, 1), gw = rnd(s.C, 1), gb = rnd(s.C, 1);
     std::vector<float> out(N), mean(BT), rstd(BT);
     F *dx = m.up<F>(x), *dw = m.up<F>(w), *dgout = m.up<F>(gout);
-    F *dgx = m.up<F>(gx), *dgw = m.up<F>(gw), *dgb = m.up<F>(gb);
+    F *dgx = m.up<F>(gx);
+    float *dgw = m.up<float>(gw), *dgb = m.up<float>(gb);
     m.up<F>(b); /* rounds b like the others */
     ddp_layernorm_forward_cpu(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), s.B, s.T, s.C);
     float *dmean = m.up<float>(mean), *drstd = m.up<float>(rstd);
     ALLOCATED(dx && dw && dgout && dgx && dgw && dgb && dmean && drstd);
     std::vector<std::vector<float>> got;
-    CK(twice<F>(r, [&] { return ddp_layernorm_backward_gpu(&g_ctx, dgx, dgw, dgb, dgout, dx, dw, dmean, drstd,
+    CK(twice(r, [&] { return ddp_layernorm_backward_gpu(&g_ctx, dgx, dgw, dgb, dgout, dx, dw, dmean, drstd,
                                                             s.B, s.T, s.C, 0); },
                 {dgx, dgw, dgb}, {gx, gw, gb}, got));
+    /* without dinp (a first layer): the same parameter gradients */
+    std::vector<std::vector<float>> got2;
+    CK(twice(r, [&] { return ddp_layernorm_backward_gpu(&g_ctx, (F *)NULL, dgw, dgb, dgout, dx, dw, dmean, drstd,
+                                                      s.B, s.T, s.C, 0); },
+             {dgw, dgb}, {gw, gb}, got2));
     ddp_layernorm_backward_cpu(gx.data(), gw.data(), gb.data(), gout.data(), x.data(), w.data(), mean.data(),
                                rstd.data(), s.B, s.T, s.C);
     WORST(got[0], gx);
     WORST(got[1], gw);
     WORST(got[2], gb);
+    WORST(got2[0], gw);
+    WORST(got2[1], gb);
 }
 
 template <typename F> static void t_matmul_fwd(const Shape &s, Result *r)
@@ -240,15 +270,47 @@ template <typename F> static void t_matmul_bwd(const Shape &s, Result *r)
     auto x = rnd((size_t)BT * s.C, 1), w = rnd((size_t)s.OC * s.C, 1), gout = rnd((size_t)BT * s.OC, 1);
     auto gx = rnd(x.size(), 1), gw = rnd(w.size(), 1), gb = rnd(s.OC, 1);
     F *dx = m.up<F>(x), *dw = m.up<F>(w), *dgout = m.up<F>(gout);
-    F *dgx = m.up<F>(gx), *dgw = m.up<F>(gw), *dgb = m.up<F>(gb);
+    F *dgx = m.up<F>(gx);
+    float *dgw = m.up<float>(gw), *dgb = m.up<float>(gb);
     ALLOCATED(dx && dw && dgout && dgx && dgw && dgb);
-    std::vector<std::vector<float>> got;
-    CK(twice<F>(r, [&] { return ddp_matmul_backward_gpu(&g_ctx, dgx, dgw, dgb, dgout, dx, dw, s.B, s.T, s.C, s.OC, 0); },
+    std::vector<std::vector<float>> got, got2;
+    CK(twice(r, [&] { return ddp_matmul_backward_gpu(&g_ctx, dgx, dgw, dgb, dgout, dx, dw, s.B, s.T, s.C, s.OC, 0); },
                 {dgx, dgw, dgb}, {gx, gw, gb}, got));
+    /* without dinp (a first layer): the same parameter gradients */
+    CK(twice(r, [&] { return ddp_matmul_backward_gpu(&g_ctx, (F *)NULL, dgw, dgb, dgout, dx, dw, s.B, s.T, s.C, s.OC, 0); },
+                {dgw, dgb}, {gw, gb}, got2));
     ddp_matmul_backward_cpu(gx.data(), gw.data(), gb.data(), gout.data(), x.data(), w.data(), s.B, s.T, s.C, s.OC);
     WORST(got[0], gx);
     WORST(got[1], gw);
     WORST(got[2], gb);
+    WORST(got2[0], gw);
+    WORST(got2[1], gb);
+}
+
+/* The tied lm_head at an unpadded GPT-2 vocabulary (50257): bf16 rows of 50257
+   elements are not 16-byte aligned, which cuBLASLt may decline; the launchers then
+   take cublasGemmEx. The fp32 weight gradient beside bf16 activations too. */
+template <typename F> static void t_matmul_vocab(const Shape &, Result *r)
+{
+    Bufs m;
+    const int B = 1, T = 6, C = 64, V = 50257, BT = B * T;
+    auto x = rnd((size_t)BT * C, 1), w = rnd((size_t)V * C, 1), gout = rnd((size_t)BT * V, 1);
+    auto gx = rnd(x.size(), 1), gw = rnd(w.size(), 1);
+    F *dx = m.up<F>(x), *dw = m.up<F>(w), *dgout = m.up<F>(gout), *dout = m.alloc<F>((size_t)BT * V);
+    F *dgx = m.up<F>(gx);
+    float *dgw = m.up<float>(gw);
+    ALLOCATED(dx && dw && dgout && dout && dgx && dgw);
+    CK(ddp_matmul_forward_gpu(&g_ctx, dout, dx, dw, NULL, B, T, C, V, 0));
+    std::vector<std::vector<float>> got;
+    CK(twice(r, [&] { return ddp_matmul_backward_gpu(&g_ctx, dgx, dgw, (float *)NULL, dgout, dx, dw, B, T, C, V, 0); },
+             {dgx, dgw}, {gx, gw}, got));
+    std::vector<float> out((size_t)BT * V), fwd;
+    ddp_matmul_forward_cpu(out.data(), x.data(), w.data(), NULL, B, T, C, V);
+    ddp_matmul_backward_cpu(gx.data(), gw.data(), NULL, gout.data(), x.data(), w.data(), B, T, C, V);
+    CK(down(fwd, dout, out.size()));
+    WORST(fwd, out);
+    WORST(got[0], gx);
+    WORST(got[1], gw);
 }
 
 template <typename F> static void t_attention_fwd(const Shape &s, Result *r)
@@ -278,10 +340,34 @@ template <typename F> static void t_attention_bwd(const Shape &s, Result *r)
     float *dlse = m.up<float>(lse);
     ALLOCATED(dx && dgout && dgx && dout && dlse);
     std::vector<std::vector<float>> got;
-    CK(twice<F>(r, [&] { return ddp_attention_backward_gpu(&g_ctx, dgx, dgout, dx, dout, dlse, s.B, s.T, s.C, s.NH, 0); },
+    CK(twice(r, [&] { return ddp_attention_backward_gpu(&g_ctx, dgx, dgout, dx, dout, dlse, s.B, s.T, s.C, s.NH, 0); },
                 {dgx}, {gx}, got));
+    CK(ddp_attention_backward_gpu(&g_ctx, (F *)NULL, dgout, dx, dout, dlse, s.B, s.T, s.C, s.NH, 0)); /* no-op */
     ddp_attention_backward_cpu(gx.data(), gout.data(), x.data(), out.data(), lse.data(), s.B, s.T, s.C, s.NH);
     WORST(got[0], gx);
+}
+
+/* More heads than grid.y allows (B*NH = 70000 > 65535), head size 4, T = 3: the
+   grid puts heads in x. */
+template <typename F> static void t_attention_many_heads(const Shape &, Result *r)
+{
+    Bufs m;
+    const int B = 35000, T = 3, NH = 2, C = 8, BT = B * T;
+    auto x = rnd((size_t)BT * 3 * C, 2), gout = rnd((size_t)BT * C, 1), gx = rnd(x.size(), 1);
+    F *dx = m.up<F>(x), *dout = m.alloc<F>((size_t)BT * C), *dgout = m.up<F>(gout), *dgx = m.up<F>(gx);
+    float *dlse = m.alloc<float>((size_t)B * NH * T);
+    ALLOCATED(dx && dout && dgout && dgx && dlse);
+    CK(ddp_attention_forward_gpu(&g_ctx, dout, dlse, dx, B, T, C, NH, 0));
+    std::vector<float> out((size_t)BT * C), lse((size_t)B * NH * T), got;
+    ddp_attention_forward_cpu(out.data(), lse.data(), x.data(), B, T, C, NH);
+    CK(down(got, dout, out.size())); WORST(got, out);
+    CK(down(got, dlse, lse.size())); WORST(got, lse);
+    F *dout_ref = m.up<F>(out);
+    float *dlse_ref = m.up<float>(lse);
+    ALLOCATED(dout_ref && dlse_ref);
+    CK(ddp_attention_backward_gpu(&g_ctx, dgx, dgout, dx, dout_ref, dlse_ref, B, T, C, NH, 0));
+    ddp_attention_backward_cpu(gx.data(), gout.data(), x.data(), out.data(), lse.data(), B, T, C, NH);
+    CK(down(got, dgx, gx.size())); WORST(got, gx);
 }
 
 template <typename F> static void t_gelu_fwd(const Shape &s, Result *r)
@@ -305,7 +391,8 @@ template <typename F> static void t_gelu_bwd(const Shape &s, Result *r)
     F *dx = m.up<F>(x), *dgout = m.up<F>(gout), *dgx = m.up<F>(gx);
     ALLOCATED(dx && dgout && dgx);
     std::vector<std::vector<float>> got;
-    CK(twice<F>(r, [&] { return ddp_gelu_backward_gpu(&g_ctx, dgx, dx, dgout, N, 0); }, {dgx}, {gx}, got));
+    CK(twice(r, [&] { return ddp_gelu_backward_gpu(&g_ctx, dgx, dx, dgout, N, 0); }, {dgx}, {gx}, got));
+    CK(ddp_gelu_backward_gpu(&g_ctx, (F *)NULL, dx, dgout, N, 0)); /* NULL: nothing to do */
     ddp_gelu_backward_cpu(gx.data(), x.data(), gout.data(), N);
     WORST(got[0], gx);
 }
@@ -331,10 +418,13 @@ template <typename F> static void t_residual_bwd(const Shape &s, Result *r)
     F *dgout = m.up<F>(gout), *dga = m.up<F>(ga), *dgb = m.up<F>(gb);
     ALLOCATED(dgout && dga && dgb);
     std::vector<std::vector<float>> got;
-    CK(twice<F>(r, [&] { return ddp_residual_backward_gpu(&g_ctx, dga, dgb, dgout, N, 0); }, {dga, dgb}, {ga, gb}, got));
+    CK(twice(r, [&] { return ddp_residual_backward_gpu(&g_ctx, dga, dgb, dgout, N, 0); }, {dga, dgb}, {ga, gb}, got));
+    std::vector<std::vector<float>> got2;
+    CK(twice(r, [&] { return ddp_residual_backward_gpu(&g_ctx, (F *)NULL, dgb, dgout, N, 0); }, {dgb}, {gb}, got2));
     ddp_residual_backward_cpu(ga.data(), gb.data(), gout.data(), N);
     WORST(got[0], ga);
     WORST(got[1], gb);
+    WORST(got2[0], gb);
 }
 
 template <typename F> static void t_crossentropy(const Shape &s, Result *r)
@@ -350,7 +440,7 @@ template <typename F> static void t_crossentropy(const Shape &s, Result *r)
     ALLOCATED(dlogits && dgrad && dtgt && dlosses && dloss);
     std::vector<float> grad(logits.size()), losses(BT), loss(1);
     std::vector<std::vector<float>> got;
-    CK(twice<float>(r, [&] {
+    CK(twice(r, [&] {
         cudaError_t e = cudaMemset(dgrad, 0xFF, grad.size() * sizeof(F));
         return e ? e : ddp_crossentropy_forward_backward_gpu(&g_ctx, dloss, dlosses, dgrad, dlogits, dtgt, s.B, s.T,
                                                              s.V, -1, 0.5f, 0);
@@ -374,8 +464,8 @@ template <typename F> static void t_adamw(const Shape &s, Result *r)
     const size_t N = (size_t)s.OC * s.C + 7;
     auto p = rnd(N, 1), g = rnd(N, 1), mo = rnd(N, 0.1f), v = rnd(N, 0.01f);
     for (float &x : v) x = fabsf(x);
-    F *dp = m.up<F>(p), *dg = m.up<F>(g);
-    float *dmaster = m.up<float>(p), *dm = m.up<float>(mo), *dv = m.up<float>(v);
+    F *dp = m.up<F>(p);
+    float *dg = m.up<float>(g), *dmaster = m.up<float>(p), *dm = m.up<float>(mo), *dv = m.up<float>(v);
     ALLOCATED(dp && dg && dmaster && dm && dv);
     /* fp32 updates params in place; bf16 keeps an fp32 master copy */
     float *master = sizeof(F) == 4 ? NULL : dmaster;
@@ -400,7 +490,7 @@ template <typename F> static void t_grad_norm_clip(const Shape &s, Result *r)
     ALLOCATED(dg && dnorm);
     std::vector<float> norm(1);
     std::vector<std::vector<float>> got;
-    CK(twice<float>(r, [&] { return ddp_global_norm_gpu(&g_ctx, dnorm, dg, N, 0); }, {dnorm}, {norm}, got));
+    CK(twice(r, [&] { return ddp_global_norm_gpu(&g_ctx, dnorm, dg, N, 0); }, {dnorm}, {norm}, got));
     ddp_global_norm_cpu(norm.data(), g.data(), N);
     WORST(got[0], norm);
     const float max_norm = norm[0] / 3; /* clipping happens */
@@ -424,34 +514,52 @@ static const Check checks[] = {
     CASE("crossentropy", t_crossentropy),        CASE("adamw", t_adamw),
     CASE("grad_norm_clip", t_grad_norm_clip),
 };
+/* checks with their own shapes, run once */
+static const Check once[] = {
+    CASE("matmul.vocab50257", t_matmul_vocab), CASE("attention.many_heads", t_attention_many_heads),
+};
 /* the checks whose backward runs twice, for the determinism lines */
-static bool reruns(const char *name) { return strstr(name, "backward") || !strcmp(name, "crossentropy") || !strcmp(name, "grad_norm_clip"); }
+static bool reruns(const char *name)
+{
+    return strstr(name, "backward") || strstr(name, "vocab") || !strcmp(name, "crossentropy") ||
+           !strcmp(name, "grad_norm_clip");
+}
+
+static void run_check(const Check &c, const Shape &s, const char *shape_name, bool run, const char *why)
+{
+    for (int bf = 0; bf < 2; bf++) {
+        char name[160], det[180];
+        snprintf(name, sizeof name, "kernels_gpu.%s.%s.%s", c.name, bf ? "bf16" : "fp32", shape_name);
+        snprintf(det, sizeof det, "%s.deterministic", name);
+        if (!run) {
+            test_skip(name, why);
+            if (reruns(c.name)) test_skip(det, why);
+            continue;
+        }
+        Result r;
+        const double tol = bf ? 1e-2 : 1e-5;
+        (bf ? c.bf16 : c.fp32)(s, &r);
+        CHECK(name, r.err <= tol, "relative error %.3g > %.0e %s", r.err, tol, r.why);
+        if (reruns(c.name)) CHECK(det, r.same == 1, "second run differs (%d) %s", r.same, r.why);
+    }
+}
 
 int main()
 {
-    int ndev = 0;
-    const bool gpu = cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0;
-    const char *why = "no CUDA device";
-    cudaError_t e = cudaSuccess;
-    if (gpu && (e = ddp_kernels_init(&g_ctx)) != cudaSuccess) why = cudaGetErrorString(e);
+    const bool gpu = test_gpu_ready("kernels_gpu.device") != 0;
+    const cudaError_t e = ddp_kernels_init(&g_ctx);
     const bool run = gpu && e == cudaSuccess;
+    char why[400];
+    snprintf(why, sizeof why, "%s", e == cudaSuccess ? "no usable CUDA device (see kernels_gpu.device)" : ddp_kernels_error(&g_ctx));
+    if (gpu)
+        CHECK("kernels_gpu.init", e == cudaSuccess && !ddp_kernels_error(&g_ctx)[0], "%s: %s", cudaGetErrorString(e),
+              ddp_kernels_error(&g_ctx));
+    else /* without a device, init fails and says why, with the versions */
+        CHECK("kernels_gpu.init_names_the_cause", e != cudaSuccess && strstr(why, "no CUDA device: cudaGetDeviceCount") &&
+              strstr(why, "driver") && strstr(why, "runtime"), "init returned %d, message '%s'", (int)e, why);
     for (const Shape &s : shapes)
-        for (const Check &c : checks)
-            for (int bf = 0; bf < 2; bf++) {
-                char name[160], det[180];
-                snprintf(name, sizeof name, "kernels_gpu.%s.%s.%s", c.name, bf ? "bf16" : "fp32", s.name);
-                snprintf(det, sizeof det, "%s.deterministic", name);
-                if (!run) {
-                    test_skip(name, why);
-                    if (reruns(c.name)) test_skip(det, why);
-                    continue;
-                }
-                Result r;
-                const double tol = bf ? 1e-2 : 1e-5;
-                (bf ? c.bf16 : c.fp32)(s, &r);
-                CHECK(name, r.err <= tol, "relative error %.3g > %.0e %s", r.err, tol, r.why);
-                if (reruns(c.name)) CHECK(det, r.same == 1, "second run differs (%d) %s", r.same, r.why);
-            }
-    if (run) ddp_kernels_destroy(&g_ctx);
+        for (const Check &c : checks) run_check(c, s, s.name, run, why);
+    for (const Check &c : once) run_check(c, shapes[0], "own_shape", run, why);
+    if (e == cudaSuccess) ddp_kernels_destroy(&g_ctx);
     TEST_EXIT();
 }
