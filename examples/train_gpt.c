@@ -28,7 +28,9 @@
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "ddp_kernels.cuh"
+#include "safetensors.h" /* st_read, st_write_file: checkpoints */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -700,38 +702,13 @@ typedef struct dataset {
 
 static size_t num_windows(size_t n_tokens, int T) { return n_tokens > (size_t)T ? (n_tokens - 1) / (size_t)T : 0; }
 
-static unsigned char *read_file(const char *path, size_t *size, char *err, size_t errsize)
-{
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf = NULL;
-    long n;
-    if (!f) {
-        snprintf(err, errsize, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        snprintf(err, errsize, "%s: cannot read (not a regular file?)", path);
-        fclose(f);
-        return NULL;
-    }
-    buf = (unsigned char *)malloc((size_t)n + 1);
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        snprintf(err, errsize, "%s: %s", path, buf ? "read failed" : "out of memory");
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
-}
-
 /* Appends the tokens of one file: llm.c token shards (a header of 256 int32: magic
    20240520, version 1, token count; then uint16 tokens), nanoGPT's headerless uint16
    .bin, or any other file as bytes (byte-level tokens). */
 static int load_tokens(dataset *d, const char *path, int vocab, char *err, size_t errsize)
 {
     size_t size, n, i, ext = strlen(path);
-    unsigned char *buf = read_file(path, &size, err, errsize);
+    unsigned char *buf = st_read_file(path, &size, err, errsize);
     int32_t header[3] = {0, 0, 0};
     const unsigned char *p;
     int *grown;
@@ -854,365 +831,6 @@ static void fill_batch(gpt *g, const int *split, const size_t *windows, int B)
             g->a.targets[b * T + t] = w[t + 1];
         }
     }
-}
-
-/* ---- checkpoints: safetensors ---------------------------------------------------------
-   An 8-byte little-endian header length N, N bytes of JSON (padded with spaces to a
-   multiple of 8), then the raw data. Every parameter under its GPT-2 name, AdamW's
-   moments as opt.m.<name> and opt.v.<name>, and in __metadata__ the step, seed and
-   model shape. Loads with safetensors.torch.load_file (weights are (out, in) as in
-   torch.nn.Linear; HF's GPT-2 Conv1D stores them transposed). Written by rank 0 to
-   FILE.tmp, flushed, fsync'ed and renamed, so FILE is always whole. */
-typedef struct text {
-    char *s;
-    size_t len, cap;
-    int ok;
-} text;
-
-static void put(text *t, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-    va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || !t->ok) {
-        t->ok = 0;
-        return;
-    }
-    if (t->len + (size_t)n + 1 > t->cap) {
-        size_t cap = 2 * (t->len + (size_t)n + 1);
-        char *s = (char *)realloc(t->s, cap);
-        if (!s) {
-            t->ok = 0;
-            return;
-        }
-        t->s = s;
-        t->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
-    va_end(ap);
-    t->len += (size_t)n;
-}
-
-static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t seed, int world_size, char *err,
-                           size_t errsize)
-{
-    static const char *const prefix[3] = {"", "opt.m.", "opt.v."};
-    const float *arrays[3] = {g->params, g->m, g->v};
-    const size_t bytes = g->num_params * sizeof(float);
-    char tmp[4200];
-    text h;
-    uint64_t hlen;
-    unsigned char len8[8];
-    FILE *f;
-    int i, k, ok;
-    memset(&h, 0, sizeof h);
-    h.ok = 1;
-    put(&h, "{\"__metadata__\":{\"format\":\"pt\",\"step\":\"%d\",\"seed\":\"%llu\",\"layers\":\"%d\",\"heads\":\"%d\","
-            "\"dim\":\"%d\",\"ctx\":\"%d\",\"vocab\":\"%d\",\"world_size\":\"%d\",\"lm_head\":\"tied to wte.weight\"}",
-        step, (unsigned long long)seed, g->cfg.layers, g->cfg.heads, g->cfg.dim, g->cfg.ctx, g->cfg.vocab, world_size);
-    for (k = 0; k < 3; k++)
-        for (i = 0; i < g->num_tensors; i++) {
-            const tensor *t = &g->tensors[i];
-            size_t begin = k * bytes + t->offset * sizeof(float);
-            put(&h, ",\"%s%s\":{\"dtype\":\"F32\",\"shape\":[%d", prefix[k], t->name, t->shape[0]);
-            if (t->ndim == 2) put(&h, ",%d", t->shape[1]);
-            put(&h, "],\"data_offsets\":[%zu,%zu]}", begin, begin + t->numel * sizeof(float));
-        }
-    put(&h, "}");
-    while (h.ok && h.len % 8) put(&h, " ");
-    if (!h.ok) {
-        snprintf(err, errsize, "%s: out of memory for the header", path);
-        free(h.s);
-        return 0;
-    }
-    hlen = h.len;
-    for (i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (!(f = fopen(tmp, "wb"))) {
-        snprintf(err, errsize, "cannot write checkpoint %.500s.tmp: %s", path, strerror(errno));
-        free(h.s);
-        return 0;
-    }
-    /* the data is written as this machine stores floats: little-endian on x86 and ARM */
-    ok = fwrite(len8, 8, 1, f) == 1 && fwrite(h.s, 1, h.len, f) == h.len;
-    for (k = 0; k < 3; k++) ok = ok && fwrite(arrays[k], sizeof(float), g->num_params, f) == g->num_params;
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok) {
-        snprintf(err, errsize, "cannot write checkpoint %.500s.tmp: %s", path, strerror(errno));
-    } else if (rename(tmp, path) != 0) {
-        snprintf(err, errsize, "cannot rename %.500s.tmp to %.500s: %s", path, path, strerror(errno));
-        ok = 0;
-    }
-    if (!ok) remove(tmp);
-    free(h.s);
-    return ok;
-}
-
-/* A parsed safetensors file: the header's tensors and metadata, and the data. */
-typedef struct st_tensor {
-    char name[96], dtype[16];
-    int ndim;
-    uint64_t shape[8], begin, end;
-} st_tensor;
-
-typedef struct st_file {
-    unsigned char *bytes;
-    const unsigned char *data;
-    size_t size, data_size;
-    st_tensor *t;
-    int n, cap;
-    char meta_key[32][32], meta_val[32][128];
-    int n_meta;
-} st_file;
-
-/* A JSON reader for exactly what a safetensors header holds: one object of objects
-   whose values are strings and arrays of integers. */
-typedef struct json {
-    const char *p, *end;
-} json;
-
-static int json_eat(json *j, char c)
-{
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r')) j->p++;
-    if (j->p < j->end && *j->p == c) {
-        j->p++;
-        return 1;
-    }
-    return 0;
-}
-
-static int json_string(json *j, char *out, size_t cap)
-{
-    size_t n = 0;
-    if (!json_eat(j, '"')) return 0;
-    while (j->p < j->end && *j->p != '"') {
-        char c = *j->p++;
-        if (c == '\\') { /* the simple escapes; \u never occurs in our names */
-            if (j->p >= j->end) return 0;
-            c = *j->p++;
-            c = c == 'n' ? '\n' : c == 't' ? '\t' : c == '"' || c == '\\' || c == '/' ? c : 0;
-            if (!c) return 0;
-        }
-        if (n + 1 >= cap) return 0;
-        out[n++] = c;
-    }
-    out[n] = 0;
-    return j->p++ < j->end;
-}
-
-static int json_ints(json *j, uint64_t *v, int max, int *n)
-{
-    *n = 0;
-    if (!json_eat(j, '[')) return 0;
-    if (json_eat(j, ']')) return 1;
-    do {
-        uint64_t x = 0;
-        int digits = 0;
-        json_eat(j, ' ');
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9' && digits < 19) x = 10 * x + (uint64_t)(*j->p++ - '0'), digits++;
-        if (!digits || *n >= max) return 0;
-        v[(*n)++] = x;
-    } while (json_eat(j, ','));
-    return json_eat(j, ']');
-}
-
-static int st_parse_tensor(json *j, st_tensor *t)
-{
-    char key[32];
-    uint64_t off[2];
-    int n, seen = 0;
-    if (!json_eat(j, '{')) return 0;
-    do {
-        if (!json_string(j, key, sizeof key) || !json_eat(j, ':')) return 0;
-        if (strcmp(key, "dtype") == 0 && json_string(j, t->dtype, sizeof t->dtype)) seen |= 1;
-        else if (strcmp(key, "shape") == 0 && json_ints(j, t->shape, 8, &t->ndim)) seen |= 2;
-        else if (strcmp(key, "data_offsets") == 0 && json_ints(j, off, 2, &n) && n == 2) seen |= 4;
-        else return 0;
-    } while (json_eat(j, ','));
-    t->begin = off[0];
-    t->end = off[1];
-    return seen == 7 && json_eat(j, '}');
-}
-
-static void st_free(st_file *f)
-{
-    free(f->bytes);
-    free(f->t);
-    memset(f, 0, sizeof *f);
-}
-
-/* Reads and checks the whole file: header syntax, every tensor inside the data. */
-static int st_load(st_file *f, const char *path, char *err, size_t errsize)
-{
-    uint64_t hlen = 0;
-    json j;
-    char key[96];
-    int i;
-    memset(f, 0, sizeof *f);
-    if (!(f->bytes = read_file(path, &f->size, err, errsize))) return 0;
-    for (i = 0; i < 8 && f->size >= 8; i++) hlen |= (uint64_t)f->bytes[i] << (8 * i);
-    if (f->size < 8 || hlen < 2 || hlen > f->size - 8) {
-        snprintf(err, errsize, "%s: not a safetensors file (truncated or bad header length)", path);
-        st_free(f);
-        return 0;
-    }
-    f->data = f->bytes + 8 + hlen;
-    f->data_size = f->size - 8 - hlen;
-    j.p = (const char *)f->bytes + 8;
-    j.end = j.p + hlen;
-    if (!json_eat(&j, '{')) goto corrupt;
-    do {
-        if (!json_string(&j, key, sizeof key) || !json_eat(&j, ':')) goto corrupt;
-        if (strcmp(key, "__metadata__") == 0) {
-            if (!json_eat(&j, '{')) goto corrupt;
-            if (json_eat(&j, '}')) continue;
-            do {
-                if (f->n_meta == 32 || !json_string(&j, f->meta_key[f->n_meta], sizeof f->meta_key[0]) ||
-                    !json_eat(&j, ':') || !json_string(&j, f->meta_val[f->n_meta], sizeof f->meta_val[0]))
-                    goto corrupt;
-                f->n_meta++;
-            } while (json_eat(&j, ','));
-            if (!json_eat(&j, '}')) goto corrupt;
-        } else {
-            st_tensor *t;
-            if (f->n == f->cap) {
-                int cap = f->cap ? 2 * f->cap : 64;
-                st_tensor *grown = (st_tensor *)realloc(f->t, (size_t)cap * sizeof *grown);
-                if (!grown) goto corrupt;
-                f->t = grown;
-                f->cap = cap;
-            }
-            t = &f->t[f->n++];
-            memset(t, 0, sizeof *t);
-            memcpy(t->name, key, sizeof t->name);
-            if (!st_parse_tensor(&j, t)) goto corrupt;
-            if (t->end < t->begin || t->end > f->data_size) {
-                snprintf(err, errsize, "%s: tensor %s lies outside the data (truncated file?)", path, t->name);
-                st_free(f);
-                return 0;
-            }
-        }
-    } while (json_eat(&j, ','));
-    if (json_eat(&j, '}')) return 1;
-corrupt:
-    snprintf(err, errsize, "%s: corrupt safetensors header", path);
-    st_free(f);
-    return 0;
-}
-
-static const char *st_meta(const st_file *f, const char *key)
-{
-    int i;
-    for (i = 0; i < f->n_meta; i++)
-        if (strcmp(f->meta_key[i], key) == 0) return f->meta_val[i];
-    return "";
-}
-
-static const st_tensor *st_find(const st_file *f, const char *name)
-{
-    int i;
-    for (i = 0; i < f->n; i++)
-        if (strcmp(f->t[i].name, name) == 0) return &f->t[i];
-    return NULL;
-}
-
-static int st_numel(const st_tensor *t, size_t *numel)
-{
-    int i;
-    *numel = 1;
-    for (i = 0; i < t->ndim; i++) *numel *= (size_t)t->shape[i];
-    return strcmp(t->dtype, "F32") == 0 && t->end - t->begin == *numel * sizeof(float);
-}
-
-/* Fills params, m and v from a checkpoint of the same model, and the step it was
-   written after. Returns 0 with the reason in err. */
-static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, char *err, size_t errsize)
-{
-    static const char *const prefix[3] = {"", "opt.m.", "opt.v."};
-    float *arrays[3] = {g->params, g->m, g->v};
-    const int want[5] = {g->cfg.layers, g->cfg.heads, g->cfg.dim, g->cfg.ctx, g->cfg.vocab};
-    static const char *const keys[5] = {"layers", "heads", "dim", "ctx", "vocab"};
-    st_file f;
-    char name[128];
-    int i, k;
-    if (!st_load(&f, path, err, errsize)) return 0;
-    for (k = 0; k < 5; k++)
-        if (atoi(st_meta(&f, keys[k])) != want[k]) {
-            snprintf(err, errsize, "%s: written for --%s %s, this run has --%s %d", path, keys[k],
-                     *st_meta(&f, keys[k]) ? st_meta(&f, keys[k]) : "(missing)", keys[k], want[k]);
-            st_free(&f);
-            return 0;
-        }
-    for (k = 0; k < 3; k++)
-        for (i = 0; i < g->num_tensors; i++) {
-            const tensor *t = &g->tensors[i];
-            const st_tensor *s;
-            size_t numel;
-            snprintf(name, sizeof name, "%s%s", prefix[k], t->name);
-            if (!(s = st_find(&f, name)) || !st_numel(s, &numel) || numel != t->numel) {
-                snprintf(err, errsize, "%s: tensor %s is %s", path, name, s ? "of another shape or dtype" : "missing");
-                st_free(&f);
-                return 0;
-            }
-            memcpy(arrays[k] + t->offset, f.data + s->begin, numel * sizeof(float));
-        }
-    *step = atoi(st_meta(&f, "step"));
-    *seed = strtoull(st_meta(&f, "seed"), NULL, 10);
-    st_free(&f);
-    return 1;
-}
-
-/* --compare A B: the largest difference between same-named tensors, relative to the
-   tensor's largest magnitude. The tests use it to show that runs agree. */
-static int compare_checkpoints(const char *a_path, const char *b_path)
-{
-    st_file a, b;
-    char err[600];
-    double worst = 0.0;
-    const char *worst_name = "";
-    int i, ok = 1;
-    if (!st_load(&a, a_path, err, sizeof err)) {
-        fprintf(stderr, PROG ": %s\n", err);
-        return 1;
-    }
-    if (!st_load(&b, b_path, err, sizeof err)) {
-        fprintf(stderr, PROG ": %s\n", err);
-        st_free(&a);
-        return 1;
-    }
-    for (i = 0; i < a.n && ok; i++) {
-        const st_tensor *ta = &a.t[i], *tb = st_find(&b, ta->name);
-        size_t na, nb, e;
-        double diff = 0.0, scale = 0.0;
-        if (!tb || !st_numel(ta, &na) || !st_numel(tb, &nb) || na != nb) {
-            fprintf(stderr, PROG ": tensor %s is missing from %s or differs in shape or dtype\n", ta->name, b_path);
-            ok = 0;
-            break;
-        }
-        for (e = 0; e < na; e++) {
-            float x, y;
-            memcpy(&x, a.data + ta->begin + 4 * e, 4);
-            memcpy(&y, b.data + tb->begin + 4 * e, 4);
-            diff = fmax(diff, fabs((double)x - y));
-            scale = fmax(scale, fabs((double)x));
-        }
-        if (diff > 0 && (scale == 0 || diff / scale > worst)) {
-            worst = scale > 0 ? diff / scale : INFINITY;
-            worst_name = ta->name;
-        }
-    }
-    if (ok && a.n != b.n) {
-        fprintf(stderr, PROG ": %s has %d tensors, %s has %d\n", a_path, a.n, b_path, b.n);
-        ok = 0;
-    }
-    if (ok) printf("max_rel_diff %.3e over %d tensors%s%s\n", worst, a.n, *worst_name ? ", worst " : "", worst_name);
-    st_free(&a);
-    st_free(&b);
-    return ok ? 0 : 1;
 }
 
 /* ---- flags --------------------------------------------------------------------------- */
@@ -1571,14 +1189,34 @@ static void generate(gpt *g, gpu *dev, const options *o)
     free(seq);
 }
 
-/* ---- setup ------------------------------------------------------------------------------ */
+/* ---- setup ------------------------------------------------------------------------------
+   (the checkpoint functions are at the end of the file) */
 static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t seed, int world_size, char *err,
                            size_t errsize);
 static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, char *err, size_t errsize);
 static int compare_checkpoints(const char *a_path, const char *b_path);
 
+/* --save's file must be creatable now, not only at the first save. */
+static int check_writable(const char *path, char *err, size_t errsize)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[1024];
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(err, errsize, "--save %s is a directory: give a file name", path);
+        return 0;
+    }
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    if (access(dir, W_OK | X_OK) != 0) {
+        snprintf(err, errsize, "--save %s: cannot create files in %s: %s", path, dir, strerror(errno));
+        return 0;
+    }
+    return 1;
+}
+
 /* Everything that can be checked before the ranks start, so that a bad file is one
-   line, once: the data, the model's memory, --resume, --save. */
+   line, once: the data, the model's memory, --resume, --save. Returns 1 to train, 0
+   with the reason in err, -1 when there is nothing to train (said in err). */
 static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
 {
     const options *o = &t->o;
@@ -1597,8 +1235,19 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
     }
     t->seed = o->seed;
     if (o->resume && !load_checkpoint(&t->model, o->resume, &t->seed, &t->start_step, err, errsize)) return 0;
+    if (t->start_step > o->steps) {
+        snprintf(err, errsize, "%s was written after step %d, past --steps %d: give its run's --steps to go on",
+                 o->resume, t->start_step, o->steps);
+        return 0;
+    }
+    if (o->save && !check_writable(o->save, err, errsize)) return 0;
     /* --stop-after pauses a run (a job's time limit): the schedule still spans --steps */
     t->stop = o->stop_after && o->stop_after < o->steps ? o->stop_after : o->steps;
+    if (t->stop <= t->start_step) {
+        snprintf(err, errsize, "nothing to train: %s was written after step %d, and this run ends at step %d",
+                 o->resume, t->start_step, t->stop);
+        return -1;
+    }
     return 1;
 }
 
@@ -1724,6 +1373,21 @@ static int fail(const char *why) /* one line (empty: ddp.h has said it), non-zer
     return 1;
 }
 
+/* A NaN or infinite loss (every rank has the same, reduced) ends the run: rank 0 says
+   so, and the barrier keeps the others until it has. */
+static int diverged(trainer *t, int step, const step_stats *st)
+{
+    if (ddp_is_main(&t->ctx)) {
+        const char *what = !isfinite(st->loss) ? "training loss" : !isfinite(st->norm) ? "gradient norm" : "validation loss";
+        const double value = !isfinite(st->loss) ? st->loss : !isfinite(st->norm) ? st->norm : st->val_loss;
+        fprintf(stderr, PROG ": step %d: the %s is %g: training diverged (a lower --lr, or --clip, may help)\n",
+                step + 1, what, value);
+        fflush(stderr);
+    }
+    ddp_barrier(&t->ctx);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     trainer t;
@@ -1740,7 +1404,12 @@ int main(int argc, char **argv)
         return 2; /* a usage error */
     }
     if (t.o.compare[0]) return compare_checkpoints(t.o.compare[0], t.o.compare[1]);
-    if (!prepare(&t, argv[0], err, sizeof err)) return fail(err);
+    status = prepare(&t, argv[0], err, sizeof err);
+    if (status < 0) {
+        printf(PROG ": %s\n", err);
+        return 0;
+    }
+    if (status == 0) return fail(err);
 
     /* "--nproc N": this process becomes the launcher of N ranks and returns here */
     status = ddp_launch(&argc, argv);
@@ -1756,6 +1425,7 @@ int main(int argc, char **argv)
             if (!evaluate(&t, &st.val_loss, err, sizeof err)) return fail(err);
             st.has_val = 1;
         }
+        if (!isfinite(st.loss) || !isfinite(st.norm) || !isfinite(st.val_loss)) return diverged(&t, step, &st);
         log_step(&t, step, &st);
         /* template: if rank == 0: torch.save(...) */
         if (ddp_is_main(&t.ctx) && t.o.save && ((t.o.save_every && (step + 1) % t.o.save_every == 0) || step + 1 == t.stop)) {
@@ -1769,5 +1439,165 @@ int main(int argc, char **argv)
               t.ctx.world_size);
     if (ddp_is_main(&t.ctx) && t.o.sample_len) generate(&t.model, t.dev, &t.o);
     finish(&t);
+    return 0;
+}
+
+/* ---- checkpoints: safetensors (examples/safetensors.h) -------------------------------
+   Every parameter under its GPT-2 name, AdamW's moments as opt.m.<name> and
+   opt.v.<name>, and in __metadata__ the step, seed and model shape. Loads with
+   safetensors.torch.load_file (weights are (out, in) as in torch.nn.Linear; HF's GPT-2
+   Conv1D stores them transposed). Written by rank 0 to FILE.tmp, flushed, fsync'ed and
+   renamed, so FILE is always whole. */
+static const char *const checkpoint_prefix[3] = {"", "opt.m.", "opt.v."};
+
+static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t seed, int world_size, char *err,
+                           size_t errsize)
+{
+    const void *arrays[3] = {g->params, g->m, g->v};
+    const size_t bytes = g->num_params * sizeof(float), sizes[3] = {bytes, bytes, bytes};
+    st_text h;
+    int i, k, ok;
+    memset(&h, 0, sizeof h);
+    st_put(&h, "{\"__metadata__\":{\"format\":\"pt\",\"step\":\"%d\",\"seed\":\"%llu\",\"layers\":\"%d\",\"heads\":\"%d\","
+               "\"dim\":\"%d\",\"ctx\":\"%d\",\"vocab\":\"%d\",\"world_size\":\"%d\",\"lm_head\":\"tied to wte.weight\"}",
+           step, (unsigned long long)seed, g->cfg.layers, g->cfg.heads, g->cfg.dim, g->cfg.ctx, g->cfg.vocab,
+           world_size);
+    for (k = 0; k < 3; k++)
+        for (i = 0; i < g->num_tensors; i++) {
+            const tensor *t = &g->tensors[i];
+            size_t begin = k * bytes + t->offset * sizeof(float);
+            st_put(&h, ",\"%s%s\":{\"dtype\":\"F32\",\"shape\":[%d", checkpoint_prefix[k], t->name, t->shape[0]);
+            if (t->ndim == 2) st_put(&h, ",%d", t->shape[1]);
+            st_put(&h, "],\"data_offsets\":[%zu,%zu]}", begin, begin + t->numel * sizeof(float));
+        }
+    st_put(&h, "}");
+    ok = st_write_file(path, &h, arrays, sizes, 3, err, errsize);
+    free(h.s);
+    return ok;
+}
+
+/* A metadata value as an integer in [lo, hi]. */
+static int meta_int(const st_file *f, const char *key, long lo, long hi, int *out)
+{
+    return int_flag(st_meta(f, key), lo, hi, out);
+}
+
+/* Fills params, m and v from a checkpoint of the same model (same tensor names and
+   shapes, finite values), and the step it was written after. Returns 0 with the
+   reason in err. */
+static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, char *err, size_t errsize)
+{
+    float *arrays[3] = {g->params, g->m, g->v};
+    const int want[5] = {g->cfg.layers, g->cfg.heads, g->cfg.dim, g->cfg.ctx, g->cfg.vocab};
+    static const char *const keys[5] = {"layers", "heads", "dim", "ctx", "vocab"};
+    st_file f;
+    char name[128], *end;
+    int i, k, have;
+    if (!st_read(&f, path, err, errsize)) return 0;
+    for (k = 0; k < 5; k++)
+        if (!meta_int(&f, keys[k], 0, INT_MAX, &have) || have != want[k]) {
+            snprintf(err, errsize, "%s: written for --%s %s, this run has --%s %d", path, keys[k],
+                     *st_meta(&f, keys[k]) ? st_meta(&f, keys[k]) : "(missing)", keys[k], want[k]);
+            goto fail;
+        }
+    if (!meta_int(&f, "step", 0, INT_MAX, step)) {
+        snprintf(err, errsize, "%s: metadata step '%s' is not a step count", path, st_meta(&f, "step"));
+        goto fail;
+    }
+    *seed = strtoull(st_meta(&f, "seed"), &end, 10);
+    if (!*st_meta(&f, "seed") || *end || *st_meta(&f, "seed") == '-') {
+        snprintf(err, errsize, "%s: metadata seed '%s' is not a seed", path, st_meta(&f, "seed"));
+        goto fail;
+    }
+    for (k = 0; k < 3; k++)
+        for (i = 0; i < g->num_tensors; i++) {
+            const tensor *t = &g->tensors[i];
+            const st_tensor *s;
+            size_t e;
+            snprintf(name, sizeof name, "%s%s", checkpoint_prefix[k], t->name);
+            if (!(s = st_find(&f, name))) {
+                snprintf(err, errsize, "%s: tensor %s is missing", path, name);
+                goto fail;
+            }
+            if (strcmp(s->dtype, "F32") != 0 || s->ndim != t->ndim || s->shape[0] != (uint64_t)t->shape[0] ||
+                (t->ndim == 2 && s->shape[1] != (uint64_t)t->shape[1])) {
+                char has[200];
+                snprintf(err, errsize, "%s: tensor %s is %s, this model's is F32 [%d%s%.0d]", path, name,
+                         st_describe(s, has, sizeof has), t->shape[0], t->ndim == 2 ? ", " : "", t->shape[1]);
+                goto fail;
+            }
+            memcpy(arrays[k] + t->offset, s->data, t->numel * sizeof(float));
+            for (e = 0; e < t->numel; e++)
+                if (!isfinite(arrays[k][t->offset + e])) {
+                    snprintf(err, errsize, "%s: tensor %s holds %g at element %zu (a diverged run?)", path, name,
+                             (double)arrays[k][t->offset + e], e);
+                    goto fail;
+                }
+        }
+    st_free(&f);
+    return 1;
+fail:
+    st_free(&f);
+    return 0;
+}
+
+/* --compare A B: the largest difference between same-named F32 tensors, relative to
+   the tensor's largest magnitude in A. The tests use it to show that runs agree, so a
+   NaN or infinity in either file is a difference it reports (and exits 1), never 0. */
+static int compare_checkpoints(const char *a_path, const char *b_path)
+{
+    st_file a, b;
+    char err[1200], nonfinite[300] = "";
+    double worst = 0.0;
+    const char *worst_name = "";
+    int i, d, ok = 1;
+    if (!st_read(&a, a_path, err, sizeof err)) return fail(err);
+    if (!st_read(&b, b_path, err, sizeof err)) {
+        st_free(&a);
+        return fail(err);
+    }
+    if (a.n != b.n) {
+        snprintf(err, sizeof err, "%s has %d tensors, %s has %d", a_path, a.n, b_path, b.n);
+        ok = 0;
+    }
+    for (i = 0; i < a.n && ok; i++) {
+        const st_tensor *ta = &a.t[i], *tb = st_find(&b, ta->name);
+        double diff = 0.0, scale = 0.0;
+        size_t e;
+        int same_shape = tb && ta->ndim == tb->ndim && strcmp(ta->dtype, "F32") == 0 && strcmp(tb->dtype, "F32") == 0;
+        for (d = 0; same_shape && d < ta->ndim; d++) same_shape = ta->shape[d] == tb->shape[d];
+        if (!same_shape) {
+            char da[200], db[200];
+            if (tb)
+                snprintf(err, sizeof err, "tensor %s is %s in %s but %s in %s (only F32 tensors of one shape compare)",
+                         ta->name, st_describe(ta, da, sizeof da), a_path, st_describe(tb, db, sizeof db), b_path);
+            else
+                snprintf(err, sizeof err, "tensor %s of %s is missing from %s", ta->name, a_path, b_path);
+            ok = 0;
+            break;
+        }
+        for (e = 0; e < ta->numel; e++) {
+            float x, y;
+            memcpy(&x, ta->data + 4 * e, 4);
+            memcpy(&y, tb->data + 4 * e, 4);
+            if ((!isfinite(x) || !isfinite(y)) && !*nonfinite)
+                snprintf(nonfinite, sizeof nonfinite, "%s element %zu is %g in %s and %g in %s", ta->name, e,
+                         (double)x, a_path, (double)y, b_path);
+            diff = fmax(diff, fabs((double)x - y));
+            scale = fmax(scale, fabs((double)x));
+        }
+        if (diff > 0 && (scale == 0 || diff / scale > worst)) {
+            worst = scale > 0 ? diff / scale : INFINITY;
+            worst_name = ta->name;
+        }
+    }
+    st_free(&a);
+    st_free(&b);
+    if (!ok) return fail(err);
+    if (*nonfinite) {
+        printf("max_rel_diff inf over %d tensors: not finite: %s\n", i, nonfinite);
+        return 1;
+    }
+    printf("max_rel_diff %.3e over %d tensors%s%s\n", worst, i, *worst_name ? ", worst " : "", worst_name);
     return 0;
 }

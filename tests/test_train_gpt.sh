@@ -4,7 +4,9 @@
 #     losses and parameters; grad accumulation: 4 micro-steps of 2 = one step of 8;
 #   resume: 4 steps, save, resume for 4 more = 8 steps in one go (losses and weights);
 #   checkpoints are safetensors (loaded by Python's safetensors when installed);
-#   --log writes one JSON object per step; bad data and bad flags fail in one line.
+#   --log writes one JSON object per step; bad data, bad flags and bad checkpoints
+#   fail in one line; a diverged run (NaN loss) fails naming the step; --compare
+#   reports a NaN or infinity as a difference, never as 0.
 # The Makefile builds the example.
 cd "$(dirname "$0")/.." || exit 1
 bin=$PWD/examples/train_gpt
@@ -28,15 +30,14 @@ run() { # name args...: runs train_gpt with the tiny model, output in name.txt
   report "train_gpt $name runs" "$rc" "exit $rc: $(tail -n 3 "$name.txt" | tr '\n' ' ')"
 }
 losses() { grep '^step ' "$1" | awk '{ print $2, $5 }'; }  # "step/steps loss" per line
-same_params() { # a b: max relative difference <= 1e-5
-  local out
-  out=$("$bin" --compare "$1" "$2" 2>&1) && awk -v l="$out" 'BEGIN { split(l, x, " "); exit !(x[1] == "max_rel_diff" && x[2] <= 1e-5) }'
+same_params() { # a b: bit for bit the same (max relative difference exactly 0)
+  [ "$("$bin" --compare "$1" "$2" 2>&1 | cut -d' ' -f1-2)" = "max_rel_diff 0.000e+00" ]
 }
 compare_runs() { # what a b
   [ -s "$2.txt" ] && [ "$(losses "$2.txt")" = "$(losses "$3.txt")" ] && [ -n "$(losses "$2.txt")" ]
   report "train_gpt $1: the same losses" $? "$(losses "$2.txt" | tail -n 1) vs $(losses "$3.txt" | tail -n 1)"
   same_params "$2.st" "$3.st"
-  report "train_gpt $1: the same parameters (rel 1e-5)" $? "$("$bin" --compare "$2.st" "$3.st" 2>&1)"
+  report "train_gpt $1: the same parameters, bit for bit" $? "$("$bin" --compare "$2.st" "$3.st" 2>&1)"
 }
 
 # ---- world-size invariance and gradient accumulation --------------------------------
@@ -122,6 +123,80 @@ one_line_error "flag without a value" --steps
 one_line_error "resume with another model shape" --nproc 2 $tiny --dim 64 --resume one.st
 one_line_error "resume from a truncated checkpoint" --nproc 2 $tiny --resume truncated.st
 one_line_error "compare with a missing file" --compare one.st nothing.st
+mkdir datadir && mkfifo fifo
+one_line_error "--data is a directory" --nproc 2 --data datadir
+grep -q 'is a directory' err.txt
+report "train_gpt: --data DIR says it is a directory" $? "$(cat err.txt)"
+one_line_error "--data is a FIFO (refused, no hang)" --nproc 2 --data fifo
+grep -q 'pipe' err.txt
+report "train_gpt: --data FIFO says it is a pipe" $? "$(cat err.txt)"
+one_line_error "--save in a missing directory (at the start)" --nproc 2 $tiny --steps 2 --save no/such/dir/x.st
+one_line_error "--save is a directory" --nproc 2 $tiny --steps 2 --save datadir
+header='{"x":{"dtype":"F32","shape":[5,922337203685477581],"data_offsets":[0,4]}}'  # 5 x 922337203685477581
+{ printf "\\x$(printf %02x ${#header})\\0\\0\\0\\0\\0\\0\\0%s" "$header"; head -c 4 /dev/zero; } >overflow.st  # x 4 bytes wraps to 4
+one_line_error "--compare a shape whose size overflows" --compare overflow.st overflow.st
+grep -q 'overflows' err.txt
+report "train_gpt --compare says the shape's size overflows" $? "$(cat err.txt)"
+one_line_error "--resume a shape whose size overflows" $tiny --resume overflow.st
+
+# ---- bad checkpoints, diverged runs ------------------------------------------------------
+if command -v python3 >/dev/null; then
+  edit_st() { # in out action: a copy of a checkpoint with one thing changed
+    python3 - "$@" <<'EOF'
+import json, struct, sys
+src, dst, action = sys.argv[1:4]
+b = open(src, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h, data = json.loads(b[8:8 + n]), bytearray(b[8 + n:])
+def put(name, i, v):
+    off = h[name]['data_offsets'][0] + 4 * i
+    data[off:off + 4] = struct.pack('<f', v)
+if action == 'transpose': h['h.0.mlp.c_fc.weight']['shape'].reverse()   # same size, other shape
+elif action == 'nan': put('h.0.ln_1.bias', 3, float('nan'))
+elif action == 'inf': put('h.0.ln_1.bias', 3, float('inf'))
+elif action == 'huge':                                                   # finite, but overflows the forward
+    begin, end = h['wte.weight']['data_offsets']
+    for i in range((end - begin) // 4): put('wte.weight', i, 1e30)
+elif action.startswith('step='): h['__metadata__']['step'] = action[5:]
+hs = json.dumps(h, separators=(',', ':')).encode()
+hs += b' ' * (-len(hs) % 8)
+open(dst, 'wb').write(struct.pack('<Q', len(hs)) + hs + bytes(data))
+EOF
+  }
+  for a in transpose nan inf huge step=-5 step=12; do edit_st two.st "${a/=/}.st" "$a"; done
+  one_line_error "--resume a transposed tensor" $tiny --steps 10 --resume transpose.st
+  grep -q '32, 128' err.txt
+  report "train_gpt --resume names the transposed tensor's shape" $? "$(cat err.txt)"
+  one_line_error "--resume NaN weights" $tiny --steps 10 --resume nan.st
+  one_line_error "--resume infinite weights" $tiny --steps 10 --resume inf.st
+  one_line_error "--resume a negative step" $tiny --steps 10 --resume step-5.st
+  grep -q "step '-5'" err.txt
+  report "train_gpt --resume names the bad step" $? "$(cat err.txt)"
+  one_line_error "--resume past --steps" $tiny --steps 10 --resume step12.st
+  grep -q 'after step 12, past --steps 10' err.txt
+  report "train_gpt --resume past --steps says so with the right numbers" $? "$(cat err.txt)"
+  out=$(timeout 20 "$bin" $tiny --batch-size 4 --steps 8 --resume two.st 2>&1)
+  rc=$?
+  [ "$rc" -eq 0 ] && [ "$out" = "train_gpt: nothing to train: two.st was written after step 8, and this run ends at step 8" ]
+  report "train_gpt --resume at --steps: nothing to train, exit 0" $? "exit $rc: $out"
+  for a in nan inf; do
+    out=$("$bin" --compare two.st "$a.st" 2>/dev/null); rc=$?
+    [ "$rc" -eq 1 ] && case $out in "max_rel_diff inf "*"not finite"*) true ;; *) false ;; esac
+    report "train_gpt --compare: $a in the second file is a difference" $? "exit $rc: $out"
+    out=$("$bin" --compare "$a.st" "$a.st" 2>/dev/null); rc=$?
+    [ "$rc" -eq 1 ] && case $out in "max_rel_diff inf "*) true ;; *) false ;; esac
+    report "train_gpt --compare: $a in both files is a difference" $? "exit $rc: $out"
+  done
+  one_line_error "a diverged run (NaN loss) fails" $tiny --batch-size 8 --steps 10 --resume huge.st
+  grep -q '^train_gpt: step 9: the .* is -\?nan' err.txt
+  report "train_gpt: a diverged run names the step" $? "$(cat err.txt)"
+  timeout 30 "$bin" --nproc 2 $tiny --batch-size 4 --steps 10 --resume huge.st >/dev/null 2>err.txt
+  rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$(grep -c '^train_gpt: step 9: ' err.txt)" -eq 1 ]
+  report "train_gpt: a diverged run on 2 ranks fails, named once" $? "exit $rc: $(tr '\n' '|' <err.txt)"
+else
+  echo "SKIP train_gpt bad checkpoints and diverged runs: python3 not installed (it crafts the files)"
+fi
 "$bin" --nproc 2 --lr fast >/dev/null 2>&1
 rc=$?
 [ "$rc" -eq 2 ]

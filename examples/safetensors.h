@@ -1,0 +1,454 @@
+/* safetensors.h - read and write safetensors files, for the examples (C99, C++, nvcc).
+
+   The format (huggingface/safetensors): an 8-byte little-endian header length N, N
+   bytes of JSON, then the data. The JSON is one object: per tensor
+   "name": {"dtype": "F32", "shape": [rows, cols], "data_offsets": [begin, end]} with
+   offsets into the data, and an optional "__metadata__" object of string values.
+
+   Reading is in two layers, as cgltf keeps its JSON tokenizer apart from the glTF
+   interpretation: st_json_tokenize() turns any JSON text into a flat list of tokens,
+   and st_read() interprets those tokens as a safetensors header and checks every
+   tensor against the file (known dtype, shape product without overflow, byte size,
+   inside the data). Functions return 1 on success, or 0 with a one-line reason in
+   err (the errsize bytes the caller gives). All functions are static: include this
+   in each file that uses it. */
+#ifndef SAFETENSORS_H
+#define SAFETENSORS_H
+#if !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* stat, fileno, fsync: effective when included before other headers */
+#endif
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- a whole file in memory ------------------------------------------------------------
+   Only regular files: a directory or a FIFO is refused by name before it is opened
+   (opening a FIFO would wait for a writer). */
+static unsigned char *st_read_file(const char *path, size_t *size, char *err, size_t errsize)
+{
+    struct stat sb;
+    unsigned char *buf;
+    FILE *f;
+    if (stat(path, &sb) != 0) {
+        snprintf(err, errsize, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(err, errsize, "%s: %s, not a regular file", path,
+                 S_ISDIR(sb.st_mode) ? "is a directory" : S_ISFIFO(sb.st_mode) ? "is a pipe" : "is a device or socket");
+        return NULL;
+    }
+    if (!(f = fopen(path, "rb"))) {
+        snprintf(err, errsize, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    *size = (size_t)sb.st_size;
+    buf = (unsigned char *)malloc(*size + 1);
+    if (!buf || fread(buf, 1, *size, f) != *size) {
+        snprintf(err, errsize, "%s: %s", path, buf ? "read failed" : "out of memory");
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+/* ---- JSON tokens ------------------------------------------------------------------------
+   Every value becomes one token, in document order; an object's keys are string tokens,
+   each followed by its value. `next` is the index after the value and everything
+   inside it, so a reader skips a value in one step. */
+typedef enum st_json_type { ST_JSON_OBJECT, ST_JSON_ARRAY, ST_JSON_STRING, ST_JSON_NUMBER, ST_JSON_LITERAL } st_json_type;
+
+typedef struct st_json_token {
+    st_json_type type;
+    size_t start, end; /* the bytes of the value; a string's without its quotes */
+    int size;          /* object: keys, array: elements */
+    int next;          /* the token after this value */
+} st_json_token;
+
+typedef struct st_json {
+    const char *s;
+    size_t len, pos;
+    st_json_token *tok;
+    int n, cap;
+} st_json;
+
+static void st_json_space(st_json *j)
+{
+    while (j->pos < j->len && (j->s[j->pos] == ' ' || j->s[j->pos] == '\n' || j->s[j->pos] == '\t' ||
+                               j->s[j->pos] == '\r'))
+        j->pos++;
+}
+
+static int st_json_peek(st_json *j, char c)
+{
+    st_json_space(j);
+    return j->pos < j->len && j->s[j->pos] == c;
+}
+
+/* One value at j->pos and everything inside it; returns its token index or -1. */
+static int st_json_value(st_json *j, int depth)
+{
+    int self;
+    char c;
+    st_json_space(j);
+    if (j->pos >= j->len || depth > 64) return -1;
+    if (j->n == j->cap) {
+        int cap = j->cap ? 2 * j->cap : 256;
+        st_json_token *grown = (st_json_token *)realloc(j->tok, (size_t)cap * sizeof *grown);
+        if (!grown) return -1;
+        j->tok = grown;
+        j->cap = cap;
+    }
+    self = j->n++;
+    memset(&j->tok[self], 0, sizeof j->tok[self]);
+    j->tok[self].start = j->pos;
+    c = j->s[j->pos];
+    if (c == '{' || c == '[') {
+        const char close = c == '{' ? '}' : ']';
+        j->tok[self].type = c == '{' ? ST_JSON_OBJECT : ST_JSON_ARRAY;
+        j->pos++;
+        while (!st_json_peek(j, close)) {
+            if (j->tok[self].size > 0) { /* a comma between members */
+                if (!st_json_peek(j, ',')) return -1;
+                j->pos++;
+            }
+            if (c == '{') {
+                int key = st_json_value(j, depth + 1);
+                if (key < 0 || j->tok[key].type != ST_JSON_STRING || !st_json_peek(j, ':')) return -1;
+                j->pos++;
+            }
+            if (st_json_value(j, depth + 1) < 0) return -1;
+            j->tok[self].size++; /* by index: the recursion may have moved j->tok */
+        }
+        if (!st_json_peek(j, close)) return -1;
+        j->pos++;
+    } else if (c == '"') {
+        j->tok[self].type = ST_JSON_STRING;
+        j->tok[self].start = ++j->pos;
+        while (j->pos < j->len && j->s[j->pos] != '"') j->pos += j->s[j->pos] == '\\' ? 2 : 1;
+        if (j->pos >= j->len) return -1;
+        j->tok[self].end = j->pos++;
+        j->tok[self].next = j->n;
+        return self;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        j->tok[self].type = ST_JSON_NUMBER;
+        while (j->pos < j->len && strchr("+-.eE0123456789", j->s[j->pos])) j->pos++;
+    } else if (j->len - j->pos >= 4 && (!memcmp(j->s + j->pos, "true", 4) || !memcmp(j->s + j->pos, "null", 4))) {
+        j->tok[self].type = ST_JSON_LITERAL;
+        j->pos += 4;
+    } else if (j->len - j->pos >= 5 && !memcmp(j->s + j->pos, "false", 5)) {
+        j->tok[self].type = ST_JSON_LITERAL;
+        j->pos += 5;
+    } else {
+        return -1;
+    }
+    j->tok[self].end = j->pos;
+    j->tok[self].next = j->n;
+    return self;
+}
+
+/* Tokenizes text (len bytes) into j; returns 0 if it is not one JSON value (then
+   j holds nothing). */
+static int st_json_tokenize(st_json *j, const char *text, size_t len)
+{
+    memset(j, 0, sizeof *j);
+    j->s = text;
+    j->len = len;
+    if (st_json_value(j, 0) == 0 && (st_json_space(j), j->pos == len)) return 1;
+    free(j->tok);
+    memset(j, 0, sizeof *j);
+    return 0;
+}
+
+/* A string token's text into out (cap bytes, the simple escapes); 0 if it does not fit. */
+static int st_json_string(const st_json *j, int t, char *out, size_t cap)
+{
+    size_t i, n = 0;
+    for (i = j->tok[t].start; i < j->tok[t].end; i++) {
+        char c = j->s[i];
+        if (c == '\\') {
+            c = j->s[++i];
+            c = c == 'n' ? '\n' : c == 't' ? '\t' : c == '"' || c == '\\' || c == '/' ? c : 0;
+            if (!c) return 0; /* \u and the rare escapes: never in our names */
+        }
+        if (n + 1 >= cap) return 0;
+        out[n++] = c;
+    }
+    out[n] = 0;
+    return 1;
+}
+
+/* A number token as a non-negative integer below 2^64; 0 if it is not one. */
+static int st_json_u64(const st_json *j, int t, uint64_t *v)
+{
+    size_t i;
+    *v = 0;
+    if (j->tok[t].type != ST_JSON_NUMBER || j->tok[t].start == j->tok[t].end) return 0;
+    for (i = j->tok[t].start; i < j->tok[t].end; i++) {
+        const unsigned d = (unsigned)(j->s[i] - '0');
+        if (d > 9 || *v > (UINT64_MAX - d) / 10) return 0;
+        *v = 10 * *v + d;
+    }
+    return 1;
+}
+
+/* ---- safetensors: the header's meaning ------------------------------------------------- */
+#define ST_MAX_DIMS 8
+
+typedef struct st_tensor {
+    char name[96], dtype[16];
+    int ndim;
+    uint64_t shape[ST_MAX_DIMS];
+    size_t numel;              /* the product of shape */
+    const unsigned char *data; /* numel elements of dtype, unaligned: read with memcpy */
+} st_tensor;
+
+typedef struct st_file {
+    unsigned char *bytes; /* the whole file */
+    st_tensor *t;
+    int n;
+    char meta_key[32][32], meta_val[32][128];
+    int n_meta;
+} st_file;
+
+static size_t st_dtype_size(const char *dtype)
+{
+    static const char *const names[] = {"F64", "I64", "U64", "F32", "I32", "U32", "F16", "BF16", "I16", "U16",
+                                        "I8", "U8", "BOOL"};
+    static const size_t sizes[] = {8, 8, 8, 4, 4, 4, 2, 2, 2, 2, 1, 1, 1};
+    size_t i;
+    for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (strcmp(dtype, names[i]) == 0) return sizes[i];
+    return 0;
+}
+
+/* "F32 [128, 32]" */
+static const char *st_describe(const st_tensor *t, char *out, size_t cap)
+{
+    int i, n = snprintf(out, cap, "%s [", t->dtype);
+    for (i = 0; i < t->ndim && n > 0 && (size_t)n < cap; i++)
+        n += snprintf(out + n, cap - (size_t)n, "%s%llu", i ? ", " : "", (unsigned long long)t->shape[i]);
+    if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, "]");
+    return out;
+}
+
+static void st_free(st_file *f)
+{
+    free(f->bytes);
+    free(f->t);
+    memset(f, 0, sizeof *f);
+}
+
+/* One tensor's object (token t) into ts, checked against the data (size bytes). */
+static int st_read_tensor(const st_json *j, int t, st_tensor *ts, const unsigned char *data, size_t size,
+                          char *err, size_t errsize)
+{
+    char key[32];
+    uint64_t off[2] = {0, 0}, bytes;
+    int k = t + 1, i, seen = 0;
+    if (j->tok[t].type != ST_JSON_OBJECT) {
+        snprintf(err, errsize, "tensor %s is not an object", ts->name);
+        return 0;
+    }
+    for (i = 0; i < j->tok[t].size; i++, k = j->tok[k + 1].next) {
+        const int v = k + 1, len = j->tok[v].size;
+        const st_json_type type = j->tok[v].type;
+        int e, ok = 0;
+        if (!st_json_string(j, k, key, sizeof key)) key[0] = 0;
+        if (strcmp(key, "dtype") == 0) {
+            ok = type == ST_JSON_STRING && st_json_string(j, v, ts->dtype, sizeof ts->dtype);
+            seen |= 1;
+        } else if (strcmp(key, "shape") == 0) {
+            ok = type == ST_JSON_ARRAY && len <= ST_MAX_DIMS;
+            for (e = 0; ok && e < len; e++) ok = st_json_u64(j, v + 1 + e, &ts->shape[e]);
+            ts->ndim = len;
+            seen |= 2;
+        } else if (strcmp(key, "data_offsets") == 0) {
+            ok = type == ST_JSON_ARRAY && len == 2 && st_json_u64(j, v + 1, &off[0]) && st_json_u64(j, v + 2, &off[1]);
+            seen |= 4;
+        }
+        if (!ok) {
+            snprintf(err, errsize, "tensor %s: bad or unknown entry '%s'", ts->name, key);
+            return 0;
+        }
+    }
+    if (seen != 7) {
+        snprintf(err, errsize, "tensor %s lacks dtype, shape or data_offsets", ts->name);
+        return 0;
+    }
+    if (!st_dtype_size(ts->dtype)) {
+        snprintf(err, errsize, "tensor %s has the unknown dtype '%s'", ts->name, ts->dtype);
+        return 0;
+    }
+    bytes = st_dtype_size(ts->dtype);
+    for (i = 0; i < ts->ndim; i++) { /* numel and bytes without overflow */
+        if (ts->shape[i] && bytes > UINT64_MAX / ts->shape[i]) {
+            snprintf(err, errsize, "tensor %s: its shape's size overflows", ts->name);
+            return 0;
+        }
+        bytes *= ts->shape[i];
+    }
+    if (off[1] < off[0] || off[1] > size || off[1] - off[0] != bytes) {
+        snprintf(err, errsize, "tensor %s: data_offsets [%llu, %llu] do not hold its shape's %llu bytes inside the %zu of data",
+                 ts->name, (unsigned long long)off[0], (unsigned long long)off[1], (unsigned long long)bytes, size);
+        return 0;
+    }
+    ts->numel = (size_t)(bytes / st_dtype_size(ts->dtype));
+    ts->data = data + off[0];
+    return 1;
+}
+
+/* Reads and checks the whole file: the header's syntax and meaning, every tensor
+   inside the data. */
+static int st_read(st_file *f, const char *path, char *err, size_t errsize)
+{
+    char why[400];
+    uint64_t hlen = 0;
+    size_t size, data_size;
+    const unsigned char *data;
+    st_json j;
+    int i, k, entries;
+    memset(f, 0, sizeof *f);
+    if (!(f->bytes = st_read_file(path, &size, err, errsize))) return 0;
+    for (i = 0; i < 8 && size >= 8; i++) hlen |= (uint64_t)f->bytes[i] << (8 * i);
+    if (size < 8 || hlen < 2 || hlen > size - 8) {
+        snprintf(err, errsize, "%s: not a safetensors file (truncated or bad header length)", path);
+        st_free(f);
+        return 0;
+    }
+    data = f->bytes + 8 + hlen;
+    data_size = size - 8 - (size_t)hlen;
+    if (!st_json_tokenize(&j, (const char *)f->bytes + 8, (size_t)hlen) || j.tok[0].type != ST_JSON_OBJECT) {
+        snprintf(err, errsize, "%s: corrupt safetensors header (not a JSON object)", path);
+        free(j.tok);
+        st_free(f);
+        return 0;
+    }
+    entries = j.tok[0].size;
+    f->t = (st_tensor *)calloc((size_t)entries + 1, sizeof(st_tensor));
+    snprintf(why, sizeof why, "out of memory");
+    for (i = 0, k = 1; f->t && i < entries; i++, k = j.tok[k + 1].next) {
+        char key[96];
+        if (!st_json_string(&j, k, key, sizeof key)) {
+            snprintf(why, sizeof why, "a name longer than %zu bytes", sizeof key - 1);
+            break;
+        }
+        if (strcmp(key, "__metadata__") == 0) { /* string values only, as the format says */
+            const int count = j.tok[k + 1].type == ST_JSON_OBJECT ? j.tok[k + 1].size : -1;
+            int m, e = k + 2;
+            for (m = 0; m < count && f->n_meta < 32; m++, e = j.tok[e + 1].next, f->n_meta++)
+                if (!st_json_string(&j, e, f->meta_key[f->n_meta], sizeof f->meta_key[0]) ||
+                    j.tok[e + 1].type != ST_JSON_STRING ||
+                    !st_json_string(&j, e + 1, f->meta_val[f->n_meta], sizeof f->meta_val[0]))
+                    break;
+            if (m < count || count < 0) {
+                snprintf(why, sizeof why, "__metadata__ is not an object of up to 32 short strings");
+                break;
+            }
+        } else {
+            st_tensor *t = &f->t[f->n++];
+            snprintf(t->name, sizeof t->name, "%s", key);
+            if (!st_read_tensor(&j, k + 1, t, data, data_size, why, sizeof why)) break;
+        }
+    }
+    free(j.tok);
+    if (!f->t || i < entries) {
+        snprintf(err, errsize, "%s: corrupt safetensors header: %s", path, why);
+        st_free(f);
+        return 0;
+    }
+    return 1;
+}
+
+static const char *st_meta(const st_file *f, const char *key)
+{
+    int i;
+    for (i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_key[i], key) == 0) return f->meta_val[i];
+    return "";
+}
+
+static const st_tensor *st_find(const st_file *f, const char *name)
+{
+    int i;
+    for (i = 0; i < f->n; i++)
+        if (strcmp(f->t[i].name, name) == 0) return &f->t[i];
+    return NULL;
+}
+
+/* ---- writing ----------------------------------------------------------------------------
+   st_put appends printf-style text to a growing header; st_write_file writes header and
+   data arrays to FILE.tmp, flushes, fsyncs and renames it, so FILE is always whole. */
+typedef struct st_text {
+    char *s;
+    size_t len, cap;
+    int failed;
+} st_text;
+
+static void st_put(st_text *t, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || t->failed) {
+        t->failed = 1;
+        return;
+    }
+    if (t->len + (size_t)n + 1 > t->cap) {
+        size_t cap = 2 * (t->len + (size_t)n + 1);
+        char *s = (char *)realloc(t->s, cap);
+        if (!s) {
+            t->failed = 1;
+            return;
+        }
+        t->s = s;
+        t->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    t->len += (size_t)n;
+}
+
+/* header: the JSON (padded here to a multiple of 8); then n arrays of bytes[i] bytes.
+   The data is written as this machine stores it: little-endian on x86 and ARM. */
+static int st_write_file(const char *path, st_text *header, const void *const *arrays, const size_t *bytes, int n,
+                         char *err, size_t errsize)
+{
+    char tmp[1100];
+    unsigned char len8[8];
+    FILE *f;
+    int i, ok;
+    while (!header->failed && header->len % 8) st_put(header, " ");
+    if (header->failed) {
+        snprintf(err, errsize, "%s: out of memory for the header", path);
+        return 0;
+    }
+    for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header->len >> (8 * i));
+    snprintf(tmp, sizeof tmp, "%.1000s.tmp", path);
+    if (!(f = fopen(tmp, "wb"))) {
+        snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+        return 0;
+    }
+    ok = fwrite(len8, 8, 1, f) == 1 && fwrite(header->s, 1, header->len, f) == header->len;
+    for (i = 0; i < n; i++) ok = ok && fwrite(arrays[i], 1, bytes[i], f) == bytes[i];
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok) {
+        snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+    } else if (rename(tmp, path) != 0) {
+        snprintf(err, errsize, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        ok = 0;
+    }
+    if (!ok) remove(tmp);
+    return ok;
+}
+#endif
