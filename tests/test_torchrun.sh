@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A compiled ddp.h program under PyTorch's launchers, with the command lines the
+# README gives: torchrun --no_python, and the legacy torch.distributed.launch with
+# --use_env --no_python (without --no_python they run the binary as a Python script).
+# Runs where `import torch` works, and skips with the reason elsewhere.
+cd "$(dirname "$0")/.." || exit 1
+py=""
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import torch' 2>/dev/null; then py=$p; break; fi
+done
+if [ -z "$py" ]; then echo "SKIP torchrun: no python3 here imports torch (Debian: apt-get install python3-torch)"; exit 0; fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+hello=examples/hello_allreduce
+torchrun=$(command -v torchrun)
+if [ -z "$torchrun" ] || ! head -1 "$torchrun" | grep -q python || ! "$(head -1 "$torchrun" | sed 's/^#! *//; s/ .*//')" -c 'import torch' 2>/dev/null; then
+  torchrun="$py -m torch.distributed.run" # what torchrun is
+fi
+# torch 1.x (Debian's python3-torch is 1.13): on Python >= 3.11 it cannot parse its
+# own default --redirects/--tee of 0 (IntFlag iteration changed), so they are named;
+# its agent checks its workers every 5 s (0.1 s in torch 2), so that is shortened.
+extra=""
+if "$py" -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) >= 2)'; then
+  extra="--redirects 1 --tee 1 --log_dir $tmp/logs --monitor_interval 0.2"
+fi
+version=$("$py" -c 'import torch; print(torch.__version__)')
+port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# check name expected-world command...
+check() {
+  local name=$1 n=$2 out rc want; shift 2
+  out=$(timeout 120 "$@" 2>&1); rc=$?
+  want="sum $((n * (n + 1) / 2)), expected $((n * (n + 1) / 2)), world $n, backend cpu"
+  if [ $rc -eq 0 ] && grep -q "$want" <<<"$out" && [ "$(grep -c 'my sum is' <<<"$out")" -eq "$n" ]; then
+    echo "PASS torchrun.$name"
+  else
+    echo "FAIL torchrun.$name: '$*' (torch $version) status $rc, want $n ranks and '$want': $(grep -v '^\*\|OMP_NUM\|^WARNING' <<<"$out" | tail -5 | tr '\n' ' ' | head -c 400)"
+    fail=1
+  fi
+}
+# shellcheck disable=SC2086 # $torchrun and $extra are word lists
+check no_python_nproc3 3 $torchrun $extra --no_python --nproc_per_node=3 --master_port="$(port)" $hello
+# shellcheck disable=SC2086
+check legacy_launch_use_env_no_python 3 "$py" -m torch.distributed.launch $extra --use_env --no_python \
+  --nproc_per_node=3 --master_port="$(port)" $hello
+exit $fail
