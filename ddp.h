@@ -78,10 +78,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Linkage of every public function: extern, or static under DDP_STATIC (a private
+   copy per file; unused ones do not warn). Define DDPDEF yourself to export. */
+#ifndef DDPDEF
 #ifdef DDP_STATIC
+#if defined(__GNUC__) || defined(__clang__)
+#define DDPDEF __attribute__((unused)) static
+#else
 #define DDPDEF static
+#endif
 #else
 #define DDPDEF extern
+#endif
 #endif
 
 #if defined(__CUDACC__) && !defined(DDP_NO_NCCL) && !defined(DDP_NCCL)
@@ -110,7 +118,9 @@ extern "C" {
     X(DDP_ERR_PEER, "a peer rank failed or exited")                                  \
     X(DDP_ERR_PROTOCOL, "unexpected message from a peer")                            \
     X(DDP_ERR_BACKEND, "backend unavailable or failed")                              \
-    X(DDP_ERR_ABORTED, "the process group was aborted by an earlier error")
+    X(DDP_ERR_ABORTED, "the process group was aborted by an earlier error")           \
+    X(DDP_ERR_MISMATCH, "ranks disagree (a collective's arguments or a setting)")     \
+    X(DDP_ERR_REFUSED, "the store refused this process (other job, duplicate rank or wrong secret)")
 typedef enum ddp_result {
 #define DDP__ENUM(name, text) name,
     DDP__RESULTS(DDP__ENUM)
@@ -118,9 +128,42 @@ typedef enum ddp_result {
     DDP_RESULT_COUNT
 } ddp_result;
 
-typedef enum ddp_backend { DDP_BACKEND_DEFAULT = 0, DDP_BACKEND_CPU, DDP_BACKEND_NCCL } ddp_backend;
-typedef enum ddp_dtype { DDP_F32 = 0, DDP_F64, DDP_BF16, DDP_F16, DDP_I32, DDP_I64, DDP_DTYPE_COUNT } ddp_dtype;
-typedef enum ddp_op { DDP_SUM = 0, DDP_AVG, DDP_MIN, DDP_MAX, DDP_OP_COUNT } ddp_op;
+/* Backends: name as DDP_BACKEND=name takes it. */
+#define DDP__BACKENDS(X) X(DDP_BACKEND_CPU, "cpu") X(DDP_BACKEND_NCCL, "nccl")
+typedef enum ddp_backend {
+    DDP_BACKEND_DEFAULT = 0,
+#define DDP__ENUM(name, text) name,
+    DDP__BACKENDS(DDP__ENUM)
+    DDP_BACKEND_COUNT
+} ddp_backend;
+
+/* Element types, one row each: enum, name, C storage type, the type a reduction
+   accumulates in, NCCL's type, conversions storage -> accumulator -> storage.
+   16-bit floats are stored as uint16_t bits and reduced in f32. */
+#define DDP__DTYPES(X)                                                                      \
+    X(DDP_F32, "f32", float, float, ncclFloat32, DDP__SAME, DDP__SAME)                     \
+    X(DDP_F64, "f64", double, double, ncclFloat64, DDP__SAME, DDP__SAME)                   \
+    X(DDP_BF16, "bf16", uint16_t, float, ncclBfloat16, ddp_bf16_to_f32, ddp_f32_to_bf16)   \
+    X(DDP_F16, "f16", uint16_t, float, ncclFloat16, ddp_f16_to_f32, ddp_f32_to_f16)        \
+    X(DDP_I32, "i32", int32_t, int32_t, ncclInt32, DDP__SAME, DDP__SAME)                   \
+    X(DDP_I64, "i64", int64_t, int64_t, ncclInt64, DDP__SAME, DDP__SAME)
+#define DDP__SAME(x) (x)
+typedef enum ddp_dtype {
+#define DDP__DTYPE_ENUM(name, text, T, A, nccl, load, store) name,
+    DDP__DTYPES(DDP__DTYPE_ENUM)
+#undef DDP__DTYPE_ENUM
+    DDP_DTYPE_COUNT
+} ddp_dtype;
+
+/* Reductions: enum, name, NCCL's op. AVG of integers truncates toward zero. */
+#define DDP__OPS(X) X(DDP_SUM, "sum", ncclSum) X(DDP_AVG, "avg", ncclAvg) X(DDP_MIN, "min", ncclMin) X(DDP_MAX, "max", ncclMax)
+typedef enum ddp_op {
+#define DDP__OP_ENUM(name, text, nccl) name,
+    DDP__OPS(DDP__OP_ENUM)
+#undef DDP__OP_ENUM
+    DDP_OP_COUNT
+} ddp_op;
+#undef DDP__ENUM
 enum { DDP_LOG_ERROR = 0, DDP_LOG_INFO = 1 };
 
 /* Zero means default for every field. */
@@ -135,8 +178,11 @@ typedef struct ddp_desc {
     int timeout_ms;       /* default: DDP_TIMEOUT seconds, then 300 s */
     const char *master_addr; /* default: MASTER_ADDR */
     int master_port;         /* default: MASTER_PORT */
-    const char *job_id;      /* default: DDP_JOB_ID, then TORCHELASTIC_RUN_ID */
+    const char *job_id;      /* default: DDP_JOB_ID, then the launcher's own run id */
+    const char *secret;      /* default: DDP_SECRET; peers of the store prove they know it */
     size_t shm_chunk_bytes;  /* CPU backend staging per rank; default DDP_SHM_CHUNK, 1 MiB */
+    int check;               /* 1: compare every collective's arguments across ranks on
+                                every backend (the CPU backend always does); DDP_CHECK */
     void (*log)(void *user, int level, const char *msg); /* default: errors to stderr */
     void *log_user;
 } ddp_desc;
@@ -176,7 +222,8 @@ DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc);
 DDPDEF void ddp_destroy(ddp_ctx *ctx); /* waits for the others to arrive, then frees */
 DDPDEF const char *ddp_strerror(ddp_result r);
 DDPDEF const char *ddp_error(const ddp_ctx *ctx); /* detail of the last failure, or "" */
-DDPDEF size_t ddp_dtype_size(ddp_dtype t);
+DDPDEF size_t ddp_dtype_size(ddp_dtype t);    /* bytes per element, 0 if unknown */
+DDPDEF const char *ddp_dtype_name(ddp_dtype t); /* "f32", ... */
 DDPDEF const char *ddp_backend_name(ddp_backend b);
 
 /* ---- collectives -----------------------------------------------------------------
@@ -351,13 +398,27 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 
 /* ==================================================================================
    Implementation. Stop here if you only want the API.
-   Layers, each calling only downward: platform -> environment -> TCP store ->
-   backends (cpu, nccl) -> collectives -> launcher.
+   Sections, each calling only those above it (grep for the tag):
+     >>config         defaults, allocator, limits
+     >>platform       clocks, strings, randomness, SHA-256/HMAC, sockets
+     >>tables         dtypes, ops, collective kinds, fingerprints
+     >>errors         the one failure funnel, logging, rank-0 printing
+     >>halfs          16-bit float conversion
+     >>environment    launchers' variables, every default resolved in one place
+     >>store          rank 0's TCP key-value server and its client
+     >>cpu            the shared-memory backend
+     >>nccl           the NCCL backend
+     >>backends       the table that dispatches to a backend
+     >>collectives    validate, fingerprint, run or queue
+     >>group          ddp_init, ddp_destroy
+     >>launcher       ddp_launch, ddp_run
+     >>sampler >>metrics >>grad
    ================================================================================== */
 #ifdef DDP_IMPLEMENTATION
 #ifndef DDP__IMPLEMENTATION_DONE
 #define DDP__IMPLEMENTATION_DONE
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -375,6 +436,7 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -388,6 +450,8 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #if defined(__GLIBC__) && !(defined(__USE_XOPEN2K8) && defined(__USE_MISC))
 #error "ddp.h: the implementation needs POSIX 2008: define DDP_IMPLEMENTATION and include ddp.h before any other header, or compile with -D_GNU_SOURCE"
 #endif
+
+/* ---- >>config ------------------------------------------------------------------------ */
 #if defined(DDP_MALLOC) != defined(DDP_FREE)
 #error "define both DDP_MALLOC and DDP_FREE, or neither"
 #endif
@@ -396,19 +460,28 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #define DDP_FREE(p) free(p)
 #endif
 
+#define DDP__VERSION "0.2"
 #define DDP__DEFAULT_TIMEOUT_MS 300000
+#define DDP__DEFAULT_PORT 29500
 #define DDP__DEFAULT_CHUNK ((size_t)1 << 20)
+#define DDP__DEFAULT_BUCKET_BYTES ((size_t)25 << 20) /* PyTorch's bucket_cap_mb */
 #define DDP__MAX_CPU_RANKS 256
-#define DDP__QUEUE 64 /* async collectives in flight per context (CPU) */
-#define DDP__SPIN_NS 20000 /* CPU barrier: spin this long, then sleep */
+#define DDP__QUEUE 64          /* async collectives in flight per context (host backends) */
+#define DDP__SPIN_NS 20000     /* CPU barrier: spin this long, then sleep */
+#define DDP__STORE_PENDING 64  /* store: connections not yet identified, at most */
+#define DDP__STORE_HELLO_MS 5000 /* store: a newcomer identifies itself within this */
+#define DDP__STORE_STALL_MS 10000 /* store: a message once begun arrives within this */
+#define DDP__STORE_QUOTA ((size_t)4 << 20) /* store: bytes one rank may make it hold */
 
 #ifdef __cplusplus
 #define DDP__CAST(T, x) ((T)(x))
 #else
 #define DDP__CAST(T, x) (x)
 #endif
+/* compile-time check, for tables indexed by enum order */
+#define DDP__STATIC_ASSERT(name, cond) typedef char ddp__assert_##name[(cond) ? 1 : -1]
 
-/* ---- platform: time, errors, logging ---------------------------------------------- */
+/* ---- >>platform ------------------------------------------------------------------------ */
 
 static int64_t ddp__now_ms(void)
 {
@@ -425,138 +498,6 @@ static void ddp__sleep_ms(int ms)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
-typedef struct ddp__coll {
-    int kind; /* DDP__ALL_REDUCE ... */
-    const void *send;
-    void *recv;
-    size_t count;
-    ddp_dtype dtype;
-    ddp_op op;
-    int root;
-    uint64_t seq;
-} ddp__coll;
-enum { DDP__ALL_REDUCE, DDP__BROADCAST, DDP__ALL_GATHER, DDP__REDUCE_SCATTER, DDP__BARRIER };
-static const char *const ddp__coll_names[] = {"all_reduce", "broadcast", "all_gather",
-                                               "reduce_scatter", "barrier"};
-
-typedef struct ddp__shm ddp__shm;
-typedef struct ddp__server ddp__server;
-
-struct ddp__state {
-    char err[320];
-    void (*log)(void *user, int level, const char *msg);
-    void *log_user;
-    int debug;
-    int timeout_ms;
-    ddp_result broken;    /* set once a collective fails: later ones refuse */
-    char job_id[64];
-    char master_addr[256];
-    int master_port;
-    int store_fd;         /* connection to rank 0's store, -1 in a world of one */
-    ddp__server *server;  /* rank 0 only */
-    uint64_t seq;         /* collectives issued */
-    /* CPU backend */
-    ddp__shm *shm;
-    size_t shm_size, chunk;
-    int spin;             /* spin DDP__SPIN_NS before sleeping (only when ranks <= cores) */
-    /* CPU async: one worker thread runs queued collectives in issue order */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t worker;
-    int worker_started, worker_stop;
-    ddp__coll queue[DDP__QUEUE];
-    uint64_t queued, done; /* counts; queue holds seqs (done, queued] */
-    ddp_result async_err;
-#ifdef DDP_NCCL
-    ncclComm_t comm;
-    cudaStream_t stream;
-    cudaEvent_t ready;
-#endif
-};
-
-static void ddp__default_log(void *user, int level, const char *msg)
-{
-    (void)user;
-    fprintf(stderr, "%s%s\n", level == DDP_LOG_ERROR ? "ddp: error: " : "ddp: ", msg);
-}
-
-static void ddp__info(ddp_ctx *ctx, const char *fmt, ...) DDP__PRINTF(2, 3);
-static void ddp__info(ddp_ctx *ctx, const char *fmt, ...)
-{
-    char msg[400];
-    int n;
-    va_list ap;
-    if (!ctx->st->debug) return;
-    n = snprintf(msg, sizeof msg, "rank %d/%d: ", ctx->rank, ctx->world_size);
-    va_start(ap, fmt);
-    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
-    va_end(ap);
-    ctx->st->log(ctx->st->log_user, DDP_LOG_INFO, msg);
-}
-
-/* Records the detail for ddp_error(), reports it, returns the code. */
-static ddp_result ddp__fail(ddp_ctx *ctx, ddp_result code, const char *fmt, ...) DDP__PRINTF(3, 4);
-static ddp_result ddp__fail(ddp_ctx *ctx, ddp_result code, const char *fmt, ...)
-{
-    va_list ap;
-    char msg[400];
-    va_start(ap, fmt);
-    vsnprintf(ctx->st->err, sizeof ctx->st->err, fmt, ap);
-    va_end(ap);
-    snprintf(msg, sizeof msg, "rank %d/%d: %s", ctx->rank, ctx->world_size, ctx->st->err);
-    ctx->st->log(ctx->st->log_user, DDP_LOG_ERROR, msg);
-    return code;
-}
-
-const char *ddp_strerror(ddp_result r)
-{
-    static const char *const text[] = {
-#define DDP__TEXT(name, text) text,
-        DDP__RESULTS(DDP__TEXT)
-#undef DDP__TEXT
-    };
-    return (unsigned)r < DDP_RESULT_COUNT ? text[r] : "unknown ddp_result";
-}
-
-const char *ddp_error(const ddp_ctx *ctx) { return ctx && ctx->st ? ctx->st->err : ""; }
-
-size_t ddp_dtype_size(ddp_dtype t)
-{
-    static const size_t size[DDP_DTYPE_COUNT] = {4, 8, 2, 2, 4, 8};
-    return (unsigned)t < DDP_DTYPE_COUNT ? size[t] : 0;
-}
-
-const char *ddp_backend_name(ddp_backend b)
-{
-    return b == DDP_BACKEND_CPU ? "cpu" : b == DDP_BACKEND_NCCL ? "nccl" : "default";
-}
-
-int ddp_is_main(const ddp_ctx *ctx) { return ctx->rank == 0; }
-
-void ddp_print(const ddp_ctx *ctx, const char *fmt, ...)
-{
-    va_list ap;
-    if (ctx->rank != 0) return;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    fflush(stdout);
-}
-
-void ddp_log(const ddp_ctx *ctx, const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-    int n = snprintf(line, sizeof line, "[rank %d/%d] ", ctx->rank, ctx->world_size);
-    va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-    va_end(ap);
-    fflush(stdout); /* one write per line keeps ranks' lines whole */
-    if (write(STDOUT_FILENO, line, strlen(line)) < 0) {}
-}
-
-/* ---- 16-bit floats ------------------------------------------------------------------ */
-
 /* strncpy that always terminates (and truncates quietly) */
 static void ddp__copy(char *dst, size_t size, const char *src)
 {
@@ -566,48 +507,142 @@ static void ddp__copy(char *dst, size_t size, const char *src)
     dst[n] = 0;
 }
 
-static uint32_t ddp__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float ddp__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
-float ddp_bf16_to_f32(uint16_t h) { return ddp__bits_f32((uint32_t)h << 16); }
-
-uint16_t ddp_f32_to_bf16(float f)
+/* n bytes from the kernel's random source; falls back to clock and pid (tests only
+   ever see that on a machine without getrandom and /dev/urandom) */
+static void ddp__random(void *buf, size_t n)
 {
-    uint32_t u = ddp__f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-float ddp_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    if (exp == 0x1f) return ddp__bits_f32(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) { /* zero or subnormal: man * 2^-24 */
-        float v = (float)man * (1.0f / 16777216.0f);
-        return sign ? -v : v;
+    unsigned char *p = (unsigned char *)buf;
+    size_t got = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        while (got < n) {
+            ssize_t k = read(fd, p + got, n - got);
+            if (k <= 0) break;
+            got += (size_t)k;
+        }
+        close(fd);
     }
-    return ddp__bits_f32(sign | ((exp + 112) << 23) | (man << 13));
-}
-
-uint16_t ddp_f32_to_f16(float f)
-{
-    uint32_t u = ddp__f32_bits(f), sign = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00);          /* NaN */
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);         /* rounds to inf */
-    if (a < 0x38800000u) {                                          /* subnormal or 0 */
-        /* scale so the f16 subnormal step (2^-24) becomes 1.0, round to even */
-        float v = ddp__bits_f32(a) * 16777216.0f;
-        uint32_t m = (uint32_t)v;
-        float rest = v - (float)m;
-        if (rest > 0.5f || (rest == 0.5f && (m & 1))) m++;
-        return (uint16_t)(sign | m);
+    if (got < n) {
+        uint64_t x = (uint64_t)ddp__now_ms() * 6364136223846793005ull ^ (uint64_t)getpid() << 32;
+        for (; got < n; got++) { x = x * 6364136223846793005ull + 1442695040888963407ull; p[got] = (unsigned char)(x >> 56); }
     }
-    a += 0xfffu + ((a >> 13) & 1) - (112u << 23);
-    return (uint16_t)(sign | (a >> 13));
 }
 
-/* ---- platform: sockets --------------------------------------------------------------- */
+static void ddp__hex(char *out, const unsigned char *in, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    size_t i;
+    for (i = 0; i < n; i++) { out[2 * i] = digits[in[i] >> 4]; out[2 * i + 1] = digits[in[i] & 15]; }
+    out[2 * n] = 0;
+}
+
+/* FNV-1a: names derived from a job id */
+static uint64_t ddp__hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    while (*s) { h ^= (unsigned char)*s++; h *= 1099511628211ull; }
+    return h;
+}
+
+/* SHA-256 (FIPS 180-4) and HMAC (RFC 2104): the store's challenge-response. */
+typedef struct ddp__sha { uint32_t h[8]; unsigned char buf[64]; uint64_t len; } ddp__sha;
+
+static uint32_t ddp__ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+static void ddp__sha_block(ddp__sha *s, const unsigned char *p)
+{
+    static const uint32_t k[64] = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+        0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+        0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+        0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+        0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+        0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+        0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+    uint32_t w[64], a[8], t1, t2;
+    int i;
+    for (i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (i = 16; i < 64; i++)
+        w[i] = w[i - 16] + (ddp__ror(w[i - 15], 7) ^ ddp__ror(w[i - 15], 18) ^ (w[i - 15] >> 3)) + w[i - 7] +
+               (ddp__ror(w[i - 2], 17) ^ ddp__ror(w[i - 2], 19) ^ (w[i - 2] >> 10));
+    memcpy(a, s->h, sizeof a);
+    for (i = 0; i < 64; i++) {
+        t1 = a[7] + (ddp__ror(a[4], 6) ^ ddp__ror(a[4], 11) ^ ddp__ror(a[4], 25)) + ((a[4] & a[5]) ^ (~a[4] & a[6])) + k[i] + w[i];
+        t2 = (ddp__ror(a[0], 2) ^ ddp__ror(a[0], 13) ^ ddp__ror(a[0], 22)) + ((a[0] & a[1]) ^ (a[0] & a[2]) ^ (a[1] & a[2]));
+        memmove(a + 1, a, 7 * sizeof a[0]);
+        a[4] += t1;
+        a[0] = t1 + t2;
+    }
+    for (i = 0; i < 8; i++) s->h[i] += a[i];
+}
+
+static void ddp__sha_init(ddp__sha *s)
+{
+    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(s->h, h0, sizeof h0);
+    s->len = 0;
+}
+
+static void ddp__sha_add(ddp__sha *s, const void *data, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    while (n > 0) {
+        size_t used = (size_t)(s->len % 64), k = 64 - used < n ? 64 - used : n;
+        memcpy(s->buf + used, p, k);
+        s->len += k; p += k; n -= k;
+        if (s->len % 64 == 0) ddp__sha_block(s, s->buf);
+    }
+}
+
+static void ddp__sha_end(ddp__sha *s, unsigned char out[32])
+{
+    uint64_t bits = s->len * 8;
+    unsigned char pad = 0x80, len[8];
+    int i;
+    ddp__sha_add(s, &pad, 1);
+    pad = 0;
+    while (s->len % 64 != 56) ddp__sha_add(s, &pad, 1);
+    for (i = 0; i < 8; i++) len[i] = (unsigned char)(bits >> (56 - 8 * i));
+    ddp__sha_add(s, len, 8);
+    for (i = 0; i < 32; i++) out[i] = (unsigned char)(s->h[i / 4] >> (24 - 8 * (i % 4)));
+}
+
+/* HMAC-SHA256(key, a | b | c) as 64 hex digits */
+static void ddp__hmac(char out[65], const char *key, const char *a, const char *b, const char *c)
+{
+    unsigned char k[64], pad[64], inner[32], mac[32];
+    size_t n = strlen(key), i;
+    ddp__sha s;
+    memset(k, 0, sizeof k);
+    if (n > 64) { ddp__sha_init(&s); ddp__sha_add(&s, key, n); ddp__sha_end(&s, k); }
+    else memcpy(k, key, n);
+    for (i = 0; i < 64; i++) pad[i] = k[i] ^ 0x36;
+    ddp__sha_init(&s);
+    ddp__sha_add(&s, pad, 64);
+    ddp__sha_add(&s, a, strlen(a)); ddp__sha_add(&s, "|", 1);
+    ddp__sha_add(&s, b, strlen(b)); ddp__sha_add(&s, "|", 1);
+    ddp__sha_add(&s, c, strlen(c));
+    ddp__sha_end(&s, inner);
+    for (i = 0; i < 64; i++) pad[i] = k[i] ^ 0x5c;
+    ddp__sha_init(&s);
+    ddp__sha_add(&s, pad, 64);
+    ddp__sha_add(&s, inner, 32);
+    ddp__sha_end(&s, mac);
+    ddp__hex(out, mac, 32);
+}
+
+/* compares two MACs without an early exit: timing says nothing about where they differ */
+static int ddp__same_mac(const char *a, const char *b)
+{
+    unsigned diff = 0;
+    int i;
+    if (strlen(a) != 64 || strlen(b) != 64) return 0;
+    for (i = 0; i < 64; i++) diff |= (unsigned)(a[i] ^ b[i]);
+    return diff == 0;
+}
 
 static int ddp__write_all(int fd, const void *buf, size_t n, int64_t deadline)
 {
@@ -649,461 +684,280 @@ static int ddp__read_all(int fd, void *buf, size_t n, int64_t deadline)
     return 0;
 }
 
-/* ---- TCP store: a key-value server on rank 0 -------------------------------------------
-   Message: 16-byte header {magic, op or status, key length, value length} in network
-   order, then key and value. The first message of a connection is HELLO carrying the
-   job id and world size; a store of another job answers with an error and hangs up.
-   GET waits on the server until the key exists, so nobody polls. */
+/* ---- >>tables --------------------------------------------------------------------------
+   Collective kinds: enum, name, and which buffers a rank passes, in elements per
+   `count`: send (0: none), recv (W: world_size blocks). DESTROY is ddp_destroy's
+   meeting: every backend treats it as a barrier, and a rank that meets a DESTROY
+   where it expected a collective knows its peer left. */
+#define DDP__COLLS(X)                                  \
+    X(DDP__ALL_REDUCE, "all_reduce", 1, 1)             \
+    X(DDP__BROADCAST, "broadcast", 0, 1)               \
+    X(DDP__ALL_GATHER, "all_gather", 1, 'W')           \
+    X(DDP__REDUCE_SCATTER, "reduce_scatter", 'W', 1)   \
+    X(DDP__BARRIER, "barrier", 0, 0)                   \
+    X(DDP__DESTROY, "ddp_destroy", 0, 0)
+enum {
+#define DDP__COLL_ENUM(kind, name, send, recv) kind,
+    DDP__COLLS(DDP__COLL_ENUM)
+#undef DDP__COLL_ENUM
+    DDP__COLL_COUNT
+};
+static const struct { const char *name; int send, recv; } ddp__colls[] = {
+#define DDP__COLL_ROW(kind, name, send, recv) {name, send, recv},
+    DDP__COLLS(DDP__COLL_ROW)
+#undef DDP__COLL_ROW
+};
+DDP__STATIC_ASSERT(coll_table, sizeof ddp__colls / sizeof ddp__colls[0] == DDP__COLL_COUNT);
 
-#define DDP__MAGIC 0x44445053u /* "DDPS" */
-#define DDP__MAX_KEY 1024u
-#define DDP__MAX_VALUE (64u << 20)
-enum { DDP__HELLO = 1, DDP__SET, DDP__GET, DDP__ADD };
+static const struct { const char *name; size_t size; } ddp__dtypes[] = {
+#define DDP__DTYPE_ROW(e, name, T, A, nccl, load, store) {name, sizeof(T)},
+    DDP__DTYPES(DDP__DTYPE_ROW)
+#undef DDP__DTYPE_ROW
+};
+DDP__STATIC_ASSERT(dtype_table, sizeof ddp__dtypes / sizeof ddp__dtypes[0] == DDP_DTYPE_COUNT);
 
-typedef struct ddp__conn { int fd, rank; char *buf; size_t len, cap; } ddp__conn;
-typedef struct ddp__kv { char *key; char *val; uint32_t vlen; } ddp__kv;
-typedef struct ddp__waiter { int fd; char *key; } ddp__waiter;
+static const char *const ddp__ops[] = {
+#define DDP__OP_ROW(e, name, nccl) name,
+    DDP__OPS(DDP__OP_ROW)
+#undef DDP__OP_ROW
+};
+DDP__STATIC_ASSERT(op_table, sizeof ddp__ops / sizeof ddp__ops[0] == DDP_OP_COUNT);
 
-struct ddp__server {
-    int listen_fd, wake[2], world;
-    char job_id[64];
-    pthread_t thread;
-    ddp__conn *conns; int nconns;
-    ddp__kv *kv; int nkv;
-    ddp__waiter *waiters; int nwaiters;
-    int closing;         /* the job is shutting down: disconnects are expected */
-    int64_t stop_deadline; /* set by ddp__server_stop: leave once everyone is gone */
-    char broken[200];    /* why the job can no longer make progress */
+/* One collective as every backend sees it. Its fingerprint (what every rank must
+   agree on) is the first six fields. */
+typedef struct ddp__coll {
+    uint64_t seq;   /* 1, 2, ... per context, in issue order */
+    uint64_t count;
+    int32_t kind, dtype, op, root;
+    const void *send;
+    void *recv;
+} ddp__coll;
+typedef struct ddp__fp { uint64_t seq, count; int32_t kind, dtype, op, root; } ddp__fp;
+
+static ddp__fp ddp__fingerprint(const ddp__coll *c)
+{
+    ddp__fp f;
+    memset(&f, 0, sizeof f); /* padding too: fingerprints are compared as bytes */
+    f.seq = c->seq; f.count = c->count; f.kind = c->kind;
+    /* what a kind does not use cannot disagree */
+    f.dtype = c->kind < DDP__BARRIER ? c->dtype : 0;
+    f.op = c->kind == DDP__ALL_REDUCE || c->kind == DDP__REDUCE_SCATTER ? c->op : 0;
+    f.root = c->kind == DDP__BROADCAST ? c->root : 0;
+    if (c->kind >= DDP__BARRIER) f.count = 0;
+    return f;
+}
+
+/* "100 x f32 sum" */
+static void ddp__fp_args(char *out, size_t n, const ddp__fp *f)
+{
+    if ((unsigned)f->kind >= DDP__COLL_COUNT || f->kind >= DDP__BARRIER) { out[0] = 0; return; }
+    snprintf(out, n, "%llu x %s%s%s", (unsigned long long)f->count,
+             (unsigned)f->dtype < DDP_DTYPE_COUNT ? ddp__dtypes[f->dtype].name : "?",
+             f->kind == DDP__ALL_REDUCE || f->kind == DDP__REDUCE_SCATTER ? " " : "",
+             f->kind == DDP__ALL_REDUCE || f->kind == DDP__REDUCE_SCATTER ? ddp__ops[f->op] : "");
+    if (f->kind == DDP__BROADCAST) snprintf(out + strlen(out), n - strlen(out), " from rank %d", f->root);
+}
+
+/* Names a disagreement between this rank's fingerprint and rank `other`'s. */
+static void ddp__fp_diff(char *out, size_t n, int me, const ddp__fp *mine, int other, const ddp__fp *theirs)
+{
+    char a[96], b[96];
+    const char *mk = (unsigned)mine->kind < DDP__COLL_COUNT ? ddp__colls[mine->kind].name : "?";
+    const char *tk = (unsigned)theirs->kind < DDP__COLL_COUNT ? ddp__colls[theirs->kind].name : "?";
+    ddp__fp_args(a, sizeof a, mine);
+    ddp__fp_args(b, sizeof b, theirs);
+    if (theirs->kind == DDP__DESTROY && mine->kind != DDP__DESTROY)
+        snprintf(out, n, "rank %d left the job (ddp_destroy) while rank %d waits in %s #%llu", other, me, mk,
+                 (unsigned long long)mine->seq);
+    else if (mine->kind == DDP__DESTROY && theirs->kind != DDP__DESTROY)
+        snprintf(out, n, "rank %d called ddp_destroy while rank %d is in %s #%llu", me, other, tk,
+                 (unsigned long long)theirs->seq);
+    else if (mine->kind != theirs->kind || mine->seq != theirs->seq)
+        snprintf(out, n, "ranks call different collectives: rank %d %s #%llu (%s), rank %d %s #%llu (%s)", me, mk,
+                 (unsigned long long)mine->seq, a, other, tk, (unsigned long long)theirs->seq, b);
+    else
+        snprintf(out, n, "%s #%llu: rank %d passes %s, rank %d passes %s", mk, (unsigned long long)mine->seq, me,
+                 a, other, b);
+}
+
+/* ---- >>errors --------------------------------------------------------------------------- */
+
+typedef struct ddp__server ddp__server;
+typedef struct ddp__backend ddp__backend;
+
+/* Every setting, resolved once from the desc, the environment and the defaults
+   (ddp__resolve). Those in `agree` must be the same on every rank. */
+typedef struct ddp__settings {
+    int timeout_ms;
+    int debug, check;
+    ddp_backend backend;
+    const char *backend_why; /* what chose it, for DDP_DEBUG */
+    char job_id[128];
+    const char *job_from;    /* which variable gave the job id */
+    char secret[256];
+    char master_addr[256];
+    int master_port;
+    size_t chunk;            /* CPU backend staging per rank */
+    char agree[256];
+} ddp__settings;
+
+struct ddp__state {
+    char err[400];
+    void (*log)(void *user, int level, const char *msg);
+    void *log_user;
+    ddp__settings cfg;
+    ddp_result broken;       /* set once a collective fails: later ones refuse */
+    int store_fd;            /* connection to rank 0's store, -1 in a world of one */
+    ddp__server *server;     /* rank 0 only */
+    uint64_t seq;            /* collectives issued */
+    const ddp__backend *be;
+    void *bs;                /* the backend's own state */
+    /* host backends' async collectives: one worker thread runs them in issue order */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t worker;
+    int worker_started, worker_stop;
+    ddp__coll queue[DDP__QUEUE];
+    uint64_t queued, done;   /* counts; queue holds seqs (done, queued] */
+    ddp_result async_err;
 };
 
-static void *ddp__grow(void *p, int n, size_t elem)
+static void ddp__default_log(void *user, int level, const char *msg)
 {
-    /* arrays grow in powers of two; called when n is a power of two (or 0) */
-    void *q;
-    if (n & (n - 1)) return p;
-    q = DDP_MALLOC(elem * (size_t)(n ? 2 * n : 4));
-    if (!q) return NULL;
-    if (n) memcpy(q, p, elem * (size_t)n);
-    DDP_FREE(p);
-    return q;
+    (void)user;
+    fprintf(stderr, "%s%s\n", level == DDP_LOG_ERROR ? "ddp: error: " : "ddp: ", msg);
 }
 
-static void ddp__reply(int fd, uint32_t status, const void *val, uint32_t vlen)
+static void ddp__info(ddp_ctx *ctx, const char *fmt, ...) DDP__PRINTF(2, 3);
+static void ddp__info(ddp_ctx *ctx, const char *fmt, ...)
 {
-    uint32_t h[4];
-    h[0] = htonl(DDP__MAGIC); h[1] = htonl(status); h[2] = 0; h[3] = htonl(vlen);
-    /* a peer that does not read within 10 s is dropped by its own timeout anyway */
-    if (ddp__write_all(fd, h, sizeof h, ddp__now_ms() + 10000) == 0 && vlen)
-        ddp__write_all(fd, val, vlen, ddp__now_ms() + 10000);
+    char msg[512];
+    int n;
+    va_list ap;
+    if (!ctx->st->cfg.debug) return;
+    n = snprintf(msg, sizeof msg, "rank %d/%d: ", ctx->rank, ctx->world_size);
+    va_start(ap, fmt);
+    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    ctx->st->log(ctx->st->log_user, DDP_LOG_INFO, msg);
 }
 
-static ddp__kv *ddp__kv_find(ddp__server *s, const char *key)
+/* The one way out of a failure: records the detail for ddp_error(), reports it
+   (errors go to the log even without DDP_DEBUG), returns the code. */
+static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt, ...) DDP__PRINTF(3, 4);
+static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt, ...)
 {
-    int i;
-    for (i = 0; i < s->nkv; i++)
-        if (strcmp(s->kv[i].key, key) == 0) return &s->kv[i];
-    return NULL;
+    va_list ap;
+    char msg[480], text[sizeof ctx->st->err];
+    if (!ctx || !ctx->st) return code;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap); /* the arguments may include the last error */
+    va_end(ap);
+    memcpy(ctx->st->err, text, sizeof text);
+    snprintf(msg, sizeof msg, "rank %d/%d: %s", ctx->rank, ctx->world_size, text);
+    ctx->st->log(ctx->st->log_user, DDP_LOG_ERROR, msg);
+    return code;
 }
 
-static void ddp__kv_put(ddp__server *s, const char *key, const char *val, uint32_t vlen)
+static const char *const ddp__result_text[] = {
+#define DDP__TEXT(name, text) text,
+    DDP__RESULTS(DDP__TEXT)
+#undef DDP__TEXT
+};
+DDP__STATIC_ASSERT(result_table, sizeof ddp__result_text / sizeof ddp__result_text[0] == DDP_RESULT_COUNT);
+
+const char *ddp_strerror(ddp_result r)
 {
-    ddp__kv *e = ddp__kv_find(s, key);
-    char *copy = DDP__CAST(char *, DDP_MALLOC(vlen + 1));
-    int i;
-    if (!copy) return;
-    memcpy(copy, val, vlen);
-    copy[vlen] = 0;
-    if (!e) {
-        ddp__kv *grown = DDP__CAST(ddp__kv *, ddp__grow(s->kv, s->nkv, sizeof *s->kv));
-        if (!grown) { DDP_FREE(copy); return; }
-        s->kv = grown;
-        e = &s->kv[s->nkv++];
-        e->key = DDP__CAST(char *, DDP_MALLOC(strlen(key) + 1));
-        strcpy(e->key, key);
-    } else {
-        DDP_FREE(e->val);
-    }
-    e->val = copy;
-    e->vlen = vlen;
-    for (i = 0; i < s->nwaiters;) { /* answer everyone waiting for this key */
-        if (strcmp(s->waiters[i].key, key) == 0) {
-            ddp__reply(s->waiters[i].fd, 0, e->val, e->vlen);
-            DDP_FREE(s->waiters[i].key);
-            s->waiters[i] = s->waiters[--s->nwaiters];
-        } else {
-            i++;
-        }
-    }
+    return (unsigned)r < DDP_RESULT_COUNT ? ddp__result_text[r] : "unknown ddp_result";
 }
 
-static void ddp__server_break(ddp__server *s, const char *why)
+const char *ddp_error(const ddp_ctx *ctx) { return ctx && ctx->st ? ctx->st->err : ""; }
+
+size_t ddp_dtype_size(ddp_dtype t) { return (unsigned)t < DDP_DTYPE_COUNT ? ddp__dtypes[t].size : 0; }
+
+const char *ddp_dtype_name(ddp_dtype t) { return (unsigned)t < DDP_DTYPE_COUNT ? ddp__dtypes[t].name : "?"; }
+
+static const char *const ddp__backend_names[] = {
+    "default",
+#define DDP__BACKEND_NAME(e, name) name,
+    DDP__BACKENDS(DDP__BACKEND_NAME)
+#undef DDP__BACKEND_NAME
+};
+DDP__STATIC_ASSERT(backend_names, sizeof ddp__backend_names / sizeof ddp__backend_names[0] == DDP_BACKEND_COUNT);
+
+const char *ddp_backend_name(ddp_backend b)
 {
-    int i;
-    if (s->broken[0] || s->closing) return;
-    snprintf(s->broken, sizeof s->broken, "%s", why);
-    for (i = 0; i < s->nwaiters; i++) {
-        ddp__reply(s->waiters[i].fd, 1, s->broken, (uint32_t)strlen(s->broken));
-        DDP_FREE(s->waiters[i].key);
-    }
-    s->nwaiters = 0;
+    return (unsigned)b < DDP_BACKEND_COUNT ? ddp__backend_names[b] : "unknown";
 }
 
-/* Handles one complete message; returns 0 to keep the connection, -1 to drop it. */
-static int ddp__server_handle(ddp__server *s, ddp__conn *c, uint32_t op, char *key, char *val,
-                              uint32_t vlen)
+int ddp_is_main(const ddp_ctx *ctx) { return ctx->rank == 0; }
+
+void ddp_print(const ddp_ctx *ctx, const char *fmt, ...)
 {
-    char text[200];
-    ddp__kv *e;
-    if (op != DDP__HELLO && c->rank < 0) return -1;
-    switch (op) {
-    case DDP__HELLO: {
-        int rank = -1, world = -1;
-        sscanf(val, "%d %d", &rank, &world);
-        if (strcmp(key, s->job_id) != 0 || world != s->world || rank < 0 || rank >= world) {
-            snprintf(text, sizeof text,
-                     "the store belongs to job '%s' with world size %d, not job '%s' with %d",
-                     s->job_id, s->world, key, world);
-            ddp__reply(c->fd, 1, text, (uint32_t)strlen(text));
-            return -1;
-        }
-        c->rank = rank;
-        ddp__reply(c->fd, 0, NULL, 0);
-        return 0;
-    }
-    case DDP__SET:
-        ddp__reply(c->fd, 0, NULL, 0);
-        ddp__kv_put(s, key, val, vlen);
-        return 0;
-    case DDP__GET:
-        if ((e = ddp__kv_find(s, key)) != NULL) {
-            ddp__reply(c->fd, 0, e->val, e->vlen);
-        } else if (s->broken[0]) {
-            ddp__reply(c->fd, 1, s->broken, (uint32_t)strlen(s->broken));
-        } else {
-            ddp__waiter *grown = DDP__CAST(ddp__waiter *,
-                                           ddp__grow(s->waiters, s->nwaiters, sizeof *s->waiters));
-            if (!grown) return -1;
-            s->waiters = grown;
-            s->waiters[s->nwaiters].fd = c->fd;
-            s->waiters[s->nwaiters].key = DDP__CAST(char *, DDP_MALLOC(strlen(key) + 1));
-            strcpy(s->waiters[s->nwaiters++].key, key);
-        }
-        return 0;
-    case DDP__ADD: {
-        long long sum = strtoll(val, NULL, 10);
-        if ((e = ddp__kv_find(s, key)) != NULL) sum += strtoll(e->val, NULL, 10);
-        snprintf(text, sizeof text, "%lld", sum);
-        ddp__reply(c->fd, 0, text, (uint32_t)strlen(text));
-        ddp__kv_put(s, key, text, (uint32_t)strlen(text));
-        return 0;
-    }
-    }
-    return -1;
+    va_list ap;
+    if (ctx->rank != 0) return;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
 }
 
-static void ddp__server_drop(ddp__server *s, int i)
+void ddp_log(const ddp_ctx *ctx, const char *fmt, ...)
 {
-    ddp__conn *c = &s->conns[i];
-    int j;
-    for (j = 0; j < s->nwaiters;) {
-        if (s->waiters[j].fd == c->fd) {
-            DDP_FREE(s->waiters[j].key);
-            s->waiters[j] = s->waiters[--s->nwaiters];
-        } else {
-            j++;
-        }
-    }
-    if (c->rank >= 0 && !s->closing) {
-        char why[200];
-        snprintf(why, sizeof why, "rank %d left the job (its process exited or failed)", c->rank);
-        ddp__server_break(s, why);
-    }
-    close(c->fd);
-    DDP_FREE(c->buf);
-    s->conns[i] = s->conns[--s->nconns];
+    char line[1024];
+    va_list ap;
+    int n = snprintf(line, sizeof line, "[rank %d/%d] ", ctx->rank, ctx->world_size);
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    fflush(stdout); /* one write per line keeps ranks' lines whole */
+    if (write(STDOUT_FILENO, line, strlen(line)) < 0) {}
 }
 
-/* Reads what a connection has; handles every complete message in its buffer. */
-static int ddp__server_read(ddp__server *s, ddp__conn *c)
+/* ---- >>halfs ------------------------------------------------------------------------------ */
+static uint32_t ddp__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float ddp__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+float ddp_bf16_to_f32(uint16_t h) { return ddp__bits_f32((uint32_t)h << 16); }
+
+uint16_t ddp_f32_to_bf16(float f)
 {
-    ssize_t k;
-    if (c->cap - c->len < 4096) {
-        size_t cap = c->cap ? c->cap * 2 : 8192;
-        char *b = DDP__CAST(char *, DDP_MALLOC(cap));
-        if (!b) return -1;
-        if (c->len) memcpy(b, c->buf, c->len);
-        DDP_FREE(c->buf);
-        c->buf = b; c->cap = cap;
-    }
-    k = recv(c->fd, c->buf + c->len, c->cap - c->len - 1, 0);
-    if (k <= 0) return (k < 0 && (errno == EINTR || errno == EAGAIN)) ? 0 : -1;
-    c->len += (size_t)k;
-    while (c->len >= 16) {
-        uint32_t h[4], klen, vlen;
-        size_t total;
-        char *key, *val, saved;
-        memcpy(h, c->buf, 16);
-        klen = ntohl(h[2]); vlen = ntohl(h[3]);
-        if (ntohl(h[0]) != DDP__MAGIC || klen > DDP__MAX_KEY || vlen > DDP__MAX_VALUE) return -1;
-        total = 16 + (size_t)klen + vlen;
-        if (c->len < total) {
-            if (c->cap < total + 1) { /* make room for the whole message */
-                char *b = DDP__CAST(char *, DDP_MALLOC(total + 1));
-                if (!b) return -1;
-                memcpy(b, c->buf, c->len);
-                DDP_FREE(c->buf);
-                c->buf = b; c->cap = total + 1;
-            }
-            break;
-        }
-        /* key and value become C strings in place: the byte after each is saved */
-        key = DDP__CAST(char *, DDP_MALLOC(klen + 1));
-        if (!key) return -1;
-        memcpy(key, c->buf + 16, klen);
-        key[klen] = 0;
-        val = c->buf + 16 + klen;
-        saved = val[vlen];
-        val[vlen] = 0;
-        k = ddp__server_handle(s, c, ntohl(h[1]), key, val, vlen);
-        val[vlen] = saved;
-        DDP_FREE(key);
-        if (k < 0) return -1;
-        memmove(c->buf, c->buf + total, c->len - total);
-        c->len -= total;
-    }
-    return 0;
+    uint32_t u = ddp__f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even */
+    return (uint16_t)(u >> 16);
 }
 
-static void *ddp__server_main(void *arg)
+float ddp_f16_to_f32(uint16_t h)
 {
-    ddp__server *s = (ddp__server *)arg;
-    for (;;) {
-        struct pollfd pf[1 + 1 + 1024];
-        int i, n = 0, nc = s->nconns > 1024 ? 1024 : s->nconns, stopping = s->stop_deadline != 0;
-        if (stopping && (s->nconns == 0 || ddp__now_ms() > s->stop_deadline)) break;
-        pf[n].fd = s->wake[0]; pf[n++].events = POLLIN;
-        pf[n].fd = s->listen_fd; pf[n++].events = POLLIN;
-        for (i = 0; i < nc; i++) { pf[n].fd = s->conns[i].fd; pf[n++].events = POLLIN; }
-        for (i = 0; i < n; i++) pf[i].revents = 0;
-        if (poll(pf, (nfds_t)n, 200) <= 0) continue;
-        if (pf[0].revents) {
-            char b[64];
-            if (read(s->wake[0], b, sizeof b) < 0) {}
-            s->stop_deadline = ddp__now_ms() + 5000; /* wait briefly for the others to hang up */
-            s->closing = 1;
-        }
-        for (i = nc - 1; i >= 0; i--) /* backwards: dropping moves the last one into i */
-            if (pf[2 + i].revents && ddp__server_read(s, &s->conns[i]) < 0) ddp__server_drop(s, i);
-        if (pf[1].revents) {
-            int fd = accept(s->listen_fd, NULL, NULL), one = 1;
-            ddp__conn *grown;
-            if (fd < 0) continue;
-            grown = DDP__CAST(ddp__conn *, ddp__grow(s->conns, s->nconns, sizeof *s->conns));
-            if (!grown || s->nconns >= 1024) { close(fd); continue; }
-            s->conns = grown;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            fcntl(fd, F_SETFL, O_NONBLOCK);
-            memset(&s->conns[s->nconns], 0, sizeof *s->conns);
-            s->conns[s->nconns].fd = fd;
-            s->conns[s->nconns++].rank = -1;
-        }
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0x1f) return ddp__bits_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0) { /* zero or subnormal: man * 2^-24 */
+        float v = (float)man * (1.0f / 16777216.0f);
+        return sign ? -v : v;
     }
-    return NULL;
+    return ddp__bits_f32(sign | ((exp + 112) << 23) | (man << 13));
 }
 
-static void ddp__server_free(ddp__server *s)
+uint16_t ddp_f32_to_f16(float f)
 {
-    int i;
-    while (s->nconns) ddp__server_drop(s, s->nconns - 1);
-    for (i = 0; i < s->nkv; i++) { DDP_FREE(s->kv[i].key); DDP_FREE(s->kv[i].val); }
-    for (i = 0; i < s->nwaiters; i++) DDP_FREE(s->waiters[i].key);
-    DDP_FREE(s->kv); DDP_FREE(s->waiters); DDP_FREE(s->conns);
-    if (s->listen_fd >= 0) close(s->listen_fd);
-    if (s->wake[0] >= 0) { close(s->wake[0]); close(s->wake[1]); }
-    DDP_FREE(s);
+    uint32_t u = ddp__f32_bits(f), sign = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00);          /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);         /* rounds to inf */
+    if (a < 0x38800000u) {                                          /* subnormal or 0 */
+        /* scale so the f16 subnormal step (2^-24) becomes 1.0, round to even */
+        float v = ddp__bits_f32(a) * 16777216.0f;
+        uint32_t m = (uint32_t)v;
+        float rest = v - (float)m;
+        if (rest > 0.5f || (rest == 0.5f && (m & 1))) m++;
+        return (uint16_t)(sign | m);
+    }
+    a += 0xfffu + ((a >> 13) & 1) - (112u << 23);
+    return (uint16_t)(sign | (a >> 13));
 }
 
-/* Tells the server to finish once every rank has hung up (or after 5 s), then joins it. */
-static void ddp__server_stop(ddp__server *s)
-{
-    if (write(s->wake[1], "x", 1) < 0) {}
-    pthread_join(s->thread, NULL);
-    s->closing = 1;
-    ddp__server_free(s);
-}
 
-static ddp_result ddp__server_start(ddp_ctx *ctx)
-{
-    struct ddp__state *st = ctx->st;
-    struct addrinfo hints, *res = NULL, *ai;
-    char port[16];
-    int one = 1, fd = -1, err = 0, rc;
-    ddp__server *s = DDP__CAST(ddp__server *, DDP_MALLOC(sizeof *s));
-    if (!s) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory for the store");
-    memset(s, 0, sizeof *s);
-    s->listen_fd = s->wake[0] = s->wake[1] = -1;
-    s->world = ctx->world_size;
-    snprintf(s->job_id, sizeof s->job_id, "%s", st->job_id);
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    snprintf(port, sizeof port, "%d", st->master_port);
-    /* bind MASTER_ADDR itself when it is one of ours, the wildcard address otherwise */
-    if ((rc = getaddrinfo(st->master_addr, port, &hints, &res)) != 0) {
-        ddp__server_free(s);
-        return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s cannot be resolved: %s", st->master_addr,
-                         gai_strerror(rc));
-    }
-    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd < 0) continue;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) { err = errno; close(fd); fd = -1; }
-    }
-    freeaddrinfo(res);
-    if (fd < 0 && err == EADDRNOTAVAIL) {
-        struct sockaddr_in any;
-        memset(&any, 0, sizeof any);
-        any.sin_family = AF_INET;
-        any.sin_port = htons((uint16_t)st->master_port);
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, (struct sockaddr *)&any, sizeof any) != 0) { err = errno; close(fd); fd = -1; }
-    }
-    if (fd < 0 || listen(fd, 1024) != 0) {
-        if (fd >= 0) { err = errno; close(fd); }
-        ddp__server_free(s);
-        return ddp__fail(ctx, err == EADDRINUSE ? DDP_ERR_ENV : DDP_ERR_SYSTEM,
-                         "rank 0 cannot open the store on %s:%d: %s%s", st->master_addr,
-                         st->master_port, strerror(err),
-                         err == EADDRINUSE ? " (another job on this port? set MASTER_PORT)" : "");
-    }
-    s->listen_fd = fd;
-    if (pipe(s->wake) != 0 || pthread_create(&s->thread, NULL, ddp__server_main, s) != 0) {
-        ddp__server_free(s);
-        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the store thread");
-    }
-    st->server = s;
-    return DDP_OK;
-}
-
-/* ---- TCP store: client ---------------------------------------------------------------- */
-
-/* One request, one answer. *out (if given) receives a NUL-terminated copy to free. */
-static ddp_result ddp__store_req(ddp_ctx *ctx, uint32_t op, const char *key, const void *val,
-                                 uint32_t vlen, char **out, uint32_t *outlen)
-{
-    struct ddp__state *st = ctx->st;
-    uint32_t h[4], klen = (uint32_t)strlen(key), rlen, status;
-    int64_t deadline = ddp__now_ms() + st->timeout_ms;
-    char *buf;
-    h[0] = htonl(DDP__MAGIC); h[1] = htonl(op); h[2] = htonl(klen); h[3] = htonl(vlen);
-    if (ddp__write_all(st->store_fd, h, 16, deadline) != 0 ||
-        ddp__write_all(st->store_fd, key, klen, deadline) != 0 ||
-        (vlen && ddp__write_all(st->store_fd, val, vlen, deadline) != 0) ||
-        ddp__read_all(st->store_fd, h, 16, deadline) != 0) {
-        if (errno == ETIMEDOUT)
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.1f s waiting for '%s' from the store at %s:%d",
-                             st->timeout_ms / 1000.0, key, st->master_addr, st->master_port);
-        return ddp__fail(ctx, DDP_ERR_PEER, "lost the store at %s:%d (rank 0 exited?) during '%s'",
-                         st->master_addr, st->master_port, key);
-    }
-    status = ntohl(h[1]);
-    rlen = ntohl(h[3]);
-    if (ntohl(h[0]) != DDP__MAGIC || rlen > DDP__MAX_VALUE)
-        return ddp__fail(ctx, DDP_ERR_PROTOCOL, "the store at %s:%d sent a malformed answer",
-                         st->master_addr, st->master_port);
-    buf = DDP__CAST(char *, DDP_MALLOC(rlen + 1));
-    if (!buf) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory reading the store");
-    if (ddp__read_all(st->store_fd, buf, rlen, deadline) != 0) {
-        DDP_FREE(buf);
-        return ddp__fail(ctx, DDP_ERR_PEER, "lost the store at %s:%d", st->master_addr,
-                         st->master_port);
-    }
-    buf[rlen] = 0;
-    if (status != 0) {
-        ddp_result r = ddp__fail(ctx, op == DDP__HELLO ? DDP_ERR_ENV : DDP_ERR_PEER, "%s", buf);
-        DDP_FREE(buf);
-        return r;
-    }
-    if (out) { *out = buf; if (outlen) *outlen = rlen; } else { DDP_FREE(buf); }
-    return DDP_OK;
-}
-
-static ddp_result ddp__store_connect(ddp_ctx *ctx)
-{
-    struct ddp__state *st = ctx->st;
-    struct addrinfo hints, *res = NULL, *ai;
-    char port[16], hello[32];
-    int64_t deadline = ddp__now_ms() + st->timeout_ms;
-    int backoff = 10, fd = -1, err = 0, one = 1, rc;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    snprintf(port, sizeof port, "%d", st->master_port);
-    for (;;) { /* rank 0 may not be listening yet: retry with backoff until the timeout */
-        if ((rc = getaddrinfo(st->master_addr, port, &hints, &res)) != 0)
-            return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s cannot be resolved: %s",
-                             st->master_addr, gai_strerror(rc));
-        for (ai = res; ai && fd < 0; ai = ai->ai_next) {
-            struct timeval tv;
-            fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
-            if (fd < 0) continue;
-            tv.tv_sec = 5; tv.tv_usec = 0; /* bounds connect() to an unreachable host */
-            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-            if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) { err = errno; close(fd); fd = -1; }
-        }
-        freeaddrinfo(res);
-        if (fd >= 0) break;
-        if (ddp__now_ms() + backoff > deadline)
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "cannot reach rank 0's store at %s:%d within %.1f s: %s",
-                             st->master_addr, st->master_port, st->timeout_ms / 1000.0, strerror(err));
-        ddp__sleep_ms(backoff);
-        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
-    }
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    fcntl(fd, F_SETFL, O_NONBLOCK);
-    st->store_fd = fd;
-    snprintf(hello, sizeof hello, "%d %d", ctx->rank, ctx->world_size);
-    return ddp__store_req(ctx, DDP__HELLO, st->job_id, hello, (uint32_t)strlen(hello), NULL, NULL);
-}
-
-static ddp_result ddp__store_set(ddp_ctx *ctx, const char *key, const void *val, uint32_t len)
-{
-    return ddp__store_req(ctx, DDP__SET, key, val, len, NULL, NULL);
-}
-
-/* Waits (on the server) until key exists. */
-static ddp_result ddp__store_get(ddp_ctx *ctx, const char *key, char **val, uint32_t *len)
-{
-    return ddp__store_req(ctx, DDP__GET, key, NULL, 0, val, len);
-}
-
-static ddp_result ddp__store_add(ddp_ctx *ctx, const char *key, long long delta, long long *now)
-{
-    char text[32], *out = NULL;
-    ddp_result r;
-    snprintf(text, sizeof text, "%lld", delta);
-    r = ddp__store_req(ctx, DDP__ADD, key, text, (uint32_t)strlen(text), &out, NULL);
-    if (r == DDP_OK) { *now = strtoll(out, NULL, 10); DDP_FREE(out); }
-    return r;
-}
-
-/* Everyone arrives, the last one opens the gate, everyone waits for the gate. */
-static ddp_result ddp__store_barrier(ddp_ctx *ctx, const char *name)
-{
-    char key[96];
-    long long n = 0;
-    ddp_result r;
-    snprintf(key, sizeof key, "barrier/%s", name);
-    if ((r = ddp__store_add(ctx, key, 1, &n)) != DDP_OK) return r;
-    strcat(key, "/open");
-    if (n == ctx->world_size && (r = ddp__store_set(ctx, key, "1", 1)) != DDP_OK) return r;
-    return ddp__store_get(ctx, key, NULL, NULL);
-}
-
-/* ---- environment -------------------------------------------------------------------------- */
+/* ---- >>environment -------------------------------------------------------------------------- */
 
 /* 1 if the variable is set (value in *out), 0 if unset, -1 if it is not an integer. */
 static int ddp__env_int(ddp_ctx *ctx, const char *name, int *out)
@@ -1149,24 +1003,30 @@ static ddp_result ddp__argv_local_rank(ddp_ctx *ctx, int *argc, char **argv, int
     return DDP_OK;
 }
 
+/* The launchers ddp.h understands: where each puts rank, world size, local rank,
+   local world size, node number, and its own identity for this launch (so that two
+   launches on one host never merge). */
+static const struct ddp__launcher {
+    const char *who, *rank, *world, *local_rank, *local_world, *node, *run_id, *run_id2;
+} ddp__launchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", NULL},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_NODEID",
+     "SLURM_JOB_ID", "SLURM_STEP_ID"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE", NULL, "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"},
+    {"MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", NULL, "PMI_KVSNAME", NULL},
+};
+
 /* Rank, world size and local topology: from the desc, else from the first launcher
    whose variables are set, else a world of one. -1 marks "derive later". */
-static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d)
+static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct ddp__launcher **found)
 {
-    static const struct {
-        const char *who, *rank, *world, *local_rank, *local_world, *node;
-    } launchers[] = {
-        {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"},
-        {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_NODEID"},
-        {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-         "OMPI_COMM_WORLD_LOCAL_SIZE", NULL},
-        {"MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", NULL, NULL},
-    };
-    const char *who = "defaults", *rank_name = "rank", *world_name = "world_size";
+    const char *who = "defaults (no launcher's variables set)", *rank_name = "rank", *world_name = "world_size";
     int argv_local = -1;
     size_t i;
     ddp_result r = ddp__argv_local_rank(ctx, d->argc, d->argv, &argv_local);
     if (r != DDP_OK) return r;
+    *found = NULL;
     ctx->rank = 0; ctx->world_size = 1;
     ctx->local_rank = ctx->local_world_size = ctx->node_rank = -1;
     if (d->world_size > 0) {
@@ -1176,29 +1036,29 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d)
         ctx->local_rank = d->local_rank ? d->local_rank : argv_local >= 0 ? argv_local : d->rank;
         ctx->local_world_size = d->local_world_size ? d->local_world_size : d->world_size;
     } else {
-        for (i = 0; i < sizeof launchers / sizeof launchers[0]; i++) {
-            int hr = ddp__env_int(ctx, launchers[i].rank, &ctx->rank);
-            int hw = ddp__env_int(ctx, launchers[i].world, &ctx->world_size);
+        for (i = 0; i < sizeof ddp__launchers / sizeof ddp__launchers[0]; i++) {
+            const struct ddp__launcher *l = &ddp__launchers[i];
+            int hr = ddp__env_int(ctx, l->rank, &ctx->rank);
+            int hw = ddp__env_int(ctx, l->world, &ctx->world_size);
             if (hr < 0 || hw < 0) return DDP_ERR_ENV;
             if (!hr && !hw) continue;
             if (hr != hw)
-                return ddp__fail(ctx, DDP_ERR_ENV, "%s is set but %s is not (%s)",
-                                 hr ? launchers[i].rank : launchers[i].world,
-                                 hr ? launchers[i].world : launchers[i].rank, launchers[i].who);
-            who = launchers[i].who;
-            rank_name = launchers[i].rank;
-            world_name = launchers[i].world;
-            if (ddp__env_int(ctx, launchers[i].local_rank, &ctx->local_rank) < 0 ||
-                ddp__env_int(ctx, launchers[i].local_world, &ctx->local_world_size) < 0 ||
-                ddp__env_int(ctx, launchers[i].node, &ctx->node_rank) < 0)
+                return ddp__fail(ctx, DDP_ERR_ENV, "%s is set but %s is not (%s)", hr ? l->rank : l->world,
+                                 hr ? l->world : l->rank, l->who);
+            who = getenv("DDP_LAUNCHER") && i == 0 ? "ddp's launcher" : l->who;
+            rank_name = l->rank;
+            world_name = l->world;
+            if (ddp__env_int(ctx, l->local_rank, &ctx->local_rank) < 0 ||
+                ddp__env_int(ctx, l->local_world, &ctx->local_world_size) < 0 ||
+                ddp__env_int(ctx, l->node, &ctx->node_rank) < 0)
                 return DDP_ERR_ENV;
+            *found = l;
             break;
         }
         if (argv_local >= 0) ctx->local_rank = argv_local; /* torch.distributed.launch */
     }
     if (ctx->world_size < 1)
-        return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d must be at least 1 (%s)", world_name,
-                         ctx->world_size, who);
+        return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d must be at least 1 (%s)", world_name, ctx->world_size, who);
     if (ctx->rank < 0 || ctx->rank >= ctx->world_size)
         return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", rank_name, ctx->rank,
                          ctx->world_size - 1, world_name, ctx->world_size, who);
@@ -1212,115 +1072,839 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d)
         ctx->node_rank = 0;
         ctx->num_nodes = 1;
     }
-    ddp__info(ctx, "topology from %s", who);
+    ddp__info(ctx, "rank %d of %d from %s", ctx->rank, ctx->world_size, who);
     return DDP_OK;
 }
 
-/* Rendezvous settings: address, port, job id, timeout. */
-static ddp_result ddp__settings(ddp_ctx *ctx, const ddp_desc *d)
+/* The first host of a Slurm host list: "node[01-04,07]" -> "node01", "a1,b[2-3]" -> "a1",
+   "gpu[3-4]-ib" -> "gpu3-ib". 0 if the list is empty or malformed. */
+static int ddp__slurm_first_host(const char *list, char *out, size_t size)
 {
-    struct ddp__state *st = ctx->st;
-    const char *addr = d->master_addr ? d->master_addr : getenv("MASTER_ADDR");
-    const char *job = d->job_id ? d->job_id : getenv("DDP_JOB_ID");
-    const char *timeout = getenv("DDP_TIMEOUT");
-    int port = d->master_port;
-    if (!job) job = getenv("TORCHELASTIC_RUN_ID");
-    if (!job) job = getenv("SLURM_JOB_ID");
-    snprintf(st->job_id, sizeof st->job_id, "%s", job ? job : "ddp");
-    st->timeout_ms = d->timeout_ms;
-    if (st->timeout_ms <= 0 && timeout) {
-        char *end;
-        double sec = strtod(timeout, &end);
-        if (*end || !(sec > 0) || sec > 1e6)
-            return ddp__fail(ctx, DDP_ERR_ENV, "DDP_TIMEOUT='%s' is not a positive number of seconds", timeout);
-        st->timeout_ms = (int)(sec * 1000 + 0.5);
+    const char *open = NULL, *p;
+    size_t n = 0;
+    for (p = list; *p && *p != ','; p++)
+        if (*p == '[') { open = p; break; }
+    if (!open) {
+        n = (size_t)(p - list);
+        if (n == 0 || n >= size) return 0;
+        memcpy(out, list, n);
+        out[n] = 0;
+        return 1;
     }
-    if (st->timeout_ms <= 0) st->timeout_ms = DDP__DEFAULT_TIMEOUT_MS;
+    n = (size_t)(open - list);
+    if (n >= size) return 0;
+    memcpy(out, list, n); /* the prefix, then the first number of the first range */
+    for (p = open + 1; *p >= '0' && *p <= '9'; p++) {
+        if (n + 1 >= size) return 0;
+        out[n++] = *p;
+    }
+    if (p == open + 1 || !strchr(p, ']')) return 0;
+    p = strchr(p, ']') + 1;
+    while (*p && *p != ',' && n + 1 < size) out[n++] = *p++; /* a suffix after the brackets */
+    out[n] = 0;
+    return 1;
+}
+
+/* Every setting, from the desc, else the environment, else the default, validated:
+   the one place that reads DDP_* variables (sokol's desc defaults). */
+static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp__launcher *l)
+{
+    ddp__settings *s = &ctx->st->cfg;
+    const char *addr = d->master_addr ? d->master_addr : getenv("MASTER_ADDR");
+    const char *v;
+    int port = d->master_port, set;
+    char first[256];
+    /* the job: two launches never share an id, so their ranks never merge */
+    s->job_from = "default";
+    if (d->job_id && *d->job_id) { ddp__copy(s->job_id, sizeof s->job_id, d->job_id); s->job_from = "ddp_desc"; }
+    else if ((v = getenv("DDP_JOB_ID")) && *v) { ddp__copy(s->job_id, sizeof s->job_id, v); s->job_from = "DDP_JOB_ID"; }
+    else if (l && (v = getenv(l->run_id)) && *v) {
+        const char *v2 = l->run_id2 ? getenv(l->run_id2) : NULL;
+        snprintf(s->job_id, sizeof s->job_id, "%s%s%s", v, v2 ? "." : "", v2 ? v2 : "");
+        s->job_from = l->run_id;
+    } else {
+        ddp__copy(s->job_id, sizeof s->job_id, "ddp");
+    }
+    v = d->secret ? d->secret : getenv("DDP_SECRET");
+    if (v && strlen(v) >= sizeof s->secret)
+        return ddp__fail(ctx, DDP_ERR_ENV, "DDP_SECRET is longer than %d bytes", (int)sizeof s->secret - 1);
+    ddp__copy(s->secret, sizeof s->secret, v ? v : "");
+    if (d->timeout_ms < 0) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_desc.timeout_ms=%d is negative", d->timeout_ms);
+    s->timeout_ms = d->timeout_ms;
+    if (!s->timeout_ms && (v = getenv("DDP_TIMEOUT")) && *v) {
+        char *end;
+        double sec = strtod(v, &end);
+        if (*end || !(sec >= 0.001) || sec > 1e6)
+            return ddp__fail(ctx, DDP_ERR_ENV, "DDP_TIMEOUT='%s' is not a number of seconds from 0.001 to 1e6", v);
+        s->timeout_ms = (int)(sec * 1000 + 0.5);
+    }
+    if (!s->timeout_ms) s->timeout_ms = DDP__DEFAULT_TIMEOUT_MS;
+    s->chunk = d->shm_chunk_bytes;
+    if (!s->chunk && (v = getenv("DDP_SHM_CHUNK")) && *v) {
+        char *end;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (*end || x < 64 || x > (1ull << 30))
+            return ddp__fail(ctx, DDP_ERR_ENV, "DDP_SHM_CHUNK='%s' must be a byte count from 64 to 2^30", v);
+        s->chunk = (size_t)x;
+    }
+    if (!s->chunk) s->chunk = DDP__DEFAULT_CHUNK;
+    /* room for one element of every rank's block (reduce_scatter), 64-byte aligned */
+    if (s->chunk < (size_t)ctx->world_size * 8) s->chunk = (size_t)ctx->world_size * 8;
+    s->chunk = (s->chunk + 63) & ~(size_t)63;
+    v = getenv("DDP_CHECK");
+    s->check = d->check ? d->check != 0 : v && *v && strcmp(v, "0") != 0;
+    v = getenv("DDP_DEBUG");
+    s->debug = v && *v && strcmp(v, "0") != 0;
+    s->backend = d->backend;
+    s->backend_why = "ddp_desc.backend";
+    if (!s->backend && (v = getenv("DDP_BACKEND")) && *v) {
+        int b;
+        for (b = 1; b < DDP_BACKEND_COUNT && strcmp(v, ddp__backend_names[b]) != 0; b++) {}
+        if (b == DDP_BACKEND_COUNT)
+            return ddp__fail(ctx, DDP_ERR_ENV, "DDP_BACKEND='%s' is not a backend (cpu, nccl)", v);
+        s->backend = (ddp_backend)b;
+        s->backend_why = "DDP_BACKEND";
+    }
+    if ((unsigned)s->backend >= DDP_BACKEND_COUNT)
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_desc.backend=%d is not a backend", (int)s->backend);
     if (ctx->world_size == 1) return DDP_OK;
+    /* where rank 0's store listens */
+    if ((!addr || !*addr) && ((v = getenv("SLURM_STEP_NODELIST")) || (v = getenv("SLURM_JOB_NODELIST")) ||
+                              (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
+        addr = first; /* Slurm: the first host of the step runs rank 0 */
+    if ((!addr || !*addr) && ctx->local_world_size == ctx->world_size)
+        addr = "127.0.0.1"; /* the launcher says every rank is on this host */
     if (!addr || !*addr)
-        return ddp__fail(ctx, DDP_ERR_ENV,
-                         "MASTER_ADDR is not set: a world of %d needs the address of rank 0's host",
+        return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR is not set: a world of %d needs the address of rank 0's host",
                          ctx->world_size);
     if (!port) {
-        int set = ddp__env_int(ctx, "MASTER_PORT", &port);
-        if (set < 0) return DDP_ERR_ENV;
-        if (!set) port = 29500;
+        if ((set = ddp__env_int(ctx, "MASTER_PORT", &port)) < 0) return DDP_ERR_ENV;
+        /* without a port, one from the launch's identity: two jobs on a host differ */
+        if (!set) port = strcmp(s->job_from, "default") ? 20000 + (int)(ddp__hash(s->job_id) % 20000) : DDP__DEFAULT_PORT;
         /* torchrun's agent already serves its own store on MASTER_PORT */
-        if (getenv("TORCHELASTIC_RUN_ID")) port++;
+        else if (getenv("TORCHELASTIC_RUN_ID")) port++;
     }
-    if (port < 1 || port > 65535)
-        return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_PORT=%d is not a TCP port", port);
-    snprintf(st->master_addr, sizeof st->master_addr, "%s", addr);
-    st->master_port = port;
+    if (port < 1 || port > 65535) return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_PORT=%d is not a TCP port", port);
+    ddp__copy(s->master_addr, sizeof s->master_addr, addr);
+    s->master_port = port;
     return DDP_OK;
 }
 
-/* Through the store: refuse duplicate ranks, derive local ranks and nodes from host names. */
-static ddp_result ddp__meet(ddp_ctx *ctx)
+/* ---- >>store ---------------------------------------------------------------------------------
+   A key-value server on rank 0, for rendezvous and the rare host-side meeting.
+   Message: 16-byte header {magic, op or status, key length, value length} in network
+   order, then key and value. A connection first says HELLO (job id, rank, world size,
+   a nonce); with a secret the server answers with a challenge and both sides prove
+   they know the secret (HMAC-SHA256 over both nonces) before the rank is admitted.
+   Then: SET, GET (waits on the server until the key exists: nobody polls) and GATHER
+   (every rank sends a value; all get all of them at once; the entry is deleted, so a
+   job of a million barriers holds no more than a job of one).
+   A stranger can make the server hold at most a 1 KiB buffer for at most
+   DDP__STORE_HELLO_MS, and only DDP__STORE_PENDING of them at a time (the oldest
+   makes room); a refused connection never affects the job; an admitted rank may make
+   it hold DDP__STORE_QUOTA bytes, and one request at a time. */
+
+#define DDP__MAGIC 0x44445053u /* "DDPS" */
+#define DDP__MAX_KEY 1024u
+#define DDP__MAX_VALUE (256u << 10)
+#define DDP__HELLO_MAX 1024u   /* a whole message before a peer is admitted */
+enum { DDP__HELLO = 1, DDP__AUTH, DDP__SET, DDP__GET, DDP__GATHER };
+enum { DDP__ST_OK = 0, DDP__ST_ERROR = 1, DDP__ST_CHALLENGE = 2 };
+
+typedef struct ddp__conn {
+    int fd, rank;            /* rank >= 0 once admitted */
+    int claim;               /* the rank a challenged connection asks for, else -1 */
+    int64_t born, since;     /* accepted; first byte of the message being read (0: none) */
+    char *buf;
+    size_t len, cap, held;   /* held: bytes of the store this rank owns */
+    char *wait_key;          /* a GET or GATHER this rank waits on */
+    char nonce[2][33];       /* client's, server's */
+} ddp__conn;
+typedef struct ddp__kv { char *key, *val; uint32_t vlen; int owner; } ddp__kv;
+typedef struct ddp__gather { char *key; char **part; uint32_t *plen; int arrived; } ddp__gather;
+
+struct ddp__server {
+    int listen_fd, wake[2], world;
+    char job_id[128], secret[256];
+    pthread_t thread;
+    ddp__conn *conns; int nconns, cap;
+    ddp__kv *kv; int nkv, kvcap;
+    ddp__gather *gathers; int ngathers, gcap;
+    int closing;             /* the job is shutting down: disconnects are expected */
+    int64_t stop_deadline;   /* set once rank 0 leaves: stop when everyone is gone */
+    char broken[200];        /* why the job can no longer make progress */
+};
+
+/* grows an array of n elements to hold n + 1; NULL when out of memory */
+static void *ddp__reserve(void *p, int n, int *cap, size_t elem)
 {
-    char key[64], host[256], *other = NULL, (*hosts)[256];
-    long long n = 0;
-    int r, lr = 0, lw = 0, node = 0, nodes = 0;
-    ddp_result res;
-    snprintf(key, sizeof key, "rank/%d", ctx->rank);
-    if ((res = ddp__store_add(ctx, key, 1, &n)) != DDP_OK) return res;
-    if (n != 1)
-        return ddp__fail(ctx, DDP_ERR_ENV, "two processes claim rank %d of job '%s'", ctx->rank,
-                         ctx->st->job_id);
-    if (gethostname(host, sizeof host) != 0) strcpy(host, "?");
-    host[sizeof host - 1] = 0;
-    snprintf(key, sizeof key, "host/%d", ctx->rank);
-    if ((res = ddp__store_set(ctx, key, host, (uint32_t)strlen(host))) != DDP_OK) return res;
-    hosts = (char(*)[256])DDP_MALLOC(sizeof *hosts * (size_t)ctx->world_size);
-    if (!hosts) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
-    for (r = 0; r < ctx->world_size; r++) {
-        int j, seen = 0;
-        snprintf(key, sizeof key, "host/%d", r);
-        if ((res = ddp__store_get(ctx, key, &other, NULL)) != DDP_OK) { DDP_FREE(hosts); return res; }
-        snprintf(hosts[r], sizeof hosts[r], "%s", other);
-        DDP_FREE(other);
-        for (j = 0; j < r; j++) seen |= strcmp(hosts[j], hosts[r]) == 0;
-        if (strcmp(hosts[r], host) == 0) {
-            if (!seen) node = nodes; /* nodes are numbered in order of their first rank */
-            lw++;
-            lr += r < ctx->rank;
+    void *q;
+    if (n < *cap) return p;
+    q = DDP_MALLOC(elem * (size_t)(*cap ? 2 * *cap : 8));
+    if (!q) return NULL;
+    if (n) memcpy(q, p, elem * (size_t)n);
+    DDP_FREE(p);
+    *cap = *cap ? 2 * *cap : 8;
+    return q;
+}
+
+static char *ddp__strdup(const char *s)
+{
+    char *d = DDP__CAST(char *, DDP_MALLOC(strlen(s) + 1));
+    if (d) strcpy(d, s);
+    return d;
+}
+
+static void ddp__reply(int fd, uint32_t status, const void *val, uint32_t vlen)
+{
+    uint32_t h[4];
+    h[0] = htonl(DDP__MAGIC); h[1] = htonl(status); h[2] = 0; h[3] = htonl(vlen);
+    /* a peer that does not read within 10 s is dropped by its own timeout anyway */
+    if (ddp__write_all(fd, h, sizeof h, ddp__now_ms() + 10000) == 0 && vlen)
+        ddp__write_all(fd, val, vlen, ddp__now_ms() + 10000);
+}
+
+static void ddp__reply_text(int fd, uint32_t status, const char *text)
+{
+    ddp__reply(fd, status, text, (uint32_t)strlen(text));
+}
+
+static ddp__kv *ddp__kv_find(ddp__server *s, const char *key)
+{
+    int i;
+    for (i = 0; i < s->nkv; i++)
+        if (strcmp(s->kv[i].key, key) == 0) return &s->kv[i];
+    return NULL;
+}
+
+static void ddp__gather_free(ddp__server *s, int i)
+{
+    ddp__gather *g = &s->gathers[i];
+    int r;
+    for (r = 0; r < s->world; r++) DDP_FREE(g->part[r]);
+    DDP_FREE(g->part); DDP_FREE(g->plen); DDP_FREE(g->key);
+    s->gathers[i] = s->gathers[--s->ngathers];
+}
+
+static void ddp__server_break(ddp__server *s, const char *why)
+{
+    int i;
+    if (s->broken[0] || s->closing) return;
+    ddp__copy(s->broken, sizeof s->broken, why);
+    for (i = 0; i < s->nconns; i++)
+        if (s->conns[i].wait_key) {
+            ddp__reply_text(s->conns[i].fd, DDP__ST_ERROR, s->broken);
+            DDP_FREE(s->conns[i].wait_key);
+            s->conns[i].wait_key = NULL;
         }
-        nodes += !seen;
+    while (s->ngathers) ddp__gather_free(s, s->ngathers - 1);
+}
+
+static int ddp__rank_taken(ddp__server *s, int rank)
+{
+    int i;
+    for (i = 0; i < s->nconns; i++)
+        if (s->conns[i].rank == rank) return 1;
+    return 0;
+}
+
+static void ddp__admit(ddp__server *s, ddp__conn *c, int rank)
+{
+    (void)s;
+    c->rank = rank;
+    c->claim = -1;
+    ddp__reply(c->fd, DDP__ST_OK, NULL, 0);
+}
+
+/* HELLO and AUTH: returns -1 to drop the connection (harmless: not yet a member) */
+static int ddp__server_hello(ddp__server *s, ddp__conn *c, uint32_t op, const char *key, const char *val)
+{
+    char mac[65], reply[120];
+    if (op == DDP__HELLO && c->claim < 0) {
+        int rank = -1, world = -1;
+        if (sscanf(val, "%d %d %32s", &rank, &world, c->nonce[0]) != 3 || strcmp(key, s->job_id) != 0 ||
+            world != s->world || rank < 0 || rank >= world) {
+            /* says nothing about the job it does serve */
+            ddp__reply_text(c->fd, DDP__ST_ERROR, "this store serves another job (job id or world size differ)");
+            return -1;
+        }
+        if (ddp__rank_taken(s, rank)) {
+            snprintf(reply, sizeof reply, "rank %d is already connected: two processes claim it", rank);
+            ddp__reply_text(c->fd, DDP__ST_ERROR, reply);
+            return -1;
+        }
+        if (!s->secret[0]) { ddp__admit(s, c, rank); return 0; }
+        {
+            unsigned char raw[16];
+            ddp__random(raw, sizeof raw);
+            ddp__hex(c->nonce[1], raw, sizeof raw);
+        }
+        c->claim = rank;
+        ddp__hmac(mac, s->secret, "server", c->nonce[0], c->nonce[1]);
+        snprintf(reply, sizeof reply, "%s %s", c->nonce[1], mac);
+        ddp__reply_text(c->fd, DDP__ST_CHALLENGE, reply);
+        return 0;
     }
-    DDP_FREE(hosts);
-    if (ctx->local_rank < 0) ctx->local_rank = lr;
-    if (ctx->local_world_size < 0) ctx->local_world_size = lw;
-    if (ctx->node_rank < 0) ctx->node_rank = node;
-    ctx->num_nodes = nodes;
+    if (op == DDP__AUTH && c->claim >= 0) {
+        ddp__hmac(mac, s->secret, "client", c->nonce[1], c->nonce[0]);
+        if (!ddp__same_mac(mac, val)) {
+            ddp__reply_text(c->fd, DDP__ST_ERROR, "authentication failed: DDP_SECRET differs from rank 0's");
+            return -1;
+        }
+        if (ddp__rank_taken(s, c->claim)) {
+            snprintf(reply, sizeof reply, "rank %d is already connected: two processes claim it", c->claim);
+            ddp__reply_text(c->fd, DDP__ST_ERROR, reply);
+            return -1;
+        }
+        ddp__admit(s, c, c->claim);
+        return 0;
+    }
+    return -1;
+}
+
+/* Answers every rank waiting on `key` (a GET) with its value. */
+static void ddp__serve_waiters(ddp__server *s, const ddp__kv *e)
+{
+    int i;
+    for (i = 0; i < s->nconns; i++) {
+        ddp__conn *c = &s->conns[i];
+        if (c->wait_key && strcmp(c->wait_key, e->key) == 0) {
+            ddp__reply(c->fd, DDP__ST_OK, e->val, e->vlen);
+            DDP_FREE(c->wait_key);
+            c->wait_key = NULL;
+        }
+    }
+}
+
+static int ddp__server_set(ddp__server *s, ddp__conn *c, const char *key, const char *val, uint32_t vlen)
+{
+    ddp__kv *e = ddp__kv_find(s, key);
+    char *copy;
+    if (c->held + vlen > DDP__STORE_QUOTA) {
+        ddp__reply_text(c->fd, DDP__ST_ERROR, "the store holds too much for this rank");
+        return 0;
+    }
+    if (!(copy = DDP__CAST(char *, DDP_MALLOC(vlen + 1)))) return -1;
+    memcpy(copy, val, vlen);
+    copy[vlen] = 0;
+    if (!e) {
+        ddp__kv *grown = DDP__CAST(ddp__kv *, ddp__reserve(s->kv, s->nkv, &s->kvcap, sizeof *s->kv));
+        if (!grown) { DDP_FREE(copy); return -1; }
+        s->kv = grown;
+        e = &s->kv[s->nkv++];
+        e->key = ddp__strdup(key);
+        e->val = NULL;
+        e->owner = c->rank;
+    } else {
+        DDP_FREE(e->val);
+    }
+    c->held += vlen;
+    e->val = copy;
+    e->vlen = vlen;
+    ddp__reply(c->fd, DDP__ST_OK, NULL, 0);
+    ddp__serve_waiters(s, e);
+    return 0;
+}
+
+static int ddp__server_gather(ddp__server *s, ddp__conn *c, const char *key, const char *val, uint32_t vlen)
+{
+    ddp__gather *g = NULL;
+    char *all, *p;
+    size_t total = 0;
+    int i, r;
+    for (i = 0; i < s->ngathers && !g; i++)
+        if (strcmp(s->gathers[i].key, key) == 0) g = &s->gathers[i];
+    if (!g) {
+        ddp__gather *grown = DDP__CAST(ddp__gather *, ddp__reserve(s->gathers, s->ngathers, &s->gcap, sizeof *g));
+        if (!grown) return -1;
+        s->gathers = grown;
+        g = &s->gathers[s->ngathers];
+        memset(g, 0, sizeof *g);
+        g->key = ddp__strdup(key);
+        g->part = DDP__CAST(char **, DDP_MALLOC(sizeof(char *) * (size_t)s->world));
+        g->plen = DDP__CAST(uint32_t *, DDP_MALLOC(sizeof(uint32_t) * (size_t)s->world));
+        if (!g->key || !g->part || !g->plen) { DDP_FREE(g->key); DDP_FREE(g->part); DDP_FREE(g->plen); return -1; }
+        memset(g->part, 0, sizeof(char *) * (size_t)s->world);
+        s->ngathers++;
+    }
+    if (g->part[c->rank] || !(g->part[c->rank] = DDP__CAST(char *, DDP_MALLOC(vlen + 1)))) return -1;
+    memcpy(g->part[c->rank], val, vlen);
+    g->plen[c->rank] = vlen;
+    c->wait_key = ddp__strdup(key);
+    if (++g->arrived < s->world) return 0;
+    /* everyone is here: each gets every part, as (length, bytes) in rank order */
+    for (r = 0; r < s->world; r++) total += 4 + g->plen[r];
+    if (total > 0xffffffffu || !(all = DDP__CAST(char *, DDP_MALLOC(total)))) return -1;
+    for (p = all, r = 0; r < s->world; r++) {
+        uint32_t n = htonl(g->plen[r]);
+        memcpy(p, &n, 4);
+        memcpy(p + 4, g->part[r], g->plen[r]);
+        p += 4 + g->plen[r];
+    }
+    for (i = 0; i < s->nconns; i++) {
+        ddp__conn *w = &s->conns[i];
+        if (w->wait_key && strcmp(w->wait_key, key) == 0) {
+            ddp__reply(w->fd, DDP__ST_OK, all, (uint32_t)total);
+            DDP_FREE(w->wait_key);
+            w->wait_key = NULL;
+        }
+    }
+    DDP_FREE(all);
+    ddp__gather_free(s, (int)(g - s->gathers));
+    return 0;
+}
+
+/* Handles one complete message; returns 0 to keep the connection, -1 to drop it. */
+static int ddp__server_handle(ddp__server *s, ddp__conn *c, uint32_t op, const char *key, const char *val,
+                              uint32_t vlen)
+{
+    ddp__kv *e;
+    if (c->rank < 0) return ddp__server_hello(s, c, op, key, val);
+    if (c->wait_key) return -1; /* one request at a time */
+    if (s->broken[0] && op != DDP__SET) {
+        ddp__reply_text(c->fd, DDP__ST_ERROR, s->broken);
+        return 0;
+    }
+    switch (op) {
+    case DDP__SET:
+        return ddp__server_set(s, c, key, val, vlen);
+    case DDP__GET:
+        if ((e = ddp__kv_find(s, key)) != NULL) ddp__reply(c->fd, DDP__ST_OK, e->val, e->vlen);
+        else if (!(c->wait_key = ddp__strdup(key))) return -1;
+        return 0;
+    case DDP__GATHER:
+        if (c->held + vlen > DDP__STORE_QUOTA) {
+            ddp__reply_text(c->fd, DDP__ST_ERROR, "the store holds too much for this rank");
+            return 0;
+        }
+        return ddp__server_gather(s, c, key, val, vlen);
+    }
+    return -1;
+}
+
+static void ddp__server_drop(ddp__server *s, int i, const char *why)
+{
+    ddp__conn *c = &s->conns[i];
+    if (c->rank >= 0 && !s->closing) {
+        char text[200];
+        snprintf(text, sizeof text, "rank %d left the job (%s)", c->rank, why);
+        ddp__server_break(s, text);
+    }
+    close(c->fd);
+    DDP_FREE(c->buf);
+    DDP_FREE(c->wait_key);
+    s->conns[i] = s->conns[--s->nconns];
+}
+
+/* Reads what a connection has and handles every complete message in its buffer;
+   -1 drops it. A newcomer's buffer never grows past DDP__HELLO_MAX. */
+static int ddp__server_read(ddp__server *s, ddp__conn *c)
+{
+    ssize_t k;
+    size_t limit = c->rank >= 0 ? 16 + DDP__MAX_KEY + DDP__MAX_VALUE + 1 : DDP__HELLO_MAX;
+    if (c->cap - c->len < 4096 && c->cap < limit) {
+        size_t cap = c->cap ? c->cap * 2 : (c->rank >= 0 ? 8192 : DDP__HELLO_MAX);
+        char *b;
+        if (cap > limit) cap = limit;
+        if (!(b = DDP__CAST(char *, DDP_MALLOC(cap)))) return -1;
+        if (c->len) memcpy(b, c->buf, c->len);
+        DDP_FREE(c->buf);
+        c->buf = b; c->cap = cap;
+    }
+    if (c->len + 1 >= c->cap) return -1; /* a message larger than this peer may send */
+    k = recv(c->fd, c->buf + c->len, c->cap - c->len - 1, 0);
+    if (k <= 0) return (k < 0 && (errno == EINTR || errno == EAGAIN)) ? 0 : -1;
+    if (!c->len) c->since = ddp__now_ms();
+    c->len += (size_t)k;
+    while (c->len >= 16) {
+        uint32_t h[4], klen, vlen;
+        size_t total;
+        char *key, *val, saved;
+        int rc;
+        memcpy(h, c->buf, 16);
+        klen = ntohl(h[2]); vlen = ntohl(h[3]);
+        if (ntohl(h[0]) != DDP__MAGIC || klen > DDP__MAX_KEY || vlen > DDP__MAX_VALUE) return -1;
+        total = 16 + (size_t)klen + vlen;
+        if (total + 1 > limit) return -1;
+        if (c->len < total) break; /* the rest is on its way (within DDP__STORE_STALL_MS) */
+        if (!(key = DDP__CAST(char *, DDP_MALLOC(klen + 1)))) return -1;
+        memcpy(key, c->buf + 16, klen);
+        key[klen] = 0;
+        val = c->buf + 16 + klen; /* a C string in place: the byte after it is saved */
+        saved = val[vlen];
+        val[vlen] = 0;
+        rc = ddp__server_handle(s, c, ntohl(h[1]), key, val, vlen);
+        val[vlen] = saved;
+        DDP_FREE(key);
+        if (rc < 0) return -1;
+        memmove(c->buf, c->buf + total, c->len - total);
+        c->len -= total;
+        c->since = c->len ? ddp__now_ms() : 0;
+    }
+    return 0;
+}
+
+static void ddp__server_accept(ddp__server *s)
+{
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), one = 1, i, oldest = -1;
+    ddp__conn *c;
+    if (fd < 0) return;
+    if (s->nconns == s->cap) { /* full of newcomers: the oldest one makes room */
+        for (i = 0; i < s->nconns; i++)
+            if (s->conns[i].rank < 0 && (oldest < 0 || s->conns[i].born < s->conns[oldest].born)) oldest = i;
+        if (oldest < 0) { close(fd); return; }
+        ddp__server_drop(s, oldest, "");
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c = &s->conns[s->nconns++];
+    memset(c, 0, sizeof *c);
+    c->fd = fd;
+    c->rank = c->claim = -1;
+    c->born = ddp__now_ms();
+}
+
+static void *ddp__server_main(void *arg)
+{
+    ddp__server *s = (ddp__server *)arg;
+    struct pollfd *pf = DDP__CAST(struct pollfd *, DDP_MALLOC(sizeof *pf * (size_t)(s->cap + 2)));
+    if (!pf) return NULL;
+    for (;;) {
+        int i, n = 0, nc = s->nconns;
+        int64_t now;
+        if (s->stop_deadline && (s->nconns == 0 || ddp__now_ms() > s->stop_deadline)) break;
+        pf[n].fd = s->wake[0]; pf[n++].events = POLLIN;
+        pf[n].fd = s->listen_fd; pf[n++].events = POLLIN;
+        for (i = 0; i < nc; i++) { pf[n].fd = s->conns[i].fd; pf[n++].events = POLLIN; }
+        for (i = 0; i < n; i++) pf[i].revents = 0;
+        if (poll(pf, (nfds_t)n, 200) < 0 && errno != EINTR) break;
+        if (pf[0].revents) {
+            char b[64];
+            if (read(s->wake[0], b, sizeof b) < 0) {}
+            s->stop_deadline = ddp__now_ms() + 5000; /* wait briefly for the others to hang up */
+            s->closing = 1;
+        }
+        now = ddp__now_ms();
+        for (i = nc - 1; i >= 0; i--) { /* backwards: dropping moves the last one into i */
+            ddp__conn *c = &s->conns[i];
+            if (pf[2 + i].revents && ddp__server_read(s, c) < 0) ddp__server_drop(s, i, "its process exited or its connection dropped");
+            else if (c->rank < 0 && now - c->born > DDP__STORE_HELLO_MS) ddp__server_drop(s, i, "");
+            else if (c->since && now - c->since > DDP__STORE_STALL_MS) ddp__server_drop(s, i, "it stalled in the middle of a message");
+        }
+        if (pf[1].revents) ddp__server_accept(s);
+    }
+    DDP_FREE(pf);
+    return NULL;
+}
+
+static void ddp__server_free(ddp__server *s)
+{
+    int i;
+    s->closing = 1;
+    while (s->nconns) ddp__server_drop(s, s->nconns - 1, "");
+    for (i = 0; i < s->nkv; i++) { DDP_FREE(s->kv[i].key); DDP_FREE(s->kv[i].val); }
+    while (s->ngathers) ddp__gather_free(s, s->ngathers - 1);
+    DDP_FREE(s->kv); DDP_FREE(s->gathers); DDP_FREE(s->conns);
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    if (s->wake[0] >= 0) { close(s->wake[0]); close(s->wake[1]); }
+    DDP_FREE(s);
+}
+
+/* Tells the server to finish once every rank has hung up (or after 5 s), then joins it. */
+static void ddp__server_stop(ddp__server *s)
+{
+    if (write(s->wake[1], "x", 1) < 0) {}
+    pthread_join(s->thread, NULL);
+    ddp__server_free(s);
+}
+
+/* Binds MASTER_ADDR itself: the store listens only where ranks will look for it. */
+static ddp_result ddp__server_start(ddp_ctx *ctx)
+{
+    ddp__settings *cfg = &ctx->st->cfg;
+    struct addrinfo hints, *res = NULL, *ai;
+    char port[16];
+    int one = 1, fd = -1, err = 0, rc;
+    ddp__server *s = DDP__CAST(ddp__server *, DDP_MALLOC(sizeof *s));
+    if (!s) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory for the store");
+    memset(s, 0, sizeof *s);
+    s->listen_fd = s->wake[0] = s->wake[1] = -1;
+    s->world = ctx->world_size;
+    s->cap = ctx->world_size + DDP__STORE_PENDING;
+    ddp__copy(s->job_id, sizeof s->job_id, cfg->job_id);
+    ddp__copy(s->secret, sizeof s->secret, cfg->secret);
+    if (!(s->conns = DDP__CAST(ddp__conn *, DDP_MALLOC(sizeof *s->conns * (size_t)s->cap)))) {
+        ddp__server_free(s);
+        return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory for the store");
+    }
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(port, sizeof port, "%d", cfg->master_port);
+    if ((rc = getaddrinfo(cfg->master_addr, port, &hints, &res)) != 0) {
+        ddp__server_free(s);
+        return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s cannot be resolved: %s", cfg->master_addr, gai_strerror(rc));
+    }
+    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) { err = errno; close(fd); fd = -1; }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        ddp__server_free(s);
+        if (err == EADDRNOTAVAIL)
+            return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s is not an address of rank 0's host (rank 0 hosts the store there)",
+                             cfg->master_addr);
+        return ddp__fail(ctx, err == EADDRINUSE ? DDP_ERR_ENV : DDP_ERR_SYSTEM, "rank 0 cannot open the store on %s:%d: %s%s",
+                         cfg->master_addr, cfg->master_port, strerror(err),
+                         err == EADDRINUSE ? " (another job on this port? set MASTER_PORT)" : "");
+    }
+    s->listen_fd = fd;
+    if (pipe(s->wake) != 0 || pthread_create(&s->thread, NULL, ddp__server_main, s) != 0) {
+        ddp__server_free(s);
+        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the store thread");
+    }
+    ctx->st->server = s;
     return DDP_OK;
 }
 
-/* ---- CPU backend: one shared-memory arena per host ----------------------------------------
-   Layout: header (barrier words, pids, per-rank progress and abort reasons), then one
-   staging slot of `chunk` bytes per rank, then one result slot. A collective moves
-   any size through the slots chunk by chunk: copy in, barrier, each rank reduces its
-   1/W share of the chunk, barrier, copy out. Waiting ranks sleep on a futex (they
-   spin briefly first only when there are at least as many cores as ranks), and
-   every sleep is short enough to notice a dead peer, an abort or the timeout. */
+/* ---- >>store client ------------------------------------------------------------------- */
 
-struct ddp__shm {
-    int32_t pids[DDP__MAX_CPU_RANKS];
-    uint64_t arrived[DDP__MAX_CPU_RANKS]; /* barriers each rank has entered */
-    char why[DDP__MAX_CPU_RANKS][160];    /* a failing rank's reason, for the others */
-    uint32_t aborted;                     /* 1 + rank of the first rank that failed, or 0 */
+/* Sends one request and reads its answer: *status and a NUL-terminated copy of the
+   value to free (or NULL). -1 with errno on a broken connection or the deadline. */
+static int ddp__store_io(int fd, uint32_t op, const char *key, const void *val, uint32_t vlen, int64_t deadline,
+                         uint32_t *status, char **out, uint32_t *outlen)
+{
+    uint32_t h[4], klen = (uint32_t)strlen(key), rlen;
+    char *buf;
+    h[0] = htonl(DDP__MAGIC); h[1] = htonl(op); h[2] = htonl(klen); h[3] = htonl(vlen);
+    if (ddp__write_all(fd, h, 16, deadline) != 0 || ddp__write_all(fd, key, klen, deadline) != 0 ||
+        (vlen && ddp__write_all(fd, val, vlen, deadline) != 0) || ddp__read_all(fd, h, 16, deadline) != 0)
+        return -1;
+    rlen = ntohl(h[3]);
+    if (ntohl(h[0]) != DDP__MAGIC || rlen > 0x7fffffffu) { errno = EPROTO; return -1; }
+    if (!(buf = DDP__CAST(char *, DDP_MALLOC((size_t)rlen + 1)))) { errno = ENOMEM; return -1; }
+    if (ddp__read_all(fd, buf, rlen, deadline) != 0) { DDP_FREE(buf); return -1; }
+    buf[rlen] = 0;
+    *status = ntohl(h[1]);
+    *out = buf;
+    if (outlen) *outlen = rlen;
+    return 0;
+}
+
+/* One request, one answer. *out (if given) receives a NUL-terminated copy to free;
+   `what` says in the user's words what the rank was doing. */
+static ddp_result ddp__store_req(ddp_ctx *ctx, uint32_t op, const char *key, const void *val, uint32_t vlen,
+                                 char **out, uint32_t *outlen, const char *what)
+{
+    ddp__settings *cfg = &ctx->st->cfg;
+    uint32_t status = 0;
+    char *buf = NULL;
+    ddp_result r;
+    if (ddp__store_io(ctx->st->store_fd, op, key, val, vlen, ddp__now_ms() + cfg->timeout_ms, &status, &buf, outlen) != 0) {
+        if (errno == ETIMEDOUT)
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.1f s %s (store at %s:%d)", cfg->timeout_ms / 1000.0,
+                             what, cfg->master_addr, cfg->master_port);
+        if (errno == EPROTO)
+            return ddp__fail(ctx, DDP_ERR_PROTOCOL, "the store at %s:%d sent a malformed answer", cfg->master_addr,
+                             cfg->master_port);
+        return ddp__fail(ctx, DDP_ERR_PEER, "lost the store at %s:%d (rank 0 exited?) %s", cfg->master_addr,
+                         cfg->master_port, what);
+    }
+    if (status != DDP__ST_OK) {
+        r = ddp__fail(ctx, DDP_ERR_PEER, "%s", buf);
+        DDP_FREE(buf);
+        return r;
+    }
+    if (out) *out = buf;
+    else DDP_FREE(buf);
+    return DDP_OK;
+}
+
+/* HELLO (and with a secret, the challenge both ways) on a fresh connection.
+   1: admitted; 0: the connection broke (try again); -1: refused (in ctx's error). */
+static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline)
+{
+    ddp__settings *cfg = &ctx->st->cfg;
+    unsigned char raw[16];
+    char nonce[33], hello[80], mac[65], snonce[33] = "", smac[65] = "", *reply = NULL;
+    uint32_t status = 0;
+    int ok;
+    ddp__random(raw, sizeof raw);
+    ddp__hex(nonce, raw, sizeof raw);
+    snprintf(hello, sizeof hello, "%d %d %s", ctx->rank, ctx->world_size, nonce);
+    if (ddp__store_io(fd, DDP__HELLO, cfg->job_id, hello, (uint32_t)strlen(hello), deadline, &status, &reply, NULL) != 0)
+        return 0;
+    if (status == DDP__ST_ERROR) {
+        ddp__fail(ctx, DDP_ERR_REFUSED, "the store at %s:%d refused rank %d of job '%s': %s", cfg->master_addr,
+                  cfg->master_port, ctx->rank, cfg->job_id, reply);
+        DDP_FREE(reply);
+        return -1;
+    }
+    if (status == DDP__ST_OK && !cfg->secret[0]) { DDP_FREE(reply); return 1; }
+    if (status != DDP__ST_CHALLENGE || !cfg->secret[0]) {
+        DDP_FREE(reply);
+        ddp__fail(ctx, DDP_ERR_REFUSED, status == DDP__ST_CHALLENGE
+                  ? "the store at %s:%d asks for a secret: set DDP_SECRET as rank 0 has it"
+                  : "the store at %s:%d did not ask for the secret: it is not this job's, or rank 0 has no DDP_SECRET",
+                  cfg->master_addr, cfg->master_port);
+        return -1;
+    }
+    ok = sscanf(reply, "%32s %64s", snonce, smac) == 2;
+    DDP_FREE(reply);
+    ddp__hmac(mac, cfg->secret, "server", nonce, snonce);
+    if (!ok || !ddp__same_mac(mac, smac)) {
+        ddp__fail(ctx, DDP_ERR_REFUSED, "the store at %s:%d could not prove it knows DDP_SECRET", cfg->master_addr,
+                  cfg->master_port);
+        return -1;
+    }
+    ddp__hmac(mac, cfg->secret, "client", snonce, nonce);
+    if (ddp__store_io(fd, DDP__AUTH, "", mac, 64, deadline, &status, &reply, NULL) != 0) return 0;
+    if (status != DDP__ST_OK) {
+        ddp__fail(ctx, DDP_ERR_REFUSED, "the store at %s:%d refused rank %d: %s", cfg->master_addr, cfg->master_port,
+                  ctx->rank, reply);
+        DDP_FREE(reply);
+        return -1;
+    }
+    DDP_FREE(reply);
+    return 1;
+}
+
+/* Connects and is admitted, retrying until the timeout: rank 0 may not listen yet,
+   and a crowd of strangers may push a newcomer out. */
+static ddp_result ddp__store_connect(ddp_ctx *ctx)
+{
+    ddp__settings *cfg = &ctx->st->cfg;
+    struct addrinfo hints, *res = NULL, *ai;
+    char port[16];
+    int64_t deadline = ddp__now_ms() + cfg->timeout_ms;
+    int backoff = 10, err = ECONNREFUSED, one = 1, rc;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(port, sizeof port, "%d", cfg->master_port);
+    for (;;) {
+        int fd = -1, admitted;
+        if ((rc = getaddrinfo(cfg->master_addr, port, &hints, &res)) != 0)
+            return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s cannot be resolved: %s", cfg->master_addr, gai_strerror(rc));
+        for (ai = res; ai && fd < 0; ai = ai->ai_next) {
+            struct timeval tv;
+            fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+            if (fd < 0) continue;
+            tv.tv_sec = 5; tv.tv_usec = 0; /* bounds connect() to an unreachable host */
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+            if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) { err = errno; close(fd); fd = -1; }
+        }
+        freeaddrinfo(res);
+        if (fd >= 0) {
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            fcntl(fd, F_SETFL, O_NONBLOCK);
+            admitted = ddp__store_hello(ctx, fd, deadline);
+            if (admitted > 0) { ctx->st->store_fd = fd; return DDP_OK; }
+            close(fd);
+            if (admitted < 0) return DDP_ERR_REFUSED;
+            err = ECONNRESET;
+        }
+        if (ddp__now_ms() + backoff > deadline)
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "cannot reach rank 0's store at %s:%d within %.1f s: %s",
+                             cfg->master_addr, cfg->master_port, cfg->timeout_ms / 1000.0, strerror(err));
+        ddp__sleep_ms(backoff);
+        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+    }
+}
+
+static ddp_result ddp__store_set(ddp_ctx *ctx, const char *key, const void *val, uint32_t len, const char *what)
+{
+    return ddp__store_req(ctx, DDP__SET, key, val, len, NULL, NULL, what);
+}
+
+/* Waits (on the server) until key exists. */
+static ddp_result ddp__store_get(ddp_ctx *ctx, const char *key, char **val, uint32_t *len, const char *what)
+{
+    return ddp__store_req(ctx, DDP__GET, key, NULL, 0, val, len, what);
+}
+
+/* Every rank sends `val`; parts[r] (length lens[r]) receives rank r's, pointing into
+   *all (one allocation for the caller to free). */
+static ddp_result ddp__store_gather(ddp_ctx *ctx, const char *key, const void *val, uint32_t len, char **all,
+                                    const char **parts, uint32_t *lens, const char *what)
+{
+    uint32_t total = 0, n;
+    char *p;
+    int r;
+    ddp_result res = ddp__store_req(ctx, DDP__GATHER, key, val, len, all, &total, what);
+    if (res != DDP_OK) return res;
+    for (p = *all, r = 0; r < ctx->world_size; r++) {
+        if ((size_t)(p - *all) + 4 > total) break;
+        memcpy(&n, p, 4);
+        n = ntohl(n);
+        if ((size_t)(p - *all) + 4 + n > total) break;
+        if (parts) parts[r] = p + 4;
+        if (lens) lens[r] = n;
+        p += 4 + n;
+    }
+    if (r < ctx->world_size) {
+        DDP_FREE(*all);
+        *all = NULL;
+        return ddp__fail(ctx, DDP_ERR_PROTOCOL, "the store sent a malformed answer %s", what);
+    }
+    return DDP_OK;
+}
+
+static ddp_result ddp__store_barrier(ddp_ctx *ctx, const char *key, const char *what)
+{
+    char *all = NULL;
+    ddp_result r = ddp__store_gather(ctx, key, "", 0, &all, NULL, NULL, what);
+    DDP_FREE(all);
+    return r;
+}
+
+/* ---- >>cpu -----------------------------------------------------------------------------------
+   One POSIX shared-memory arena per host. Layout: header (barrier words, each rank's
+   fingerprints, pids, abort reasons), then one staging slot of `chunk` bytes per rank,
+   then one result slot. A collective moves any size through the slots chunk by chunk:
+   copy in, barrier, each rank reduces its 1/W share of the chunk, barrier, copy out.
+   At the first barrier of every collective each rank compares every rank's
+   fingerprint with its own, so ranks that disagree stop before any data is combined.
+   Waiting ranks sleep on a futex (they spin briefly first only when there are at
+   least as many cores as ranks), and every sleep is short enough to notice a dead
+   peer, an abort or the timeout. A rank holds a lock on its own byte of the arena
+   file while it lives: the kernel drops it when the process dies, which tells the
+   others across PID namespaces, and tells a later job that an arena left behind by
+   a crash is nobody's. */
+
+typedef struct ddp__shm {
+    uint64_t token;                        /* random: proves ranks mapped the same arena */
+    int32_t pids[DDP__MAX_CPU_RANKS];      /* for messages */
+    uint64_t arrived[DDP__MAX_CPU_RANKS];  /* barriers each rank has entered */
+    ddp__fp fp[2][DDP__MAX_CPU_RANKS];     /* by collective parity: compared at its first barrier */
+    ddp__fp now[DDP__MAX_CPU_RANKS];       /* the collective each rank entered last */
+    char why[DDP__MAX_CPU_RANKS][160];     /* a failing rank's reason, for the others */
+    uint32_t aborted;                      /* 1 + rank of the first rank that failed, or 0 */
     char pad0[60];
     uint32_t count; /* ranks inside the current barrier */
     char pad1[60];
     uint32_t gen;   /* barrier generation: futex word */
     char pad2[60];
     uint32_t sleepers;
-};
+} ddp__shm;
+
+typedef struct ddp__cpu {
+    ddp__shm *shm;
+    size_t size, chunk;
+    int fd;    /* kept open: its lock says this rank is alive */
+    int spin;  /* spin DDP__SPIN_NS before sleeping (only when ranks <= cores) */
+} ddp__cpu;
 
 #define DDP__SHM_HEADER (((sizeof(ddp__shm) + 4095) / 4096) * 4096)
 
+static ddp__cpu *ddp__cpu_of(ddp_ctx *ctx) { return (ddp__cpu *)ctx->st->bs; }
+
 static char *ddp__slot(ddp_ctx *ctx, int r) /* r == world_size: the result slot */
 {
-    return (char *)ctx->st->shm + DDP__SHM_HEADER + (size_t)r * ctx->st->chunk;
+    ddp__cpu *cpu = ddp__cpu_of(ctx);
+    return (char *)cpu->shm + DDP__SHM_HEADER + (size_t)r * cpu->chunk;
 }
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -1329,37 +1913,55 @@ static char *ddp__slot(ddp_ctx *ctx, int r) /* r == world_size: the result slot 
 #define DDP__RELAX() ((void)0)
 #endif
 
-static int ddp__pid_alive(int pid)
+/* 1 while some process holds a lock on bytes [first, first + n) of the arena file */
+static int ddp__locked(int fd, int first, int n)
 {
-    char path[64], buf[512], *p;
-    ssize_t n;
-    int fd;
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return errno != ENOENT;
-    n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 1;
-    buf[n] = 0;
-    p = strrchr(buf, ')'); /* state follows the command name, which may hold spaces */
-    return !(p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'));
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = first;
+    fl.l_len = n;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return 1; /* cannot tell: assume alive */
+    return fl.l_type != F_UNLCK;
 }
 
 /* Marks the arena aborted (first failure wins) and wakes every sleeper. */
 static ddp_result ddp__shm_abort(ddp_ctx *ctx, ddp_result code)
 {
-    ddp__shm *h = ctx->st->shm;
+    ddp__shm *h = ddp__cpu_of(ctx)->shm;
     uint32_t none = 0;
     ddp__copy(h->why[ctx->rank], sizeof h->why[0], ctx->st->err);
-    __atomic_compare_exchange_n(&h->aborted, &none, (uint32_t)ctx->rank + 1, 0, __ATOMIC_SEQ_CST,
-                                __ATOMIC_SEQ_CST);
+    __atomic_compare_exchange_n(&h->aborted, &none, (uint32_t)ctx->rank + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     syscall(SYS_futex, &h->gen, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
     return code;
+}
+
+/* "ranks 1 (all_reduce #11), 3 (not started)": where the ranks this one waits for are */
+static void ddp__shm_late(ddp_ctx *ctx, uint64_t mine, char *out, size_t size)
+{
+    ddp__shm *h = ddp__cpu_of(ctx)->shm;
+    size_t n = 0;
+    int i, late = 0;
+    out[0] = 0;
+    for (i = 0; i < ctx->world_size && n + 48 < size; i++) {
+        const ddp__fp *f = &h->now[i];
+        if (__atomic_load_n(&h->arrived[i], __ATOMIC_RELAXED) >= mine) continue;
+        if (f->seq)
+            n += (size_t)snprintf(out + n, size - n, "%s%d (last in %s #%llu)", late ? ", " : "", i,
+                                  (unsigned)f->kind < DDP__COLL_COUNT ? ddp__colls[f->kind].name : "?",
+                                  (unsigned long long)f->seq);
+        else
+            n += (size_t)snprintf(out + n, size - n, "%s%d (no collective yet)", late ? ", " : "", i);
+        late++;
+    }
 }
 
 static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
 {
     struct ddp__state *st = ctx->st;
-    ddp__shm *h = st->shm;
+    ddp__cpu *cpu = ddp__cpu_of(ctx);
+    ddp__shm *h = cpu->shm;
     uint32_t gen = __atomic_load_n(&h->gen, __ATOMIC_ACQUIRE), who;
     uint64_t mine = __atomic_add_fetch(&h->arrived[ctx->rank], 1, __ATOMIC_RELAXED);
     int64_t start, deadline, next_check;
@@ -1371,7 +1973,7 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
             syscall(SYS_futex, &h->gen, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
         return DDP_OK;
     }
-    if (st->spin) { /* a few microseconds: a peer that is nearly there costs no sleep */
+    if (cpu->spin) { /* a few microseconds: a peer that is nearly there costs no sleep */
         struct timespec t0, t;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         do {
@@ -1383,7 +1985,7 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
         } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < DDP__SPIN_NS);
     }
     start = ddp__now_ms();
-    deadline = start + st->timeout_ms;
+    deadline = start + st->cfg.timeout_ms;
     next_check = start + 100;
     while (__atomic_load_n(&h->gen, __ATOMIC_ACQUIRE) == gen) {
         struct timespec ts;
@@ -1395,31 +1997,50 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
         __atomic_sub_fetch(&h->sleepers, 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&h->gen, __ATOMIC_ACQUIRE) != gen) break;
         if ((who = __atomic_load_n(&h->aborted, __ATOMIC_SEQ_CST)) != 0)
-            return ddp__fail(ctx, DDP_ERR_ABORTED, "%s #%llu stopped: rank %u failed: %s",
-                             ddp__coll_names[c->kind], (unsigned long long)c->seq, who - 1,
-                             h->why[who - 1]);
+            return ddp__fail(ctx, DDP_ERR_ABORTED, "%s #%llu stopped: rank %u failed: %s", ddp__colls[c->kind].name,
+                             (unsigned long long)c->seq, who - 1, h->why[who - 1]);
         now = ddp__now_ms();
         if (now >= next_check || now >= deadline) {
-            char late[128] = "";
-            int dead = -1;
-            size_t n = 0;
+            char late[200];
             for (i = 0; i < ctx->world_size; i++) {
-                if (__atomic_load_n(&h->arrived[i], __ATOMIC_RELAXED) >= mine) continue;
-                if (dead < 0 && !ddp__pid_alive(h->pids[i])) dead = i;
-                if (n + 12 < sizeof late) n += (size_t)snprintf(late + n, sizeof late - n, "%s%d", n ? ", " : "", i);
-            }
-            if (dead >= 0) {
-                ddp__fail(ctx, DDP_ERR_PEER, "rank %d (pid %d) exited during %s #%llu",
-                          dead, h->pids[dead], ddp__coll_names[c->kind], (unsigned long long)c->seq);
+                if (__atomic_load_n(&h->arrived[i], __ATOMIC_RELAXED) >= mine || ddp__locked(cpu->fd, i, 1)) continue;
+                ddp__fail(ctx, DDP_ERR_PEER, "rank %d (pid %d) exited during %s #%llu", i, h->pids[i],
+                          ddp__colls[c->kind].name, (unsigned long long)c->seq);
                 return ddp__shm_abort(ctx, DDP_ERR_PEER);
             }
             if (now >= deadline) {
+                ddp__shm_late(ctx, mine, late, sizeof late);
                 ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.1f s waiting for rank%s %s",
-                          ddp__coll_names[c->kind], (unsigned long long)c->seq,
-                          st->timeout_ms / 1000.0, strchr(late, ',') ? "s" : "", late);
+                          ddp__colls[c->kind].name, (unsigned long long)c->seq, st->cfg.timeout_ms / 1000.0,
+                          strchr(late, ',') ? "s" : "", late);
                 return ddp__shm_abort(ctx, DDP_ERR_TIMEOUT);
             }
             next_check = now + 100;
+        }
+    }
+    return DDP_OK;
+}
+
+/* The first barrier of a collective: everyone has published its fingerprint, and
+   each rank checks all of them before any data is combined. */
+static ddp_result ddp__shm_meet(ddp_ctx *ctx, const ddp__coll *c)
+{
+    ddp__shm *h = ddp__cpu_of(ctx)->shm;
+    ddp__fp mine = ddp__fingerprint(c);
+    ddp_result r;
+    int i;
+    h->fp[c->seq & 1][ctx->rank] = mine;
+    if ((r = ddp__shm_barrier(ctx, c)) != DDP_OK) return r;
+    for (i = 0; i < ctx->world_size; i++) {
+        const ddp__fp *f = &h->fp[c->seq & 1][i];
+        if (memcmp(f, &mine, sizeof mine) != 0) {
+            char why[300];
+            ddp__fp theirs = *f;
+            ddp__fp_diff(why, sizeof why, ctx->rank, &mine, i, &theirs);
+            ddp__fail(ctx, mine.kind == DDP__DESTROY || theirs.kind == DDP__DESTROY ? DDP_ERR_PEER : DDP_ERR_MISMATCH,
+                      "%s", why);
+            return ddp__shm_abort(ctx, mine.kind == DDP__DESTROY || theirs.kind == DDP__DESTROY ? DDP_ERR_PEER
+                                                                                                 : DDP_ERR_MISMATCH);
         }
     }
     return DDP_OK;
@@ -1444,82 +2065,68 @@ static void ddp__copy_shared(void *dst, const void *src, size_t n)
     }
 }
 
-/* dst = dst (op) src, n elements. */
-static void ddp__combine(void *dst, const void *src, size_t n, ddp_dtype t, ddp_op op)
+/* out[0..n) = reduction over ranks of src[r][0..n), src[r] = base + r * stride bytes,
+   one function per dtype from its row. Ranks are combined in order 0..W-1 in the
+   accumulator type, a block at a time, so every rank computes bitwise the same. */
+#define DDP__REDUCER(e, name, T, A, nccl, load, store)                                                \
+    static void ddp__reduce_##e(void *out, const char *base, size_t stride, int world, size_t n, ddp_op op) \
+    {                                                                                                 \
+        A acc[256];                                                                                   \
+        size_t b0, bn, i;                                                                             \
+        int r;                                                                                        \
+        for (b0 = 0; b0 < n; b0 += bn) {                                                              \
+            const T *s = (const T *)base + b0;                                                        \
+            bn = n - b0 < 256 ? n - b0 : 256;                                                         \
+            for (i = 0; i < bn; i++) acc[i] = load(s[i]);                                             \
+            for (r = 1; r < world; r++) {                                                             \
+                s = (const T *)(base + (size_t)r * stride) + b0;                                      \
+                if (op == DDP_MIN)                                                                    \
+                    for (i = 0; i < bn; i++) { A v = load(s[i]); acc[i] = v < acc[i] ? v : acc[i]; }  \
+                else if (op == DDP_MAX)                                                               \
+                    for (i = 0; i < bn; i++) { A v = load(s[i]); acc[i] = v > acc[i] ? v : acc[i]; }  \
+                else                                                                                  \
+                    for (i = 0; i < bn; i++) acc[i] += load(s[i]);                                    \
+            }                                                                                         \
+            if (op == DDP_AVG)                                                                        \
+                for (i = 0; i < bn; i++) acc[i] /= (A)world;                                          \
+            for (i = 0; i < bn; i++) ((T *)out)[b0 + i] = store(acc[i]);                              \
+        }                                                                                             \
+    }
+DDP__DTYPES(DDP__REDUCER)
+#undef DDP__REDUCER
+static void (*const ddp__reducers[])(void *, const char *, size_t, int, size_t, ddp_op) = {
+#define DDP__REDUCER_PTR(e, name, T, A, nccl, load, store) ddp__reduce_##e,
+    DDP__DTYPES(DDP__REDUCER_PTR)
+#undef DDP__REDUCER_PTR
+};
+DDP__STATIC_ASSERT(reducer_table, sizeof ddp__reducers / sizeof ddp__reducers[0] == DDP_DTYPE_COUNT);
+
+/* A world of one: every collective is a copy (or nothing). */
+static ddp_result ddp__solo_run(const ddp__coll *c)
 {
-    size_t i;
-#define DDP__COMBINE(T)                                                                          \
-    {                                                                                            \
-        T *d = (T *)dst;                                                                         \
-        const T *s = (const T *)src;                                                             \
-        if (op == DDP_MIN) for (i = 0; i < n; i++) d[i] = s[i] < d[i] ? s[i] : d[i];             \
-        else if (op == DDP_MAX) for (i = 0; i < n; i++) d[i] = s[i] > d[i] ? s[i] : d[i];        \
-        else for (i = 0; i < n; i++) d[i] += s[i];                                               \
-    }
-    switch (t) {
-    case DDP_F32: DDP__COMBINE(float) break;
-    case DDP_F64: DDP__COMBINE(double) break;
-    case DDP_I32: DDP__COMBINE(int32_t) break;
-    case DDP_I64: DDP__COMBINE(int64_t) break;
-    default: break;
-    }
-#undef DDP__COMBINE
+    size_t bytes = c->count * ddp_dtype_size((ddp_dtype)c->dtype);
+    if (ddp__colls[c->kind].send && c->send != c->recv && bytes) memmove(c->recv, c->send, bytes);
+    return DDP_OK;
 }
 
-static float ddp__half_get(const uint16_t *p, size_t i, int bf) { return bf ? ddp_bf16_to_f32(p[i]) : ddp_f16_to_f32(p[i]); }
-
-/* out[0..n) = reduction over ranks of src[r][0..n), src[r] = base + r * stride bytes.
-   Ranks are combined in order 0..W-1, so every rank computes bitwise the same. */
-static void ddp__reduce(void *out, const char *base, size_t stride, int world, size_t n,
-                        ddp_dtype t, ddp_op op)
+/* Runs one collective through the arena. */
+static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, ddp_work *work)
 {
-    size_t i, es = ddp_dtype_size(t);
-    int r;
-    if (t == DDP_BF16 || t == DDP_F16) { /* accumulate in f32, a block at a time */
-        int bf = t == DDP_BF16;
-        size_t b0, bn;
-        float acc[256];
-        for (b0 = 0; b0 < n; b0 += bn) {
-            bn = n - b0 < 256 ? n - b0 : 256;
-            for (i = 0; i < bn; i++) acc[i] = ddp__half_get((const uint16_t *)base, b0 + i, bf);
-            for (r = 1; r < world; r++) {
-                const uint16_t *s = (const uint16_t *)(base + (size_t)r * stride);
-                for (i = 0; i < bn; i++) {
-                    float v = ddp__half_get(s, b0 + i, bf);
-                    acc[i] = op == DDP_MIN ? (v < acc[i] ? v : acc[i])
-                           : op == DDP_MAX ? (v > acc[i] ? v : acc[i]) : acc[i] + v;
-                }
-            }
-            for (i = 0; i < bn; i++) {
-                float v = op == DDP_AVG ? acc[i] / (float)world : acc[i];
-                ((uint16_t *)out)[b0 + i] = bf ? ddp_f32_to_bf16(v) : ddp_f32_to_f16(v);
-            }
-        }
-        return;
-    }
-    ddp__copy_shared(out, base, n * es);
-    for (r = 1; r < world; r++) ddp__combine(out, base + (size_t)r * stride, n, t, op);
-    if (op != DDP_AVG) return;
-    switch (t) {
-    case DDP_F32: for (i = 0; i < n; i++) ((float *)out)[i] /= (float)world; break;
-    case DDP_F64: for (i = 0; i < n; i++) ((double *)out)[i] /= world; break;
-    case DDP_I32: for (i = 0; i < n; i++) ((int32_t *)out)[i] /= world; break;
-    case DDP_I64: for (i = 0; i < n; i++) ((int64_t *)out)[i] /= world; break;
-    default: break;
-    }
-}
-
-/* Runs one collective through the arena (world > 1). */
-static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c)
-{
+    ddp__cpu *cpu = ddp__cpu_of(ctx);
     int W = ctx->world_size, me = ctx->rank, r;
-    size_t es = ddp_dtype_size(c->dtype), per = ctx->st->chunk / es, off, n;
+    size_t es = ddp_dtype_size((ddp_dtype)c->dtype), per, off = 0, n;
     const char *send = (const char *)c->send;
-    char *recv = (char *)c->recv, *mine = ddp__slot(ctx, me), *result = ddp__slot(ctx, W);
+    char *recv = (char *)c->recv, *mine, *result;
     ddp_result res = DDP_OK;
+    (void)stream;
+    (void)work;
+    if (W == 1) return ddp__solo_run(c);
+    per = cpu->chunk / es;
+    mine = ddp__slot(ctx, me);
+    result = ddp__slot(ctx, W);
+    cpu->shm->now[me] = ddp__fingerprint(c);
+    if (c->kind >= DDP__BARRIER || c->count == 0) return ddp__shm_meet(ctx, c);
     switch (c->kind) {
-    case DDP__BARRIER:
-        return ddp__shm_barrier(ctx, c);
     case DDP__ALL_REDUCE:
         for (off = 0; off < c->count && res == DDP_OK; off += n) {
             size_t lo, hi;
@@ -1527,9 +2134,9 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c)
             lo = n * (size_t)me / (size_t)W;
             hi = n * (size_t)(me + 1) / (size_t)W;
             ddp__copy_shared(mine, send + off * es, n * es);
-            if ((res = ddp__shm_barrier(ctx, c)) != DDP_OK) break;
-            ddp__reduce(result + lo * es, ddp__slot(ctx, 0) + lo * es, ctx->st->chunk, W, hi - lo,
-                        c->dtype, c->op);
+            if ((res = off ? ddp__shm_barrier(ctx, c) : ddp__shm_meet(ctx, c)) != DDP_OK) break;
+            ddp__reducers[c->dtype](result + lo * es, ddp__slot(ctx, 0) + lo * es, cpu->chunk, W, hi - lo,
+                                    (ddp_op)c->op);
             if ((res = ddp__shm_barrier(ctx, c)) != DDP_OK) break;
             ddp__copy_shared(recv + off * es, result, n * es);
         }
@@ -1540,7 +2147,7 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c)
             /* through the root's own slot: the result slot may still be read by
                ranks finishing the previous collective */
             if (me == c->root) ddp__copy_shared(mine, recv + off * es, n * es);
-            if ((res = ddp__shm_barrier(ctx, c)) != DDP_OK) break;
+            if ((res = off ? ddp__shm_barrier(ctx, c) : ddp__shm_meet(ctx, c)) != DDP_OK) break;
             if (me != c->root) ddp__copy_shared(recv + off * es, ddp__slot(ctx, c->root), n * es);
             res = ddp__shm_barrier(ctx, c);
         }
@@ -1549,7 +2156,7 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c)
         for (off = 0; off < c->count && res == DDP_OK; off += n) {
             n = c->count - off < per ? c->count - off : per;
             ddp__copy_shared(mine, send + off * es, n * es);
-            if ((res = ddp__shm_barrier(ctx, c)) != DDP_OK) break;
+            if ((res = off ? ddp__shm_barrier(ctx, c) : ddp__shm_meet(ctx, c)) != DDP_OK) break;
             for (r = 0; r < W; r++)
                 ddp__copy_shared(recv + ((size_t)r * c->count + off) * es, ddp__slot(ctx, r), n * es);
             res = ddp__shm_barrier(ctx, c);
@@ -1561,142 +2168,239 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c)
             n = c->count - off < per ? c->count - off : per;
             for (r = 0; r < W; r++)
                 ddp__copy_shared(mine + (size_t)r * n * es, send + ((size_t)r * c->count + off) * es, n * es);
-            if ((res = ddp__shm_barrier(ctx, c)) != DDP_OK) break;
-            ddp__reduce(recv + off * es, ddp__slot(ctx, 0) + (size_t)me * n * es, ctx->st->chunk, W,
-                        n, c->dtype, c->op);
+            if ((res = off ? ddp__shm_barrier(ctx, c) : ddp__shm_meet(ctx, c)) != DDP_OK) break;
+            ddp__reducers[c->dtype](recv + off * es, ddp__slot(ctx, 0) + (size_t)me * n * es, cpu->chunk, W, n,
+                                    (ddp_op)c->op);
             res = ddp__shm_barrier(ctx, c);
         }
         return res;
     }
-    return ddp__fail(ctx, DDP_ERR_ARG, "unknown collective");
+    return ddp__fail(ctx, DDP_ERR_ARG, "unknown collective %d", c->kind);
 }
 
-/* A world of one: every collective is a copy (or nothing). */
-static void ddp__solo_run(const ddp__coll *c)
+/* Arenas are named /dev/shm/ddp.<job hash>.<creator pid>: the launcher can remove
+   its job's, and a new job removes those nobody holds a lock on (their ranks are
+   all dead) once they are older than a minute (none is being set up). */
+static void ddp__shm_sweep(const char *prefix, int only_orphans)
 {
-    size_t bytes = c->count * ddp_dtype_size(c->dtype);
-    if (c->kind == DDP__BROADCAST || c->kind == DDP__BARRIER || c->send == c->recv || !bytes) return;
-    memmove(c->recv, c->send, bytes);
+    DIR *dir = opendir("/dev/shm");
+    struct dirent *e;
+    if (!dir) return;
+    while ((e = readdir(dir)) != NULL) {
+        char name[300];
+        struct stat sb;
+        int fd, orphan;
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        if (!only_orphans) { shm_unlink(name); continue; }
+        if ((fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0)) < 0) continue;
+        orphan = fstat(fd, &sb) == 0 && sb.st_mtime + 60 < time(NULL) && !ddp__locked(fd, 0, DDP__MAX_CPU_RANKS);
+        close(fd);
+        if (orphan) shm_unlink(name);
+    }
+    closedir(dir);
 }
 
-static ddp_result ddp__shm_open(ddp_ctx *ctx)
+static ddp_result ddp__cpu_init(ddp_ctx *ctx)
 {
     struct ddp__state *st = ctx->st;
-    char name[128], *got = NULL;
-    const char *chunk_env = getenv("DDP_SHM_CHUNK");
-    size_t j;
+    ddp__cpu *cpu;
+    char name[128], key[32], *got = NULL;
+    unsigned long long token = 0;
     int fd = -1;
+    struct flock fl;
     ddp_result r;
     void *p;
+    if (ctx->world_size == 1) return DDP_OK; /* every collective is a copy */
     if (ctx->num_nodes > 1)
         return ddp__fail(ctx, DDP_ERR_BACKEND, "the CPU backend runs on one host, but this job spans %d hosts",
                          ctx->num_nodes);
     if (ctx->world_size > DDP__MAX_CPU_RANKS)
-        return ddp__fail(ctx, DDP_ERR_BACKEND, "the CPU backend takes at most %d ranks, not %d",
-                         DDP__MAX_CPU_RANKS, ctx->world_size);
-    if (!st->chunk && chunk_env) {
-        char *end;
-        unsigned long long v = strtoull(chunk_env, &end, 10);
-        if (*end || v < 64 || v > (1ull << 30))
-            return ddp__fail(ctx, DDP_ERR_ENV, "DDP_SHM_CHUNK='%s' must be a byte count from 64 to 2^30", chunk_env);
-        st->chunk = (size_t)v;
-    }
-    if (!st->chunk) st->chunk = DDP__DEFAULT_CHUNK;
-    /* room for one element of every rank's block (reduce_scatter), 64-byte aligned */
-    if (st->chunk < (size_t)ctx->world_size * 8) st->chunk = (size_t)ctx->world_size * 8;
-    st->chunk = (st->chunk + 63) & ~(size_t)63;
-    st->shm_size = DDP__SHM_HEADER + (size_t)(ctx->world_size + 1) * st->chunk;
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "the CPU backend takes at most %d ranks, not %d", DDP__MAX_CPU_RANKS,
+                         ctx->world_size);
+    if (!(cpu = DDP__CAST(ddp__cpu *, DDP_MALLOC(sizeof *cpu)))) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
+    memset(cpu, 0, sizeof *cpu);
+    cpu->fd = -1;
+    st->bs = cpu;
+    cpu->chunk = st->cfg.chunk;
+    cpu->size = DDP__SHM_HEADER + (size_t)(ctx->world_size + 1) * cpu->chunk;
+    snprintf(key, sizeof key, "shm/%d", ctx->node_rank);
     if (ctx->local_rank == 0) {
-        snprintf(name, sizeof name, "/ddp-%d-%s-%d", (int)getpid(), st->job_id, st->master_port);
-        for (j = 1; name[j]; j++)
-            if (name[j] == '/') name[j] = '_';
+        ddp__shm_sweep("ddp.", 1);
+        snprintf(name, sizeof name, "/ddp.%016llx.%d", (unsigned long long)ddp__hash(st->cfg.job_id), (int)getpid());
         fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd >= 0 && ftruncate(fd, (off_t)st->shm_size) != 0) {
+        if (fd < 0)
+            return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot create shared memory %s: %s", name, strerror(errno));
+        /* reserve the pages now: a full /dev/shm is an error here, not a SIGBUS later */
+        if (ftruncate(fd, (off_t)cpu->size) != 0 || posix_fallocate(fd, 0, (off_t)cpu->size) != 0) {
+            struct statvfs vs;
+            double free_mb = statvfs("/dev/shm", &vs) == 0 ? (double)vs.f_bavail * vs.f_frsize / 1048576.0 : -1;
             close(fd);
             shm_unlink(name);
-            return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot size shared memory %s to %zu bytes: %s (is /dev/shm full?)",
-                             name, st->shm_size, strerror(errno));
+            return ddp__fail(ctx, DDP_ERR_SYSTEM,
+                             "/dev/shm has %.1f MiB free, the CPU backend needs %.1f MiB (%d ranks + 1 x %zu bytes): "
+                             "enlarge /dev/shm (docker --shm-size) or lower DDP_SHM_CHUNK", free_mb,
+                             cpu->size / 1048576.0, ctx->world_size, cpu->chunk);
         }
-        if (fd >= 0 && (r = ddp__store_set(ctx, "shm/name", name, (uint32_t)strlen(name))) != DDP_OK) {
-            close(fd);
+        ddp__random(&token, sizeof token);
+    } else {
+        if ((r = ddp__store_get(ctx, key, &got, NULL, "waiting for local rank 0's shared memory")) != DDP_OK) return r;
+        if (sscanf(got, "%127s %llx", name, &token) != 2) {
+            DDP_FREE(got);
+            return ddp__fail(ctx, DDP_ERR_PROTOCOL, "local rank 0 sent a malformed arena name");
+        }
+        DDP_FREE(got);
+        fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return ddp__fail(ctx, DDP_ERR_BACKEND, "cannot open local rank 0's shared memory %s: %s (ranks with one "
+                             "host name and boot id but separate /dev/shm? give them distinct host names)",
+                             name, strerror(errno));
+    }
+    cpu->fd = fd;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = ctx->rank;
+    fl.l_len = 1;
+    if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+        if (ctx->local_rank == 0) shm_unlink(name);
+        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot lock byte %d of shared memory %s: %s", ctx->rank, name,
+                         strerror(errno));
+    }
+    p = mmap(NULL, cpu->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        if (ctx->local_rank == 0) shm_unlink(name);
+        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot map %zu bytes of shared memory: %s", cpu->size, strerror(errno));
+    }
+    cpu->shm = (ddp__shm *)p;
+    if (ctx->local_rank == 0) {
+        char text[160];
+        cpu->shm->token = token;
+        snprintf(text, sizeof text, "%s %llx", name, token);
+        if ((r = ddp__store_set(ctx, key, text, (uint32_t)strlen(text), "publishing the shared memory")) != DDP_OK) {
             shm_unlink(name);
             return r;
         }
-    } else {
-        if ((r = ddp__store_get(ctx, "shm/name", &got, NULL)) != DDP_OK) return r;
-        snprintf(name, sizeof name, "%s", got);
-        DDP_FREE(got);
-        fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+    } else if (cpu->shm->token != token) {
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "shared memory %s is not local rank 0's (ranks with one host name and "
+                         "boot id but separate /dev/shm? give them distinct host names)", name);
     }
-    if (fd < 0)
-        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot open shared memory %s: %s", name, strerror(errno));
-    p = mmap(NULL, st->shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) {
-        if (ctx->local_rank == 0) shm_unlink(name);
-        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot map %zu bytes of shared memory: %s", st->shm_size,
-                         strerror(errno));
-    }
-    st->shm = (ddp__shm *)p;
-    st->shm->pids[ctx->rank] = (int32_t)getpid();
+    cpu->shm->pids[ctx->rank] = (int32_t)getpid();
     /* once everyone has it mapped the name goes: a crash can leave nothing behind */
-    r = ddp__store_barrier(ctx, "shm");
+    r = ddp__store_barrier(ctx, "shm", "waiting for every rank to map the shared memory");
     if (ctx->local_rank == 0) shm_unlink(name);
     if (r != DDP_OK) return r;
-    st->spin = sysconf(_SC_NPROCESSORS_ONLN) >= ctx->local_world_size;
+    cpu->spin = sysconf(_SC_NPROCESSORS_ONLN) >= ctx->local_world_size;
     return DDP_OK;
 }
 
-/* ---- NCCL backend ----------------------------------------------------------------------------
+static void ddp__cpu_release(ddp_ctx *ctx)
+{
+    ddp__cpu *cpu = ddp__cpu_of(ctx);
+    if (!cpu) return;
+    if (cpu->shm) munmap(cpu->shm, cpu->size);
+    if (cpu->fd >= 0) close(cpu->fd);
+    DDP_FREE(cpu);
+    ctx->st->bs = NULL;
+}
+
+/* A failure on one rank stops the others at once. */
+static void ddp__cpu_abort(ddp_ctx *ctx, ddp_result code)
+{
+    ddp__cpu *cpu = ddp__cpu_of(ctx);
+    if (cpu && cpu->shm && !__atomic_load_n(&cpu->shm->aborted, __ATOMIC_SEQ_CST)) ddp__shm_abort(ctx, code);
+}
+
+/* ---- >>nccl ----------------------------------------------------------------------------------
    One communicator per process on device local_rank, created non-blocking so that a
    stuck peer turns into a timeout and an abort instead of a hang. Collectives run on
    the context's own stream, ordered after the caller's stream by an event, and the
-   caller's stream is ordered after them (async ones: in ddp_wait, so they overlap). */
+   caller's stream is ordered after them (async ones: in ddp_wait, so they overlap).
+   A blocking collective returns once queued; a watchdog thread follows it and aborts
+   the communicator if it has not finished within the timeout, so the caller's next
+   synchronising CUDA call returns with an error instead of waiting forever. Host
+   memory (a stack variable, as on the CPU backend) is staged through device memory,
+   and such a call returns when its result is in place. */
 #ifdef DDP_NCCL
+#define DDP__WATCH 256 /* blocking collectives followed at once */
+
+typedef struct ddp__nccl {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    cudaEvent_t ready;
+    void *dev, *host;       /* staging for host memory: device and pinned buffers */
+    size_t staged;          /* their size */
+    pthread_t watchdog;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int watching, stop;
+    struct { cudaEvent_t ev; int64_t deadline; uint64_t seq; int kind; } watch[DDP__WATCH];
+    int nwatch;
+    char why[300];          /* what the watchdog saw, for the next call */
+} ddp__nccl;
+
+static ddp__nccl *ddp__nccl_of(ddp_ctx *ctx) { return (ddp__nccl *)ctx->st->bs; }
+
 static ddp_result ddp__cuda(ddp_ctx *ctx, cudaError_t e, const char *what)
 {
     if (e == cudaSuccess) return DDP_OK;
     return ddp__fail(ctx, DDP_ERR_BACKEND, "%s: %s", what, cudaGetErrorString(e));
 }
 
+/* "cudaGetDeviceCount: CUDA driver version is insufficient (driver 12.2, runtime 13.0)" */
+static void ddp__cuda_why(char *out, size_t n, cudaError_t e)
+{
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    snprintf(out, n, "cudaGetDeviceCount: %s (driver %d.%d, runtime %d.%d)", cudaGetErrorString(e), drv / 1000,
+             drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+}
+
+static void ddp__nccl_abort(ddp__nccl *b)
+{
+    if (b->comm) ncclCommAbort(b->comm);
+    b->comm = NULL;
+}
+
 /* Non-blocking NCCL calls may answer "in progress": wait for the verdict, within the timeout. */
 static ddp_result ddp__nccl_settle(ddp_ctx *ctx, ncclResult_t r, const char *what, uint64_t seq)
 {
-    struct ddp__state *st = ctx->st;
-    int64_t deadline = ddp__now_ms() + st->timeout_ms;
+    ddp__nccl *b = ddp__nccl_of(ctx);
+    int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
     while (r == ncclInProgress) {
         if (ddp__now_ms() > deadline) {
-            ncclCommAbort(st->comm);
-            st->comm = NULL;
+            ddp__nccl_abort(b);
             return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.1f s (NCCL aborted)", what,
-                             (unsigned long long)seq, st->timeout_ms / 1000.0);
+                             (unsigned long long)seq, ctx->st->cfg.timeout_ms / 1000.0);
         }
         sched_yield();
-        if (ncclCommGetAsyncError(st->comm, &r) != ncclSuccess) break;
+        if (!b->comm || ncclCommGetAsyncError(b->comm, &r) != ncclSuccess) break;
     }
     if (r == ncclSuccess) return DDP_OK;
-    return ddp__fail(ctx, DDP_ERR_BACKEND, "%s #%llu: %s (%s)", what, (unsigned long long)seq,
-                     ncclGetErrorString(r), st->comm ? ncclGetLastError(st->comm) : "");
+    return ddp__fail(ctx, DDP_ERR_BACKEND, "%s #%llu: %s (%s)", what, (unsigned long long)seq, ncclGetErrorString(r),
+                     b->comm ? ncclGetLastError(b->comm) : "");
 }
 
 /* Waits on the host for an event, polling NCCL for errors, within the timeout. */
 static ddp_result ddp__nccl_wait_event(ddp_ctx *ctx, cudaEvent_t ev, const char *what, uint64_t seq)
 {
-    struct ddp__state *st = ctx->st;
-    int64_t deadline = ddp__now_ms() + st->timeout_ms;
+    ddp__nccl *b = ddp__nccl_of(ctx);
+    int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
     for (;;) {
         cudaError_t e = cudaEventQuery(ev);
         ncclResult_t async = ncclSuccess;
         struct timespec ts;
         if (e == cudaSuccess) return DDP_OK;
         if (e != cudaErrorNotReady) return ddp__cuda(ctx, e, what);
-        ncclCommGetAsyncError(st->comm, &async);
+        if (!b->comm) return ddp__fail(ctx, DDP_ERR_ABORTED, "%s #%llu: NCCL was aborted: %s", what,
+                                       (unsigned long long)seq, b->why);
+        ncclCommGetAsyncError(b->comm, &async);
         if (async != ncclSuccess && async != ncclInProgress) return ddp__nccl_settle(ctx, async, what, seq);
         if (ddp__now_ms() > deadline) {
-            ncclCommAbort(st->comm);
-            st->comm = NULL;
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu did not finish within %.1f s (NCCL aborted)",
-                             what, (unsigned long long)seq, st->timeout_ms / 1000.0);
+            ddp__nccl_abort(b);
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu did not finish within %.1f s (NCCL aborted)", what,
+                             (unsigned long long)seq, ctx->st->cfg.timeout_ms / 1000.0);
         }
         ts.tv_sec = 0;
         ts.tv_nsec = 50000; /* the GPU is working; check again in 50 us */
@@ -1704,27 +2408,66 @@ static ddp_result ddp__nccl_wait_event(ddp_ctx *ctx, cudaEvent_t ev, const char 
     }
 }
 
+/* Follows blocking collectives: one not done by its deadline aborts the communicator. */
+static void *ddp__nccl_watchdog(void *arg)
+{
+    ddp__nccl *b = (ddp__nccl *)arg;
+    pthread_mutex_lock(&b->mu);
+    while (!b->stop) {
+        struct timespec ts;
+        int i;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+        for (i = 0; i < b->nwatch;) {
+            cudaError_t e = cudaEventQuery(b->watch[i].ev);
+            if (e == cudaErrorNotReady && ddp__now_ms() < b->watch[i].deadline) { i++; continue; }
+            if (e == cudaErrorNotReady && b->comm) {
+                snprintf(b->why, sizeof b->why, "%s #%llu did not finish within the timeout (the watchdog aborted NCCL)",
+                         ddp__colls[b->watch[i].kind].name, (unsigned long long)b->watch[i].seq);
+                ddp__nccl_abort(b);
+            }
+            cudaEventDestroy(b->watch[i].ev);
+            b->watch[i] = b->watch[--b->nwatch];
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
 static ddp_result ddp__nccl_init(ddp_ctx *ctx)
 {
-    struct ddp__state *st = ctx->st;
+    ddp__nccl *b;
     ncclUniqueId id;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
     ddp_result r;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
-        return ddp__fail(ctx, DDP_ERR_BACKEND, "the NCCL backend needs a GPU, and none is visible");
+    if (e != cudaSuccess || n == 0) {
+        char why[200] = "no GPU is visible";
+        if (e != cudaSuccess) ddp__cuda_why(why, sizeof why, e);
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "the NCCL backend needs a GPU: %s", why);
+    }
     if (ctx->local_rank >= n)
-        return ddp__fail(ctx, DDP_ERR_ENV, "local rank %d needs GPU %d, but only %d are visible",
-                         ctx->local_rank, ctx->local_rank, n);
+        return ddp__fail(ctx, DDP_ERR_ENV, "local rank %d needs GPU %d, but only %d are visible", ctx->local_rank,
+                         ctx->local_rank, n);
     if ((r = ddp__cuda(ctx, cudaSetDevice(ctx->local_rank), "cudaSetDevice")) != DDP_OK) return r;
     ctx->device = ctx->local_rank;
+    if (!(b = DDP__CAST(ddp__nccl *, DDP_MALLOC(sizeof *b)))) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
+    memset(b, 0, sizeof *b);
+    ctx->st->bs = b;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
     if (ctx->rank == 0) {
         if ((r = ddp__nccl_settle(ctx, ncclGetUniqueId(&id), "ncclGetUniqueId", 0)) != DDP_OK) return r;
-        if (ctx->world_size > 1 && (r = ddp__store_set(ctx, "nccl/id", &id, sizeof id)) != DDP_OK) return r;
+        if (ctx->world_size > 1 &&
+            (r = ddp__store_set(ctx, "nccl/id", &id, sizeof id, "publishing the NCCL id")) != DDP_OK)
+            return r;
     } else {
         char *got = NULL;
         uint32_t len = 0;
-        if ((r = ddp__store_get(ctx, "nccl/id", &got, &len)) != DDP_OK) return r;
+        if ((r = ddp__store_get(ctx, "nccl/id", &got, &len, "waiting for rank 0's NCCL id")) != DDP_OK) return r;
         if (len != sizeof id) {
             DDP_FREE(got);
             return ddp__fail(ctx, DDP_ERR_PROTOCOL, "rank 0 sent an NCCL id of %u bytes", len);
@@ -1733,50 +2476,243 @@ static ddp_result ddp__nccl_init(ddp_ctx *ctx)
         DDP_FREE(got);
     }
     cfg.blocking = 0;
-    r = ddp__nccl_settle(ctx, ncclCommInitRankConfig(&st->comm, ctx->world_size, id, ctx->rank, &cfg),
+    r = ddp__nccl_settle(ctx, ncclCommInitRankConfig(&b->comm, ctx->world_size, id, ctx->rank, &cfg),
                          "ncclCommInitRank", 0);
     if (r != DDP_OK) return r;
-    if ((r = ddp__cuda(ctx, cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), "cudaStreamCreate")) != DDP_OK)
+    if ((r = ddp__cuda(ctx, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate")) != DDP_OK ||
+        (r = ddp__cuda(ctx, cudaEventCreateWithFlags(&b->ready, cudaEventDisableTiming), "cudaEventCreate")) != DDP_OK)
         return r;
-    return ddp__cuda(ctx, cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming), "cudaEventCreate");
+    if (pthread_create(&b->watchdog, NULL, ddp__nccl_watchdog, b) != 0)
+        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the NCCL watchdog thread");
+    b->watching = 1;
+    return DDP_OK;
 }
 
-/* Queues c on the NCCL stream after `user`'s work; *done is recorded after it, and
-   `user` waits for it unless async (then ddp_wait orders it). */
-static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_stream, cudaEvent_t done, int async)
+/* 1 if p is host memory NCCL cannot read (pageable, or pinned but not mapped) */
+static int ddp__is_host(const void *p)
 {
-    struct ddp__state *st = ctx->st;
+    struct cudaPointerAttributes a;
+    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* older drivers report unregistered memory as an error */
+        return p != NULL;
+    }
+    return a.type == cudaMemoryTypeUnregistered || (a.type == cudaMemoryTypeHost && !a.devicePointer);
+}
+
+static ddp_result ddp__nccl_stage(ddp_ctx *ctx, size_t bytes)
+{
+    ddp__nccl *b = ddp__nccl_of(ctx);
+    ddp_result r;
+    if (bytes <= b->staged) return DDP_OK;
+    if (b->dev) cudaFree(b->dev);
+    if (b->host) cudaFreeHost(b->host);
+    b->dev = b->host = NULL;
+    b->staged = 0;
+    if ((r = ddp__cuda(ctx, cudaMalloc(&b->dev, bytes), "cudaMalloc (staging host memory)")) != DDP_OK ||
+        (r = ddp__cuda(ctx, cudaMallocHost(&b->host, bytes), "cudaMallocHost (staging host memory)")) != DDP_OK)
+        return r;
+    b->staged = bytes;
+    return DDP_OK;
+}
+
+/* Queues c on the NCCL stream after `user`'s work. Async: work->event marks its end
+   and ddp_wait orders the caller after it; blocking: the caller's stream waits for
+   it and the watchdog follows it. */
+static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_stream, ddp_work *work)
+{
+    static const ncclDataType_t types[] = {
+#define DDP__NCCL_TYPE(e, name, T, A, nccl, load, store) nccl,
+        DDP__DTYPES(DDP__NCCL_TYPE)
+#undef DDP__NCCL_TYPE
+    };
+    static const ncclRedOp_t ops[] = {
+#define DDP__NCCL_OP(e, name, nccl) nccl,
+        DDP__OPS(DDP__NCCL_OP)
+#undef DDP__NCCL_OP
+    };
+    ddp__nccl *b = ddp__nccl_of(ctx);
     cudaStream_t user = (cudaStream_t)user_stream;
-    static const ncclDataType_t types[DDP_DTYPE_COUNT] = {ncclFloat32, ncclFloat64, ncclBfloat16,
-                                                          ncclFloat16, ncclInt32, ncclInt64};
-    static const ncclRedOp_t ops[DDP_OP_COUNT] = {ncclSum, ncclAvg, ncclMin, ncclMax};
     ncclDataType_t t = types[c->dtype];
+    size_t es = ddp_dtype_size((ddp_dtype)c->dtype), W = (size_t)ctx->world_size;
+    size_t sbytes = c->count * es * (ddp__colls[c->kind].send == 'W' ? W : 1);
+    size_t rbytes = c->count * es * (ddp__colls[c->kind].recv == 'W' ? W : 1);
+    int host_send = ddp__colls[c->kind].send && c->count && ddp__is_host(c->send);
+    int host_recv = ddp__colls[c->kind].recv && c->count && ddp__is_host(c->recv);
+    const void *send = c->send;
+    void *recv = c->recv;
+    cudaEvent_t done = NULL;
     ncclResult_t nr = ncclSuccess;
     ddp_result r;
-    if ((r = ddp__cuda(ctx, cudaEventRecord(st->ready, user), "cudaEventRecord")) != DDP_OK ||
-        (r = ddp__cuda(ctx, cudaStreamWaitEvent(st->stream, st->ready, 0), "cudaStreamWaitEvent")) != DDP_OK)
+    if (c->kind >= DDP__BARRIER) /* a host meeting: the store serves */
+        return ctx->world_size > 1 ? ddp__store_barrier(ctx, c->kind == DDP__BARRIER ? "barrier" : "destroy",
+                                                        c->kind == DDP__BARRIER ? "in ddp_barrier" : "in ddp_destroy")
+                                   : DDP_OK;
+    if (!b->comm) return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: %s", ddp__colls[c->kind].name, b->why);
+    if (host_send || host_recv) { /* staged: send at the start, recv after it, one buffer each way */
+        size_t off = host_send ? sbytes : 0;
+        if ((r = ddp__nccl_stage(ctx, off + rbytes)) != DDP_OK) return r;
+        if (host_send) {
+            memcpy(b->host, c->send, sbytes);
+            send = b->dev;
+            if (c->send == c->recv && host_recv) off = 0; /* in place stays in place */
+        }
+        if (host_recv) recv = (char *)b->dev + off;
+        if (c->kind == DDP__BROADCAST) { memcpy(b->host, c->recv, rbytes); send = recv = b->dev; host_send = 1; sbytes = rbytes; }
+    }
+    if ((r = ddp__cuda(ctx, cudaEventRecord(b->ready, user), "cudaEventRecord")) != DDP_OK ||
+        (r = ddp__cuda(ctx, cudaStreamWaitEvent(b->stream, b->ready, 0), "cudaStreamWaitEvent")) != DDP_OK ||
+        (host_send && (r = ddp__cuda(ctx, cudaMemcpyAsync(b->dev, b->host, sbytes, cudaMemcpyHostToDevice, b->stream),
+                                     "cudaMemcpyAsync (staging)")) != DDP_OK))
         return r;
     switch (c->kind) {
-    case DDP__ALL_REDUCE:
-        nr = ncclAllReduce(c->send, c->recv, c->count, t, ops[c->op], st->comm, st->stream);
-        break;
-    case DDP__BROADCAST:
-        nr = ncclBroadcast(c->recv, c->recv, c->count, t, c->root, st->comm, st->stream);
-        break;
-    case DDP__ALL_GATHER:
-        nr = ncclAllGather(c->send, c->recv, c->count, t, st->comm, st->stream);
-        break;
-    case DDP__REDUCE_SCATTER:
-        nr = ncclReduceScatter(c->send, c->recv, c->count, t, ops[c->op], st->comm, st->stream);
-        break;
+    case DDP__ALL_REDUCE: nr = ncclAllReduce(send, recv, c->count, t, ops[c->op], b->comm, b->stream); break;
+    case DDP__BROADCAST: nr = ncclBroadcast(recv, recv, c->count, t, c->root, b->comm, b->stream); break;
+    case DDP__ALL_GATHER: nr = ncclAllGather(send, recv, c->count, t, b->comm, b->stream); break;
+    case DDP__REDUCE_SCATTER: nr = ncclReduceScatter(send, recv, c->count, t, ops[c->op], b->comm, b->stream); break;
     }
-    if ((r = ddp__nccl_settle(ctx, nr, ddp__coll_names[c->kind], c->seq)) != DDP_OK) return r;
-    if ((r = ddp__cuda(ctx, cudaEventRecord(done, st->stream), "cudaEventRecord")) != DDP_OK || async) return r;
-    return ddp__cuda(ctx, cudaStreamWaitEvent(user, done, 0), "cudaStreamWaitEvent");
+    if ((r = ddp__nccl_settle(ctx, nr, ddp__colls[c->kind].name, c->seq)) != DDP_OK) return r;
+    if (host_recv &&
+        (r = ddp__cuda(ctx, cudaMemcpyAsync((char *)b->host + ((char *)recv - (char *)b->dev), recv, rbytes,
+                                            cudaMemcpyDeviceToHost, b->stream), "cudaMemcpyAsync (staging)")) != DDP_OK)
+        return r;
+    if ((r = ddp__cuda(ctx, cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate")) != DDP_OK ||
+        (r = ddp__cuda(ctx, cudaEventRecord(done, b->stream), "cudaEventRecord")) != DDP_OK) {
+        if (done) cudaEventDestroy(done);
+        return r;
+    }
+    if (host_send || host_recv) { /* the host needs the result now: wait, within the timeout */
+        r = ddp__nccl_wait_event(ctx, done, ddp__colls[c->kind].name, c->seq);
+        cudaEventDestroy(done);
+        if (r == DDP_OK && host_recv) memcpy(c->recv, (char *)b->host + ((char *)recv - (char *)b->dev), rbytes);
+        return r;
+    }
+    if (work) {
+        work->event = done;
+        return DDP_OK;
+    }
+    if ((r = ddp__cuda(ctx, cudaStreamWaitEvent(user, done, 0), "cudaStreamWaitEvent")) != DDP_OK) {
+        cudaEventDestroy(done);
+        return r;
+    }
+    pthread_mutex_lock(&b->mu);
+    if (b->nwatch < DDP__WATCH) {
+        b->watch[b->nwatch].ev = done;
+        b->watch[b->nwatch].deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
+        b->watch[b->nwatch].seq = c->seq;
+        b->watch[b->nwatch++].kind = c->kind;
+        done = NULL;
+    }
+    pthread_mutex_unlock(&b->mu);
+    if (done) { /* more than DDP__WATCH in flight: this one is followed here */
+        r = ddp__nccl_wait_event(ctx, done, ddp__colls[c->kind].name, c->seq);
+        cudaEventDestroy(done);
+    }
+    return r;
+}
+
+static ddp_result ddp__nccl_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
+{
+    cudaEvent_t ev = (cudaEvent_t)work->event;
+    ddp_result r;
+    if (!ev) return DDP_OK; /* it finished when issued (host memory) */
+    r = ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq);
+    if (r == DDP_OK && stream) r = ddp__cuda(ctx, cudaStreamWaitEvent((cudaStream_t)stream, ev, 0), "cudaStreamWaitEvent");
+    cudaEventDestroy(ev);
+    work->event = NULL;
+    return r;
+}
+
+static void ddp__nccl_release(ddp_ctx *ctx)
+{
+    ddp__nccl *b = ddp__nccl_of(ctx);
+    if (!b) return;
+    if (b->watching) {
+        pthread_mutex_lock(&b->mu);
+        b->stop = 1;
+        pthread_cond_signal(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+        pthread_join(b->watchdog, NULL);
+    }
+    while (b->nwatch) cudaEventDestroy(b->watch[--b->nwatch].ev);
+    if (b->comm) {
+        if (ctx->st->broken) {
+            ddp__nccl_abort(b);
+        } else {
+            ddp__nccl_settle(ctx, ncclCommFinalize(b->comm), "ncclCommFinalize", 0);
+            if (b->comm) ncclCommDestroy(b->comm);
+            b->comm = NULL;
+        }
+    }
+    if (b->stream) cudaStreamDestroy(b->stream);
+    if (b->ready) cudaEventDestroy(b->ready);
+    if (b->dev) cudaFree(b->dev);
+    if (b->host) cudaFreeHost(b->host);
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    DDP_FREE(b);
+    ctx->st->bs = NULL;
+}
+
+/* The auto choice: NCCL when a GPU is usable; *why says why not. */
+static int ddp__nccl_usable(char *why, size_t n)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaSuccess && count > 0) return 1;
+    if (e != cudaSuccess) ddp__cuda_why(why, n, e);
+    else snprintf(why, n, "no GPU is visible");
+    return 0;
 }
 #endif
 
-/* ---- collectives ------------------------------------------------------------------------------ */
+/* ---- >>backends ------------------------------------------------------------------------------
+   What a backend provides. init runs after the store is up (world > 1) and sets
+   ctx->st->bs; run does one collective (host backends: to completion; `work` is NULL
+   for them, the worker thread gives them overlap); wait finishes async work (NULL:
+   the worker thread's queue is the async mechanism); release undoes init. A backend
+   compiled out has a row of NULLs and a reason. */
+struct ddp__backend {
+    ddp_result (*init)(ddp_ctx *ctx);
+    ddp_result (*run)(ddp_ctx *ctx, const ddp__coll *c, void *stream, ddp_work *work);
+    ddp_result (*wait)(ddp_ctx *ctx, ddp_work *work, void *stream);
+    void (*release)(ddp_ctx *ctx);
+    void (*abort)(ddp_ctx *ctx, ddp_result code); /* tell the peers at once, if it can */
+    const char *missing; /* why it is not compiled in */
+};
+
+static const ddp__backend ddp__backends[DDP_BACKEND_COUNT] = {
+    {NULL, NULL, NULL, NULL, NULL, "no backend"},
+    {ddp__cpu_init, ddp__cpu_run, NULL, ddp__cpu_release, ddp__cpu_abort, NULL},
+#ifdef DDP_NCCL
+    {ddp__nccl_init, ddp__nccl_run, ddp__nccl_wait, ddp__nccl_release, NULL, NULL},
+#else
+    {NULL, NULL, NULL, NULL, NULL, "ddp.h was built without it (build with nvcc, or -DDDP_NCCL and -lcudart -lnccl)"},
+#endif
+};
+
+/* The desc's or DDP_BACKEND's choice, else NCCL where a GPU is usable, else CPU. */
+static ddp_result ddp__choose_backend(ddp_ctx *ctx)
+{
+    ddp__settings *cfg = &ctx->st->cfg;
+    if (!cfg->backend) {
+#ifdef DDP_NCCL
+        static char why[200];
+        cfg->backend = ddp__nccl_usable(why, sizeof why) ? DDP_BACKEND_NCCL : DDP_BACKEND_CPU;
+        cfg->backend_why = cfg->backend == DDP_BACKEND_NCCL ? "a GPU is visible" : why;
+#else
+        cfg->backend = DDP_BACKEND_CPU;
+        cfg->backend_why = "built without NCCL";
+#endif
+    }
+    if (ddp__backends[cfg->backend].missing)
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "the %s backend was asked for (%s), but %s", ddp_backend_name(cfg->backend),
+                         cfg->backend_why, ddp__backends[cfg->backend].missing);
+    ctx->backend = cfg->backend;
+    ctx->st->be = &ddp__backends[cfg->backend];
+    return DDP_OK;
+}
+
+/* ---- >>collectives --------------------------------------------------------------------------- */
 
 static void *ddp__worker_main(void *arg)
 {
@@ -1790,7 +2726,7 @@ static void *ddp__worker_main(void *arg)
         if (st->done == st->queued) break;
         c = st->queue[st->done % DDP__QUEUE];
         pthread_mutex_unlock(&st->mu);
-        r = st->async_err ? DDP_ERR_ABORTED : ddp__cpu_run(ctx, &c);
+        r = st->async_err ? DDP_ERR_ABORTED : st->be->run(ctx, &c, NULL, NULL);
         pthread_mutex_lock(&st->mu);
         if (r != DDP_OK && !st->async_err) st->async_err = r;
         st->done++;
@@ -1813,73 +2749,89 @@ static ddp_result ddp__drain(ddp_ctx *ctx, uint64_t seq)
     return r;
 }
 
-static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c, const char *name)
+static ddp_result ddp__queue(ddp_ctx *ctx, const ddp__coll *c, ddp_work *work)
 {
-    int needs_data = c->kind != DDP__BARRIER && c->count > 0;
-    if (!ctx || !ctx->st) return DDP_ERR_ARG;
-    if (ctx->st->broken)
-        return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: the process group failed earlier", name);
-    if ((unsigned)c->dtype >= DDP_DTYPE_COUNT || (unsigned)c->op >= DDP_OP_COUNT)
-        return ddp__fail(ctx, DDP_ERR_ARG, "%s: unknown dtype %d or op %d", name, (int)c->dtype, (int)c->op);
-    if (needs_data && (!c->recv || (!c->send && c->kind != DDP__BROADCAST)))
-        return ddp__fail(ctx, DDP_ERR_ARG, "%s: NULL buffer for %zu elements", name, c->count);
-    if (c->root < 0 || c->root >= ctx->world_size)
-        return ddp__fail(ctx, DDP_ERR_ARG, "%s: root %d is not a rank of a world of %d", name, c->root,
-                         ctx->world_size);
+    struct ddp__state *st = ctx->st;
+    pthread_mutex_lock(&st->mu);
+    if (!st->worker_started) {
+        if (pthread_create(&st->worker, NULL, ddp__worker_main, ctx) != 0) {
+            pthread_mutex_unlock(&st->mu);
+            return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the collective thread");
+        }
+        st->worker_started = 1;
+    }
+    while (st->queued - st->done >= DDP__QUEUE) pthread_cond_wait(&st->cv, &st->mu);
+    st->queue[st->queued % DDP__QUEUE] = *c;
+    work->seq = ++st->queued;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
     return DDP_OK;
 }
 
-/* Every collective goes through here: validate, number it, run it (or queue it). */
+static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
+{
+    const char *name = ddp__colls[c->kind].name;
+    int needs_data = c->kind < DDP__BARRIER && c->count > 0;
+    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (ctx->st->broken)
+        return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: the process group failed earlier: %s", name, ctx->st->err);
+    if ((unsigned)c->dtype >= DDP_DTYPE_COUNT || (unsigned)c->op >= DDP_OP_COUNT)
+        return ddp__fail(ctx, DDP_ERR_ARG, "%s: unknown dtype %d or op %d", name, (int)c->dtype, (int)c->op);
+    if (needs_data && (!c->recv || (!c->send && ddp__colls[c->kind].send)))
+        return ddp__fail(ctx, DDP_ERR_ARG, "%s: NULL buffer for %llu elements", name, (unsigned long long)c->count);
+    if (c->root < 0 || c->root >= ctx->world_size)
+        return ddp__fail(ctx, DDP_ERR_ARG, "%s: root %d is not a rank of a world of %d", name, c->root, ctx->world_size);
+    return DDP_OK;
+}
+
+/* DDP_CHECK: every rank's fingerprint through the store before the collective runs
+   (one round trip to rank 0: for debugging, and for backends without a cheaper way). */
+static ddp_result ddp__store_check(ddp_ctx *ctx, const ddp__coll *c)
+{
+    ddp__fp mine = ddp__fingerprint(c), theirs;
+    const char **all_parts;
+    uint32_t *lens;
+    char *all = NULL, why[300], what[96];
+    ddp_result r;
+    int i;
+    if (ctx->world_size == 1) return DDP_OK;
+    all_parts = DDP__CAST(const char **, DDP_MALLOC(sizeof(char *) * (size_t)ctx->world_size));
+    lens = DDP__CAST(uint32_t *, DDP_MALLOC(sizeof(uint32_t) * (size_t)ctx->world_size));
+    if (!all_parts || !lens) { DDP_FREE(all_parts); DDP_FREE(lens); return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory"); }
+    snprintf(what, sizeof what, "comparing %s #%llu across ranks (DDP_CHECK)", ddp__colls[c->kind].name,
+             (unsigned long long)c->seq);
+    r = ddp__store_gather(ctx, "fp", &mine, sizeof mine, &all, all_parts, lens, what);
+    for (i = 0; r == DDP_OK && i < ctx->world_size; i++) {
+        if (lens[i] != sizeof theirs) { r = ddp__fail(ctx, DDP_ERR_PROTOCOL, "rank %d sent a malformed fingerprint", i); break; }
+        memcpy(&theirs, all_parts[i], sizeof theirs);
+        if (memcmp(&theirs, &mine, sizeof mine) != 0) {
+            ddp__fp_diff(why, sizeof why, ctx->rank, &mine, i, &theirs);
+            r = ddp__fail(ctx, mine.kind == DDP__DESTROY || theirs.kind == DDP__DESTROY ? DDP_ERR_PEER : DDP_ERR_MISMATCH,
+                          "%s", why);
+        }
+    }
+    DDP_FREE(all);
+    DDP_FREE(all_parts);
+    DDP_FREE(lens);
+    return r;
+}
+
+/* Every collective goes through here: validate, number, compare, run (or queue). */
 static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work *work)
 {
     struct ddp__state *st;
-    ddp_result r = ddp__check(ctx, c, ddp__coll_names[c->kind]);
+    ddp_result r = ddp__check(ctx, c);
     if (r != DDP_OK) return r;
     st = ctx->st;
     c->seq = ++st->seq;
-    if (work) { work->seq = 0; work->event = NULL; }
-#ifdef DDP_NCCL
-    if (ctx->backend == DDP_BACKEND_NCCL) {
-        cudaEvent_t done = NULL;
-        if (c->kind == DDP__BARRIER) { /* a host barrier: the store serves */
-            char name[32];
-            snprintf(name, sizeof name, "%llu", (unsigned long long)c->seq);
-            r = ctx->world_size > 1 ? ddp__store_barrier(ctx, name) : DDP_OK;
-        } else if ((r = ddp__cuda(ctx, cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate")) == DDP_OK &&
-                   (r = ddp__nccl_run(ctx, c, stream, done, work != NULL)) == DDP_OK && work) {
-            work->seq = c->seq;
-            work->event = done;
-            return DDP_OK;
-        }
-        if (done) cudaEventDestroy(done);
-        if (r != DDP_OK) st->broken = r;
-        return r;
+    if (work) { work->seq = c->seq; work->event = NULL; }
+    if (st->cfg.check && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = ddp__store_check(ctx, c);
+    if (r == DDP_OK && work && !st->be->wait && ctx->world_size > 1) return ddp__queue(ctx, c, work);
+    if (r == DDP_OK && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = st->be->run(ctx, c, stream, work);
+    if (r != DDP_OK) {
+        st->broken = r;
+        if (st->be->abort) st->be->abort(ctx, r);
     }
-#endif
-    (void)stream;
-    if (ctx->world_size == 1) {
-        ddp__solo_run(c);
-        if (work) work->seq = c->seq;
-        return DDP_OK;
-    }
-    if (work) { /* CPU async: the worker thread runs it in issue order */
-        pthread_mutex_lock(&st->mu);
-        if (!st->worker_started) {
-            if (pthread_create(&st->worker, NULL, ddp__worker_main, ctx) != 0) {
-                pthread_mutex_unlock(&st->mu);
-                return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the collective thread");
-            }
-            st->worker_started = 1;
-        }
-        while (st->queued - st->done >= DDP__QUEUE) pthread_cond_wait(&st->cv, &st->mu);
-        st->queue[st->queued % DDP__QUEUE] = *c;
-        work->seq = ++st->queued;
-        pthread_cond_broadcast(&st->cv);
-        pthread_mutex_unlock(&st->mu);
-        return DDP_OK;
-    }
-    if ((r = ddp__drain(ctx, st->queued)) == DDP_OK) r = ddp__cpu_run(ctx, c);
-    if (r != DDP_OK) st->broken = r;
     return r;
 }
 
@@ -1888,6 +2840,7 @@ static ddp_result ddp__post(ddp_ctx *ctx, int kind, const void *send, void *recv
                             ddp_op op, int root, void *stream, ddp_work *work)
 {
     ddp__coll c;
+    memset(&c, 0, sizeof c);
     c.kind = kind;
     c.send = send;
     c.recv = recv;
@@ -1895,18 +2848,17 @@ static ddp_result ddp__post(ddp_ctx *ctx, int kind, const void *send, void *recv
     c.dtype = dtype;
     c.op = op;
     c.root = root;
-    c.seq = 0;
     return ddp__issue(ctx, &c, stream, work);
 }
 
-ddp_result ddp_all_reduce(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype,
-                          ddp_op op, void *stream)
+ddp_result ddp_all_reduce(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype, ddp_op op,
+                          void *stream)
 {
     return ddp__post(ctx, DDP__ALL_REDUCE, send, recv, count, dtype, op, 0, stream, NULL);
 }
 
-ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *recv, size_t count,
-                                ddp_dtype dtype, ddp_op op, void *stream, ddp_work *work)
+ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype, ddp_op op,
+                                void *stream, ddp_work *work)
 {
     if (!work) return ddp__fail(ctx, DDP_ERR_ARG, "all_reduce_async needs a ddp_work to fill");
     return ddp__post(ctx, DDP__ALL_REDUCE, send, recv, count, dtype, op, 0, stream, work);
@@ -1914,42 +2866,33 @@ ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *recv, size
 
 ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
 {
-    ddp_result r = DDP_OK;
-    (void)stream;
+    struct ddp__state *st;
+    ddp_result r;
     if (!ctx || !ctx->st || !work) return DDP_ERR_ARG;
-#ifdef DDP_NCCL
-    if (work->event) {
-        cudaEvent_t ev = (cudaEvent_t)work->event;
-        r = ctx->st->broken ? ddp__fail(ctx, DDP_ERR_ABORTED, "wait for all_reduce #%llu refused: the process group "
-                                        "failed earlier", (unsigned long long)work->seq)
-                            : ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq);
-        if (r == DDP_OK && stream) r = ddp__cuda(ctx, cudaStreamWaitEvent((cudaStream_t)stream, ev, 0), "cudaStreamWaitEvent");
-        cudaEventDestroy(ev);
-        work->event = NULL;
-        if (r != DDP_OK) ctx->st->broken = r;
-        return r;
-    }
-#endif
-    if (ctx->backend == DDP_BACKEND_CPU && ctx->world_size > 1) r = ddp__drain(ctx, work->seq);
-    if (r != DDP_OK) ctx->st->broken = r;
+    st = ctx->st;
+    if (st->broken)
+        r = ddp__fail(ctx, DDP_ERR_ABORTED, "wait for #%llu refused: the process group failed earlier: %s",
+                      (unsigned long long)work->seq, st->err);
+    else if (st->be->wait)
+        r = st->be->wait(ctx, work, stream);
+    else
+        r = ddp__drain(ctx, work->seq);
+    if (r != DDP_OK) st->broken = r;
     return r;
 }
 
 ddp_result ddp_broadcast(ddp_ctx *ctx, void *buf, size_t count, ddp_dtype dtype, int root, void *stream)
 {
-    return ddp__post(ctx, DDP__BROADCAST, buf, buf, count, dtype, DDP_SUM, root, stream, NULL);
+    return ddp__post(ctx, DDP__BROADCAST, NULL, buf, count, dtype, DDP_SUM, root, stream, NULL);
 }
 
-ddp_result ddp_all_gather(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype,
-                          void *stream)
+ddp_result ddp_all_gather(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype, void *stream)
 {
-    /* in a world of one it is a copy, which all_reduce does on every backend */
-    int kind = ctx && ctx->world_size == 1 ? DDP__ALL_REDUCE : DDP__ALL_GATHER;
-    return ddp__post(ctx, kind, send, recv, count, dtype, DDP_SUM, 0, stream, NULL);
+    return ddp__post(ctx, DDP__ALL_GATHER, send, recv, count, dtype, DDP_SUM, 0, stream, NULL);
 }
 
-ddp_result ddp_reduce_scatter(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype,
-                              ddp_op op, void *stream)
+ddp_result ddp_reduce_scatter(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype, ddp_op op,
+                              void *stream)
 {
     return ddp__post(ctx, DDP__REDUCE_SCATTER, send, recv, count, dtype, op, 0, stream, NULL);
 }
@@ -1959,31 +2902,92 @@ ddp_result ddp_barrier(ddp_ctx *ctx)
     return ddp__post(ctx, DDP__BARRIER, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);
 }
 
-/* ---- process group ------------------------------------------------------------------------------ */
+/* ---- >>group ---------------------------------------------------------------------------------- */
 
-static ddp_result ddp__choose_backend(ddp_ctx *ctx, const ddp_desc *d)
+/* "one host": the same host name and the same boot (cloned VMs and containers with one
+   name but different kernels differ) */
+static void ddp__host_id(char *out, size_t n)
 {
-    const char *env = getenv("DDP_BACKEND");
-    ddp_backend b = d->backend;
-    if (!b && env && *env) {
-        if (strcmp(env, "cpu") == 0) b = DDP_BACKEND_CPU;
-        else if (strcmp(env, "nccl") == 0) b = DDP_BACKEND_NCCL;
-        else return ddp__fail(ctx, DDP_ERR_ENV, "DDP_BACKEND='%s' is neither 'cpu' nor 'nccl'", env);
+    char host[256] = "?", boot[64] = "";
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t k = read(fd, boot, sizeof boot - 1);
+        boot[k > 0 ? k : 0] = 0;
+        boot[strcspn(boot, "\n")] = 0;
+        close(fd);
     }
-#ifdef DDP_NCCL
-    if (!b) {
-        int n = 0;
-        b = cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? DDP_BACKEND_NCCL : DDP_BACKEND_CPU;
+    if (gethostname(host, sizeof host) != 0) strcpy(host, "?");
+    host[sizeof host - 1] = 0;
+    snprintf(out, n, "%s %s", host, boot);
+}
+
+/* Names the first setting two ranks disagree on, e.g. "shm_chunk=1048576" vs "=65536". */
+static ddp_result ddp__agree(ddp_ctx *ctx, int other, const char *theirs)
+{
+    static const struct { const char *name, *hint; } hints[] = {
+        {"ddp.h", "build every rank with one ddp.h"}, {"backend", "DDP_BACKEND or ddp_desc.backend"},
+        {"shm_chunk", "DDP_SHM_CHUNK or ddp_desc.shm_chunk_bytes"}, {"check", "DDP_CHECK or ddp_desc.check"}};
+    const char *mine = ctx->st->cfg.agree, *a = mine, *b = theirs;
+    char fa[96], fb[96];
+    size_t i;
+    if (strcmp(mine, theirs) == 0) return DDP_OK;
+    while (*a && *b) { /* space-separated name=value fields, in one order on every rank */
+        size_t na = strcspn(a, " "), nb = strcspn(b, " ");
+        if (na != nb || memcmp(a, b, na) != 0) break;
+        a += na + (a[na] == ' ');
+        b += nb + (b[nb] == ' ');
     }
-#else
-    if (b == DDP_BACKEND_NCCL)
-        return ddp__fail(ctx, DDP_ERR_BACKEND, "NCCL was asked for, but ddp.h was built without it "
-                                               "(build with nvcc, or -DDDP_NCCL and -lcudart -lnccl)");
-    if (!b) b = DDP_BACKEND_CPU;
-#endif
-    if (b != DDP_BACKEND_CPU && b != DDP_BACKEND_NCCL)
-        return ddp__fail(ctx, DDP_ERR_ARG, "unknown backend %d", (int)b);
-    ctx->backend = b;
+    snprintf(fa, sizeof fa, "%.*s", (int)strcspn(a, " "), a);
+    snprintf(fb, sizeof fb, "%.*s", (int)strcspn(b, " "), b);
+    for (i = 0; i < sizeof hints / sizeof hints[0]; i++)
+        if (strncmp(fa, hints[i].name, strlen(hints[i].name)) == 0) break;
+    return ddp__fail(ctx, DDP_ERR_MISMATCH, "ranks disagree on a setting that must match: rank %d has %s, rank %d has %s%s%s%s",
+                     ctx->rank, fa, other, fb, i < sizeof hints / sizeof hints[0] ? " (" : "",
+                     i < sizeof hints / sizeof hints[0] ? hints[i].hint : "", i < sizeof hints / sizeof hints[0] ? ")" : "");
+}
+
+/* Through the store, once: every rank's host, pid and settings. Settings that must
+   match are compared; local ranks and node numbers are derived from the hosts. */
+static ddp_result ddp__meet(ddp_ctx *ctx)
+{
+    char mine[700], host[400], *all = NULL;
+    const char **parts;
+    uint32_t *lens;
+    int r, lr = 0, lw = 0, node = 0, nodes = 0;
+    ddp_result res;
+    ddp__host_id(host, sizeof host);
+    snprintf(mine, sizeof mine, "%s\n%s", host, ctx->st->cfg.agree);
+    parts = DDP__CAST(const char **, DDP_MALLOC(sizeof(char *) * (size_t)ctx->world_size));
+    lens = DDP__CAST(uint32_t *, DDP_MALLOC(sizeof(uint32_t) * (size_t)ctx->world_size));
+    if (!parts || !lens) { DDP_FREE(parts); DDP_FREE(lens); return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory"); }
+    res = ddp__store_gather(ctx, "meet", mine, (uint32_t)strlen(mine), &all, parts, lens,
+                            "waiting for every rank to join");
+    for (r = 0; res == DDP_OK && r < ctx->world_size; r++) { /* each part: "host boot\nsettings" */
+        const char *p = parts[r], *nl = (const char *)memchr(p, '\n', lens[r]);
+        char theirs[600];
+        size_t hl;
+        int j, seen = 0;
+        if (!nl) { res = ddp__fail(ctx, DDP_ERR_PROTOCOL, "rank %d sent a malformed hello", r); break; }
+        hl = (size_t)(nl - p);
+        snprintf(theirs, sizeof theirs, "%.*s", (int)(lens[r] - hl - 1), nl + 1);
+        if ((res = ddp__agree(ctx, r, theirs)) != DDP_OK) break;
+        for (j = 0; j < r && !seen; j++)
+            seen = (const char *)memchr(parts[j], '\n', lens[j]) == parts[j] + hl && memcmp(parts[j], p, hl) == 0;
+        if (hl == strlen(host) && memcmp(p, host, hl) == 0) {
+            if (!seen) node = nodes; /* nodes are numbered in order of their first rank */
+            lw++;
+            lr += r < ctx->rank;
+        }
+        nodes += !seen;
+    }
+    DDP_FREE(all);
+    DDP_FREE(parts);
+    DDP_FREE(lens);
+    if (res != DDP_OK) return res;
+    if (ctx->local_rank < 0) ctx->local_rank = lr;
+    if (ctx->local_world_size < 0) ctx->local_world_size = lw;
+    if (ctx->node_rank < 0) ctx->node_rank = node;
+    ctx->num_nodes = nodes;
     return DDP_OK;
 }
 
@@ -1999,34 +3003,32 @@ static void ddp__release(ddp_ctx *ctx)
         pthread_join(st->worker, NULL);
         st->worker_started = 0;
     }
-#ifdef DDP_NCCL
-    if (st->comm) {
-        if (st->broken) {
-            ncclCommAbort(st->comm);
-        } else {
-            ddp__nccl_settle(ctx, ncclCommFinalize(st->comm), "ncclCommFinalize", 0);
-            if (st->comm) ncclCommDestroy(st->comm);
-        }
-        st->comm = NULL;
-    }
-    if (st->stream) cudaStreamDestroy(st->stream);
-    if (st->ready) cudaEventDestroy(st->ready);
-    st->stream = NULL;
-    st->ready = NULL;
-#endif
-    if (st->shm) munmap(st->shm, st->shm_size);
-    st->shm = NULL;
+    if (st->be && st->be->release) st->be->release(ctx);
     if (st->store_fd >= 0) close(st->store_fd);
     st->store_fd = -1;
     if (st->server) ddp__server_stop(st->server);
     st->server = NULL;
 }
 
+/* A program that never calls ddp_launch ignores --nproc: say so rather than run one process. */
+static void ddp__warn_nproc(ddp_ctx *ctx, const ddp_desc *d)
+{
+    int i;
+    if (!d->argc || !d->argv || ctx->world_size > 1) return;
+    for (i = 1; i < *d->argc; i++)
+        if (strncmp(d->argv[i], "--nproc", 7) == 0) {
+            ctx->st->log(ctx->st->log_user, DDP_LOG_ERROR,
+                         "warning: argv has --nproc, but this program does not call ddp_launch: running as one process");
+            return;
+        }
+}
+
 ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
 {
     struct ddp__state *st;
     ddp_desc none;
-    const char *debug = getenv("DDP_DEBUG");
+    const struct ddp__launcher *launcher = NULL;
+    ddp__settings *cfg;
     ddp_result r;
     if (!ctx) return DDP_ERR_ARG;
     memset(&none, 0, sizeof none);
@@ -2037,35 +3039,36 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     if (!st) return DDP_ERR_NOMEM;
     memset(st, 0, sizeof *st);
     ctx->st = st;
+    cfg = &st->cfg;
     st->log = desc->log ? desc->log : ddp__default_log;
     st->log_user = desc->log_user;
-    st->debug = debug && *debug && strcmp(debug, "0") != 0;
     st->store_fd = -1;
-    st->chunk = desc->shm_chunk_bytes;
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
-    if ((r = ddp__topology(ctx, desc)) != DDP_OK || (r = ddp__settings(ctx, desc)) != DDP_OK ||
-        (r = ddp__choose_backend(ctx, desc)) != DDP_OK)
-        return r;
-    if (ctx->world_size > 1) {
-        if ((ctx->rank == 0 && (r = ddp__server_start(ctx)) != DDP_OK) ||
-            (r = ddp__store_connect(ctx)) != DDP_OK || (r = ddp__meet(ctx)) != DDP_OK ||
-            (ctx->backend == DDP_BACKEND_CPU && (r = ddp__shm_open(ctx)) != DDP_OK)) {
-            ddp__release(ctx);
-            return r;
-        }
-    }
-#ifdef DDP_NCCL
-    if (ctx->backend == DDP_BACKEND_NCCL && (r = ddp__nccl_init(ctx)) != DDP_OK) {
+    cfg->debug = getenv("DDP_DEBUG") && *getenv("DDP_DEBUG") && strcmp(getenv("DDP_DEBUG"), "0") != 0;
+    if ((r = ddp__topology(ctx, desc, &launcher)) != DDP_OK || (r = ddp__resolve(ctx, desc, launcher)) != DDP_OK ||
+        (r = ddp__choose_backend(ctx)) != DDP_OK)
+        return st->broken = r;
+    ddp__warn_nproc(ctx, desc);
+    snprintf(cfg->agree, sizeof cfg->agree, "ddp.h=%s backend=%s shm_chunk=%zu check=%d", DDP__VERSION,
+             ddp_backend_name(ctx->backend), ctx->backend == DDP_BACKEND_CPU ? cfg->chunk : 0, cfg->check);
+    if (ctx->world_size > 1 &&
+        ((ctx->rank == 0 && (r = ddp__server_start(ctx)) != DDP_OK) || (r = ddp__store_connect(ctx)) != DDP_OK ||
+         (r = ddp__meet(ctx)) != DDP_OK)) {
         st->broken = r;
         ddp__release(ctx);
         return r;
     }
-#endif
-    ddp__info(ctx, "backend %s, local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s', timeout %.1f s",
-              ddp_backend_name(ctx->backend), ctx->local_rank, ctx->local_world_size, ctx->node_rank,
-              ctx->num_nodes, ctx->device, ctx->world_size > 1 ? st->master_addr : "-", st->master_port,
-              st->job_id, st->timeout_ms / 1000.0);
+    if ((r = st->be->init(ctx)) != DDP_OK) {
+        st->broken = r;
+        ddp__release(ctx);
+        return r;
+    }
+    ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s)%s, "
+              "timeout %.1f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank, ctx->local_world_size,
+              ctx->node_rank, ctx->num_nodes, ctx->device, ctx->world_size > 1 ? cfg->master_addr : "-", cfg->master_port,
+              cfg->job_id, cfg->job_from, cfg->secret[0] ? ", secret set" : "", cfg->timeout_ms / 1000.0,
+              cfg->check ? ", DDP_CHECK on" : "");
     return DDP_OK;
 }
 
@@ -2074,10 +3077,9 @@ void ddp_destroy(ddp_ctx *ctx)
     struct ddp__state *st;
     if (!ctx || !ctx->st) return;
     st = ctx->st;
-    if (ddp__drain(ctx, st->queued) != DDP_OK && !st->broken) st->broken = DDP_ERR_ABORTED;
-    /* rank 0 serves the store: nobody leaves until everyone is done with it */
-    if (st->store_fd >= 0 && !st->broken && ddp__store_barrier(ctx, "destroy") != DDP_OK)
-        st->broken = DDP_ERR_ABORTED;
+    /* the last meeting: nobody leaves while others still expect it in a collective,
+       and those that do expect it learn at once that it left */
+    if (!st->broken && st->be && ctx->world_size > 1) (void)ddp__post(ctx, DDP__DESTROY, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);
     ddp__release(ctx);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
@@ -2085,7 +3087,7 @@ void ddp_destroy(ddp_ctx *ctx)
     ctx->st = NULL;
 }
 
-/* ---- launcher ------------------------------------------------------------------------------------ */
+/* ---- >>launcher ------------------------------------------------------------------------------ */
 
 static int ddp__free_port(void)
 {
@@ -2109,16 +3111,55 @@ static void ddp__signal_all(const pid_t *pids, int n, int sig)
         if (pids[i] > 0) kill(pids[i], sig);
 }
 
+/* The launcher a rank of an already launched job was started by, or NULL. */
+static const char *ddp__launched_by(void)
+{
+    size_t i;
+    if (getenv("DDP_LAUNCHER")) return "ddp's launcher";
+    for (i = 0; i < sizeof ddp__launchers / sizeof ddp__launchers[0]; i++)
+        if (getenv(ddp__launchers[i].rank) && getenv(ddp__launchers[i].world) &&
+            (strcmp(ddp__launchers[i].who, "Slurm") != 0 || getenv("SLURM_STEP_ID"))) /* not a batch script */
+            return ddp__launchers[i].who;
+    return NULL;
+}
+
+/* The job's environment for rank i, in the child. Every rank gets its share of the
+   cores for OpenMP (unless the user chose), so N ranks do not run N x cores threads. */
+static void ddp__child_env(int i, const char *num, const char *port, const char *job, const char *secret, int threads)
+{
+    char r[16], t[16];
+    snprintf(r, sizeof r, "%d", i);
+    snprintf(t, sizeof t, "%d", threads);
+    setenv("RANK", r, 1);
+    setenv("LOCAL_RANK", r, 1);
+    setenv("WORLD_SIZE", num, 1);
+    setenv("LOCAL_WORLD_SIZE", num, 1);
+    setenv("GROUP_RANK", "0", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", port, 1);
+    setenv("DDP_JOB_ID", job, 1);
+    setenv("DDP_SECRET", secret, 1);
+    setenv("DDP_LAUNCHER", "1", 1);
+    setenv("OMP_NUM_THREADS", t, 0);
+    unsetenv("TORCHELASTIC_RUN_ID");
+}
+
 int ddp_run(int nproc, char *const argv[])
 {
     sigset_t block, old;
     pid_t *pids;
-    char port[16], job[32], num[16];
-    int i, live = 0, failed = -1, status = 0, p;
+    char port[16], job[40], num[16], secret[65], prefix[40];
+    unsigned char raw[32];
+    int i, live = 0, failed = -1, status = 0, p, threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t kill_at = 0;
-    unsigned seed;
+    const char *outer = ddp__launched_by();
     if (nproc < 1 || !argv || !argv[0]) {
         fprintf(stderr, "ddp: nothing to run (nproc %d)\n", nproc);
+        return 2;
+    }
+    if (outer) { /* a job inside a job would be nproc unrelated jobs */
+        fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
         return 2;
     }
     if ((p = ddp__free_port()) < 0) {
@@ -2127,10 +3168,16 @@ int ddp_run(int nproc, char *const argv[])
     }
     pids = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *pids * (size_t)nproc));
     if (!pids) return 1;
-    seed = (unsigned)getpid() ^ (unsigned)ddp__now_ms() ^ (unsigned)p << 16;
+    ddp__random(raw, sizeof raw);
+    ddp__hex(secret, raw, 32);
+    snprintf(job, sizeof job, "run-%.16s", secret + 32); /* not the secret's first half */
+    if (getenv("DDP_SECRET") && *getenv("DDP_SECRET")) ddp__copy(secret, sizeof secret, getenv("DDP_SECRET"));
     snprintf(port, sizeof port, "%d", p);
-    snprintf(job, sizeof job, "run-%08x", seed * 2654435761u);
     snprintf(num, sizeof num, "%d", nproc);
+    threads = cores > nproc ? (int)(cores / nproc) : 1;
+    if (!getenv("OMP_NUM_THREADS") && nproc > 1)
+        fprintf(stderr, "ddp: OMP_NUM_THREADS=%d for each of %d ranks (%ld cores); set it to choose\n", threads, nproc,
+                cores);
     /* signals arrive through sigtimedwait below, never asynchronously */
     sigemptyset(&block);
     sigaddset(&block, SIGCHLD);
@@ -2142,17 +3189,7 @@ int ddp_run(int nproc, char *const argv[])
     for (i = 0; i < nproc; i++) {
         pid_t pid = fork();
         if (pid == 0) {
-            char r[16];
-            snprintf(r, sizeof r, "%d", i);
-            setenv("RANK", r, 1);
-            setenv("LOCAL_RANK", r, 1);
-            setenv("WORLD_SIZE", num, 1);
-            setenv("LOCAL_WORLD_SIZE", num, 1);
-            setenv("GROUP_RANK", "0", 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv("MASTER_PORT", port, 1);
-            setenv("DDP_JOB_ID", job, 1);
-            unsetenv("TORCHELASTIC_RUN_ID");
+            ddp__child_env(i, num, port, job, secret, threads);
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans if the launcher is killed */
             sigprocmask(SIG_SETMASK, &old, NULL);
             execvp(argv[0], argv);
@@ -2196,8 +3233,8 @@ int ddp_run(int nproc, char *const argv[])
                 if (WIFEXITED(st))
                     fprintf(stderr, "ddp: rank %d (pid %d) exited with status %d", i, (int)pid, code);
                 else
-                    fprintf(stderr, "ddp: rank %d (pid %d) was killed by signal %d (%s)", i, (int)pid,
-                            WTERMSIG(st), strsignal(WTERMSIG(st)));
+                    fprintf(stderr, "ddp: rank %d (pid %d) was killed by signal %d (%s)", i, (int)pid, WTERMSIG(st),
+                            strsignal(WTERMSIG(st)));
                 fprintf(stderr, live ? "; stopping the other %d\n" : "\n", live);
                 ddp__signal_all(pids, nproc, SIGTERM);
                 kill_at = ddp__now_ms() + 3000; /* then SIGKILL: the job ends within seconds */
@@ -2209,36 +3246,61 @@ int ddp_run(int nproc, char *const argv[])
         }
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
+    /* whatever shared memory a crash left behind goes with the job */
+    snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));
+    ddp__shm_sweep(prefix, 0);
     DDP_FREE(pids);
     return status;
 }
 
+/* "--nproc N", "--nproc=N" and torchrun's "--nproc_per_node" (or "--nproc-per-node"):
+   the length of the flag name at argv[i], or 0 */
+static size_t ddp__nproc_flag(const char *a)
+{
+    static const char *const names[] = {"--nproc_per_node", "--nproc-per-node", "--nproc"};
+    size_t i, n;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        n = strlen(names[i]);
+        if (strncmp(a, names[i], n) == 0 && (a[n] == 0 || a[n] == '=')) return n;
+    }
+    return 0;
+}
+
 int ddp_launch(int *argc, char **argv)
 {
-    int i, n;
+    int i, j, used;
+    size_t n;
     char *end;
     long v;
+    const char *outer, *val;
     if (!argc || !argv) return DDP_WORKER;
     for (i = 1; i < *argc; i++) {
-        const char *a = argv[i], *val;
-        if (strcmp(a, "--") == 0) break;
-        if (strncmp(a, "--nproc", 7) != 0 || (a[7] != 0 && a[7] != '=')) continue;
-        n = a[7] == '=' ? 1 : 2;
-        val = a[7] == '=' ? a + 8 : i + 1 < *argc ? argv[i + 1] : "";
+        if (strcmp(argv[i], "--") == 0) break;
+        if (!(n = ddp__nproc_flag(argv[i]))) continue;
+        if ((outer = ddp__launched_by()) != NULL) {
+            fprintf(stderr, "ddp: %s inside a job started by %s: drop one of the two launchers\n", argv[i], outer);
+            return 2;
+        }
+        used = argv[i][n] == '=' ? 1 : 2;
+        val = argv[i][n] == '=' ? argv[i] + n + 1 : i + 1 < *argc ? argv[i + 1] : "";
         errno = 0;
         v = strtol(val, &end, 10);
         if (errno || *end || !*val || v < 1 || v > 4096) {
-            fprintf(stderr, "ddp: --nproc needs a process count from 1 to 4096, not '%s'\n", val);
+            fprintf(stderr, "ddp: %.*s needs a process count from 1 to 4096, not '%s'\n", (int)n, argv[i], val);
             return 2;
         }
-        memmove(&argv[i], &argv[i + n], sizeof *argv * (size_t)(*argc - i - n + 1));
-        *argc -= n;
+        for (j = i + used; j < *argc && strcmp(argv[j], "--") != 0; j++)
+            if (ddp__nproc_flag(argv[j])) {
+                fprintf(stderr, "ddp: --nproc given twice ('%s' and '%s'): give it once\n", argv[i], argv[j]);
+                return 2;
+            }
+        memmove(&argv[i], &argv[i + used], sizeof *argv * (size_t)(*argc - i - used + 1));
+        *argc -= used;
         return ddp_run((int)v, argv);
     }
     return DDP_WORKER;
 }
-
-/* ---- sampler ------------------------------------------------------------------------ */
+/* ---- >>sampler ------------------------------------------------------------------------------ */
 /* MT19937, seeded like torch.Generator.manual_seed (init_genrand on the low 32 bits). */
 typedef struct ddp__mt {
     uint32_t s[624];
@@ -2297,7 +3359,7 @@ ddp_result ddp_sampler_init(ddp_sampler *s, const ddp_ctx *ctx, const ddp_sample
     size_t n, w;
     if (!s) return DDP_ERR_ARG;
     memset(s, 0, sizeof *s);
-    if (!desc) return DDP_ERR_ARG;
+    if (!desc) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init: no desc");
     if (desc->world_size > 0) {
         s->world_size = desc->world_size;
         s->rank = desc->rank;
@@ -2307,7 +3369,9 @@ ddp_result ddp_sampler_init(ddp_sampler *s, const ddp_ctx *ctx, const ddp_sample
     } else {
         s->world_size = 1;
     }
-    if (s->world_size < 1 || s->rank < 0 || s->rank >= s->world_size) return DDP_ERR_ARG;
+    if (s->world_size < 1 || s->rank < 0 || s->rank >= s->world_size)
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init: rank %d is not a rank of a world of %d", s->rank,
+                         s->world_size);
     n = s->dataset_size = desc->dataset_size;
     w = (size_t)s->world_size;
     s->shuffle = !desc->no_shuffle;
@@ -2328,7 +3392,7 @@ ddp_result ddp_sampler_init(ddp_sampler *s, const ddp_ctx *ctx, const ddp_sample
     if (s->shuffle) s->perm_ = (size_t *)DDP_MALLOC((n ? n : 1) * sizeof(size_t));
     if (!s->indices || (s->shuffle && !s->perm_)) {
         ddp_sampler_destroy(s);
-        return DDP_ERR_NOMEM;
+        return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_sampler_init: out of memory for the indices of %zu samples", n);
     }
     return DDP_OK;
 }
@@ -2378,7 +3442,7 @@ ddp_batch ddp_sampler_batch(ddp_sampler *s, uint64_t epoch, size_t b)
     return bt;
 }
 
-/* ---- metrics ------------------------------------------------------------------------ */
+/* ---- >>metrics ------------------------------------------------------------------------------ */
 void ddp_metric_add(ddp_metric *m, double value, double weight)
 {
     if (!m || weight == 0) return;
@@ -2419,28 +3483,14 @@ ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n)
     size_t per = n * sizeof(ddp_metric) / sizeof(double), w, r;
     double *all;
     ddp_result res;
-    if (!ctx || (!m && n)) return DDP_ERR_ARG;
+    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!m && n) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_metric_reduce: NULL metrics");
     if (n == 0) return DDP_OK;
     w = (size_t)ctx->world_size;
     all = (double *)DDP_MALLOC((w + 1) * per * sizeof(double));
-    if (!all) return DDP_ERR_NOMEM;
+    if (!all) return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_metric_reduce: out of memory for %zu metrics", n);
     memcpy(all + w * per, m, n * sizeof(ddp_metric));
-#ifdef DDP_NCCL
-    if (ctx->backend == DDP_BACKEND_NCCL) { /* NCCL wants device memory: stage it */
-        double *dev = NULL;
-        res = DDP_ERR_BACKEND;
-        if (cudaMalloc((void **)&dev, (w + 1) * per * sizeof(double)) == cudaSuccess) {
-            res = DDP_OK;
-            if (cudaMemcpy(dev + w * per, m, n * sizeof(ddp_metric), cudaMemcpyHostToDevice) != cudaSuccess)
-                res = DDP_ERR_BACKEND;
-            if (res == DDP_OK) res = ddp_all_gather(ctx, dev + w * per, dev, per, DDP_F64, NULL);
-            if (res == DDP_OK && cudaMemcpy(all, dev, w * per * sizeof(double), cudaMemcpyDeviceToHost) != cudaSuccess)
-                res = DDP_ERR_BACKEND;
-            cudaFree(dev);
-        }
-    } else
-#endif
-    res = ddp_all_gather(ctx, all + w * per, all, per, DDP_F64, NULL);
+    res = ddp_all_gather(ctx, all + w * per, all, per, DDP_F64, NULL); /* host memory on every backend */
     if (res == DDP_OK) {
         memset(m, 0, n * sizeof(ddp_metric));
         for (r = 0; r < w; r++) ddp_metric_merge(m, (const ddp_metric *)(all + r * per), n);
@@ -2459,8 +3509,7 @@ double ddp_metric_percent(const ddp_metric *m)
     return 100.0 * ddp_metric_mean(m);
 }
 
-/* ---- gradient synchronisation ---------------------------------------------------- */
-#define DDP__GRAD_IN_FLIGHT 16
+/* ---- >>grad ---------------------------------------------------------------------------------- */
 
 typedef struct ddp__grad_bucket {
     size_t begin, count, pending; /* pending: elements not yet marked this step */
@@ -2482,6 +3531,28 @@ static void ddp__grad_reset(ddp_grad *g)
     g->st->launched = g->st->waited = g->st->marked = g->st->num_regions = 0;
 }
 
+/* Every rank must cut the gradient into the same buckets: a difference would pair
+   one rank's bucket with another's of a different size. */
+static ddp_result ddp__grad_agree(ddp_grad *g)
+{
+    int64_t mine[4], *all;
+    int r, w = g->ctx->world_size;
+    ddp_result res;
+    mine[0] = (int64_t)g->count; mine[1] = g->dtype; mine[2] = (int64_t)g->bucket_count; mine[3] = g->sum;
+    if (!(all = DDP__CAST(int64_t *, DDP_MALLOC(sizeof mine * (size_t)w))))
+        return ddp__fail(g->ctx, DDP_ERR_NOMEM, "ddp_grad_init: out of memory");
+    res = ddp_all_gather(g->ctx, mine, all, 4, DDP_I64, NULL);
+    for (r = 0; res == DDP_OK && r < w; r++)
+        if (memcmp(all + 4 * r, mine, sizeof mine) != 0)
+            res = ddp__fail(g->ctx, DDP_ERR_MISMATCH, "ddp_grad_init: rank %d has %lld x %s in buckets of %lld%s, "
+                            "rank %d has %lld x %s in buckets of %lld%s", g->ctx->rank, (long long)mine[0],
+                            ddp_dtype_name((ddp_dtype)mine[1]), (long long)mine[2], mine[3] ? " (sum)" : "", r,
+                            (long long)all[4 * r], ddp_dtype_name((ddp_dtype)all[4 * r + 1]), (long long)all[4 * r + 2],
+                            all[4 * r + 3] ? " (sum)" : "");
+    DDP_FREE(all);
+    return res;
+}
+
 ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
 {
     size_t bytes, i;
@@ -2497,17 +3568,18 @@ ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
     g->dtype = desc->dtype;
     g->stream = desc->stream;
     g->sum = desc->sum != 0;
-    bytes = desc->bucket_bytes ? desc->bucket_bytes : (size_t)25 << 20;
+    bytes = desc->bucket_bytes ? desc->bucket_bytes : DDP__DEFAULT_BUCKET_BYTES;
     g->bucket_count = bytes / ddp_dtype_size(g->dtype);
     if (g->bucket_count == 0) g->bucket_count = 1;
     g->num_buckets = (g->count + g->bucket_count - 1) / g->bucket_count;
     g->st = (struct ddp__grad_state *)DDP_MALLOC(sizeof *g->st);
-    if (!g->st) return DDP_ERR_NOMEM;
-    memset(g->st, 0, sizeof *g->st);
-    g->st->buckets = (ddp__grad_bucket *)DDP_MALLOC((g->num_buckets ? g->num_buckets : 1) * sizeof(ddp__grad_bucket));
-    if (!g->st->buckets) {
+    if (g->st) {
+        memset(g->st, 0, sizeof *g->st);
+        g->st->buckets = (ddp__grad_bucket *)DDP_MALLOC((g->num_buckets ? g->num_buckets : 1) * sizeof(ddp__grad_bucket));
+    }
+    if (!g->st || !g->st->buckets) {
         ddp_grad_destroy(g);
-        return DDP_ERR_NOMEM;
+        return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_grad_init: out of memory for %zu buckets", g->num_buckets);
     }
     for (i = 0; i < g->num_buckets; i++) {
         ddp__grad_bucket *b = &g->st->buckets[i];
@@ -2516,15 +3588,17 @@ ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
         b->count = g->count - b->begin < g->bucket_count ? g->count - b->begin : g->bucket_count;
     }
     ddp__grad_reset(g);
-    if (desc->params) {
-        r = ddp_broadcast(ctx, desc->params, desc->param_count ? desc->param_count : desc->count,
-                          desc->param_dtype, 0, g->stream);
-        if (r != DDP_OK) {
-            ddp_grad_destroy(g);
-            return r;
-        }
+    r = ddp__grad_agree(g);
+    if (r == DDP_OK && desc->params) {
+        float one = 1;
+        r = ddp_broadcast(ctx, desc->params, desc->param_count ? desc->param_count : desc->count, desc->param_dtype, 0,
+                          g->stream);
+        /* a GPU broadcast is only queued: a host collective after it returns once it is
+           done, within the timeout, so a hung peer is an error here, not a hang later */
+        if (r == DDP_OK && ctx->backend != DDP_BACKEND_CPU) r = ddp_all_reduce(ctx, &one, &one, 1, DDP_F32, DDP_SUM, NULL);
     }
-    return DDP_OK;
+    if (r != DDP_OK) ddp_grad_destroy(g);
+    return r;
 }
 
 /* Waits for the buckets started this step until at most `keep` are in flight,
@@ -2562,9 +3636,6 @@ static ddp_result ddp__grad_launch(ddp_grad *g)
         void *p = (char *)g->grads + b->begin * esize;
         ddp_result r;
         if (b->pending) break;
-        /* bounded: the backends queue a limited number of async collectives */
-        r = ddp__grad_wait(g, DDP__GRAD_IN_FLIGHT - 1);
-        if (r != DDP_OK) return r;
         r = ddp_all_reduce_async(g->ctx, p, p, b->count, g->dtype, g->sum ? DDP_SUM : DDP_AVG,
                                  g->stream, &b->work);
         if (r != DDP_OK) return r;
@@ -2594,7 +3665,7 @@ ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
     if (st->num_regions == st->cap_regions) {
         size_t cap = st->cap_regions ? 2 * st->cap_regions : 64;
         size_t *nr = (size_t *)DDP_MALLOC(2 * cap * sizeof(size_t));
-        if (!nr) return DDP_ERR_NOMEM;
+        if (!nr) return ddp__fail(g->ctx, DDP_ERR_NOMEM, "ddp_grad_ready: out of memory for %zu regions", cap);
         if (st->regions) {
             memcpy(nr, st->regions, 2 * st->num_regions * sizeof(size_t));
             DDP_FREE(st->regions);
