@@ -510,6 +510,151 @@ static void test_grad_norm(void)
           "got %g %g %g, expected 1.5 2 -6", g[0], g[1], g[3]);
 }
 
+/* ---- accuracy against double precision, and thread-count independence ---- */
+static unsigned long long acc_state = 12345;
+static double uniform01(void)
+{
+    acc_state ^= acc_state << 13;
+    acc_state ^= acc_state >> 7;
+    acc_state ^= acc_state << 17;
+    return (double)(acc_state >> 11) / 9007199254740992.0;
+}
+
+/* n threads for the next parallel regions; 0: every core again */
+static void set_threads(int n)
+{
+#ifdef _OPENMP
+    omp_set_num_threads(n ? n : omp_get_num_procs());
+#else
+    (void)n;
+#endif
+}
+
+/* Rows with mean 100 and std 0.1 (C = 768): the row's large mean must not cost the
+   spread's digits. One fp32 accumulator gave 8.9e-4 here; the shifted sums 2.9e-7. */
+static void test_layernorm_accuracy(void)
+{
+    enum { R = 16, LC = 768 };
+    float *x = alloc(R * LC), *o = alloc(R * LC), *o3 = alloc(R * LC), *w = alloc(LC), *b = alloc(LC);
+    float mean[R], rstd[R], mean3[R], rstd3[R];
+    double worst = 0.0, worst_mean = 0.0;
+    for (int i = 0; i < R * LC; i++) x[i] = (float)(100.0 + 0.1 * 1.7320508 * (2 * uniform01() - 1));
+    fill_const(w, LC, 1);
+    set_threads(1);
+    ddp_layernorm_forward_cpu(o, mean, rstd, x, w, b, 1, R, LC);
+    set_threads(3);
+    ddp_layernorm_forward_cpu(o3, mean3, rstd3, x, w, b, 1, R, LC);
+    set_threads(0);
+    for (int r = 0; r < R; r++) {
+        const float *xr = x + r * LC;
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < LC; c++) m += xr[c];
+        m /= LC;
+        for (int c = 0; c < LC; c++) v += (xr[c] - m) * (xr[c] - m);
+        const double s = 1.0 / sqrt(v / LC + DDP_LAYERNORM_EPS);
+        for (int c = 0; c < LC; c++) worst = fmax(worst, fabs(o[r * LC + c] - (xr[c] - m) * s));
+        worst_mean = fmax(worst_mean, fabs(mean[r] - m));
+    }
+    CHECK("kernels.layernorm.accuracy.large_mean", worst <= 1e-5 && worst_mean <= 8e-6,
+          "max |out - double| = %.3g (bound 1e-5), |mean - double| = %.3g (bound 8e-6, half an ulp at 100)", worst,
+          worst_mean);
+    CHECK("kernels.layernorm.threads", !memcmp(o, o3, R * LC * sizeof(float)) && !memcmp(mean, mean3, sizeof mean) &&
+          !memcmp(rstd, rstd3, sizeof rstd), "results differ between 1 and 3 threads");
+    free(x); free(o); free(o3); free(w); free(b);
+}
+
+/* V = 50257 (GPT-2's vocabulary), logits uniform in [-8, 8]: the loss and every
+   softmax probability against double precision. One fp32 sum of the exponentials
+   gave loss 3e-6 and probabilities 5e-5 relative error here; the double sum 1.2e-7
+   and 6e-7. */
+static void test_crossentropy_accuracy(void)
+{
+    enum { R = 4, CV = 50257 };
+    float *x = alloc((size_t)R * CV), *d = alloc((size_t)R * CV), *d3 = alloc((size_t)R * CV);
+    float losses[R], losses3[R], loss, loss3;
+    int tgt[R];
+    double worst_loss = 0.0, worst_p = 0.0;
+    for (size_t i = 0; i < (size_t)R * CV; i++) x[i] = (float)(8.0 * (2 * uniform01() - 1));
+    for (int i = 0; i < R; i++) tgt[i] = (int)(uniform01() * CV);
+    set_threads(1);
+    ddp_crossentropy_forward_backward_cpu(&loss, losses, d, x, tgt, 1, R, CV, -1, 1.0f);
+    set_threads(3);
+    ddp_crossentropy_forward_backward_cpu(&loss3, losses3, d3, x, tgt, 1, R, CV, -1, 1.0f);
+    set_threads(0);
+    for (int i = 0; i < R; i++) {
+        const float *xr = x + (size_t)i * CV;
+        double m = -INFINITY, s = 0.0;
+        for (int v = 0; v < CV; v++) m = fmax(m, xr[v]);
+        for (int v = 0; v < CV; v++) s += exp((double)xr[v] - m);
+        const double ref = log(s) + m - xr[tgt[i]];
+        worst_loss = fmax(worst_loss, fabs(losses[i] - ref) / fabs(ref));
+        for (int v = 0; v < CV; v++) {
+            const double p = exp((double)xr[v] - m) / s / R; /* dlogits = (p - onehot) / n_valid */
+            if (v != tgt[i]) worst_p = fmax(worst_p, fabs(d[(size_t)i * CV + v] - p) / p);
+        }
+    }
+    CHECK("kernels.crossentropy.accuracy.loss_V50257", worst_loss <= 4e-7, "relative error %.3g > 4e-7", worst_loss);
+    CHECK("kernels.crossentropy.accuracy.softmax_V50257", worst_p <= 2e-6, "relative error %.3g > 2e-6", worst_p);
+    CHECK("kernels.crossentropy.threads", loss == loss3 && !memcmp(losses, losses3, sizeof losses) &&
+          !memcmp(d, d3, (size_t)R * CV * sizeof(float)), "results differ between 1 and 3 threads");
+    /* in place, as the GPU path uses it: dlogits overwrites logits */
+    ddp_crossentropy_forward_backward_cpu(&loss3, losses3, x, x, tgt, 1, R, CV, -1, 1.0f);
+    CHECK("kernels.crossentropy.in_place", loss == loss3 && !memcmp(d, x, (size_t)R * CV * sizeof(float)),
+          "in-place result differs");
+    free(x); free(d); free(d3);
+}
+
+/* A backward given NULL for an input gradient (the first layer's) computes the same
+   parameter gradients and touches nothing else. */
+static void test_null_dinp(void)
+{
+    const int N = B * T * C;
+    float *x = alloc(N), *dout = alloc((size_t)B * T * OC), *w = alloc((size_t)OC * C), *dx = alloc(N);
+    float *dw1 = alloc((size_t)OC * C), *db1 = alloc(OC), *dw2 = alloc((size_t)OC * C), *db2 = alloc(OC);
+    float *lw = alloc(C), *lb = alloc(C), *ln = alloc(N), *mean = alloc(B * T), *rstd = alloc(B * T);
+    float *ldw1 = alloc(C), *ldb1 = alloc(C), *ldw2 = alloc(C), *ldb2 = alloc(C), *g = alloc(N);
+    float *qkv = alloc((size_t)3 * N), *att = alloc(N), *lse = alloc(B * NH * T);
+    fill(x, N, 1); fill(dout, (size_t)B * T * OC, 1); fill(w, (size_t)OC * C, 1); fill(lw, C, 1); fill(lb, C, 1);
+    fill(g, N, 1); fill(qkv, (size_t)3 * N, 1);
+    ddp_matmul_backward_cpu(dx, dw1, db1, dout, x, w, B, T, C, OC);
+    ddp_matmul_backward_cpu(NULL, dw2, db2, dout, x, w, B, T, C, OC);
+    CHECK("kernels.null_dinp.matmul", !memcmp(dw1, dw2, (size_t)OC * C * sizeof(float)) &&
+          !memcmp(db1, db2, OC * sizeof(float)), "dweight or dbias differ without dinp");
+    ddp_layernorm_forward_cpu(ln, mean, rstd, x, lw, lb, B, T, C);
+    ddp_layernorm_backward_cpu(dx, ldw1, ldb1, g, x, lw, mean, rstd, B, T, C);
+    ddp_layernorm_backward_cpu(NULL, ldw2, ldb2, g, x, lw, mean, rstd, B, T, C);
+    CHECK("kernels.null_dinp.layernorm", !memcmp(ldw1, ldw2, C * sizeof(float)) && !memcmp(ldb1, ldb2, C * sizeof(float)),
+          "dweight or dbias differ without dinp");
+    /* the rest have no parameters: NULL is a no-op that must not crash */
+    ddp_attention_forward_cpu(att, lse, qkv, B, T, C, NH);
+    ddp_attention_backward_cpu(NULL, g, qkv, att, lse, B, T, C, NH);
+    ddp_gelu_backward_cpu(NULL, x, g, N);
+    memcpy(dx, g, N * sizeof(float));
+    ddp_residual_backward_cpu(NULL, dx, g, N);
+    int ok = 1;
+    for (int i = 0; i < N; i++) ok &= dx[i] == 2 * g[i];
+    ddp_residual_backward_cpu(dx, NULL, g, N);
+    for (int i = 0; i < N; i++) ok &= dx[i] == 3 * g[i];
+    CHECK("kernels.null_dinp.residual", ok, "the non-NULL side is not dinp + dout");
+    free(x); free(dout); free(w); free(dx); free(dw1); free(db1); free(dw2); free(db2); free(lw); free(lb); free(ln);
+    free(mean); free(rstd); free(ldw1); free(ldb1); free(ldw2); free(ldb2); free(g); free(qkv); free(att); free(lse);
+}
+
+/* The GPU attention grid, computed in plain C: heads in x (up to 2^31-1), row tiles in y
+   (up to 65535). B*NH past 65535 must fit (it did not when heads were in y). */
+static void test_attention_grid(void)
+{
+    unsigned gx = 0, gy = 0;
+    const int many = ddp__att_grid(35000, 2, 3, 64, &gx, &gy) && gx == 70000 && gy == 1;
+    const int gpt2 = ddp__att_grid(8, 12, 1024, 64, &gx, &gy) && gx == 96 && gy == 16;
+    const int longest = ddp__att_grid(1, 1, 65535L * 64, 64, &gx, &gy) && gy == 65535;
+    const int too_long = !ddp__att_grid(1, 1, 65535L * 64 + 1, 64, &gx, &gy);
+    const int too_many = !ddp__att_grid(1L << 16, 1L << 15, 1, 64, &gx, &gy);
+    CHECK("kernels.attention.gpu_grid", many && gpt2 && longest && too_long && too_many,
+          "B*NH=70000 %d, GPT-2 %d, T=65535*64 %d, one more row refused %d, 2^31 heads refused %d", many, gpt2,
+          longest, too_long, too_many);
+}
+
 int main(void)
 {
     (void)test_skip; /* every CPU check always runs */
@@ -523,5 +668,9 @@ int main(void)
     test_crossentropy();
     test_adamw();
     test_grad_norm();
+    test_layernorm_accuracy();
+    test_crossentropy_accuracy();
+    test_null_dinp();
+    test_attention_grid();
     TEST_EXIT();
 }
