@@ -1,5 +1,5 @@
 /* ddp_kernels.cuh - the layers of a GPT-2 style transformer, forward and backward,
-   as CUDA kernels with a plain C twin of each, in one header.   v0.1
+   as CUDA kernels with a plain C twin of each, in one header.   v0.2
 
    WHAT IT IS
    Every layer a small GPT needs to train: token+position embedding, layernorm,
@@ -13,22 +13,57 @@
    only by nvcc (it sits under #ifdef __CUDACC__). Everything is static, so the header
    can be included in any number of translation units. Nothing here prints or exits.
 
+   THE CPU FUNCTIONS (the GPU twin of each is the same name ending in _gpu)
+       ddp_embedding_forward_cpu    out = wte[tokens] + wpe[t]
+       ddp_embedding_backward_cpu   dwte, dwpe += scatter of dout
+       ddp_layernorm_forward_cpu    out, mean, rstd of each row
+       ddp_layernorm_backward_cpu   dinp, dweight, dbias +=
+       ddp_matmul_forward_cpu       out = inp @ weight^T + bias
+       ddp_matmul_backward_cpu      dinp, dweight, dbias +=
+       ddp_attention_forward_cpu    causal multi-head attention on fused qkv; saves lse
+       ddp_attention_backward_cpu   dqkv +=
+       ddp_gelu_forward_cpu         out = gelu(inp), tanh form
+       ddp_gelu_backward_cpu        dinp += gelu'(inp) dout
+       ddp_residual_forward_cpu     out = inp1 + inp2
+       ddp_residual_backward_cpu    dinp1, dinp2 += dout
+       ddp_crossentropy_forward_backward_cpu  mean loss, per-row losses, dlogits
+       ddp_adamw_update_cpu         one AdamW step (the GPU twin adds an fp32 master copy)
+       ddp_global_norm_cpu          sqrt(sum grads^2)
+       ddp_clip_by_norm_cpu         grads *= max_norm / norm when that is below 1
+   GPU only: ddp_kernels_init, ddp_kernels_destroy, ddp_kernels_error (below).
+
+   INDEX (grep for the tag; each layer's CPU and GPU halves are far apart)
+       >>helpers cpu     >>embedding cpu   >>layernorm cpu   >>matmul cpu
+       >>attention cpu   >>gelu cpu        >>residual cpu    >>crossentropy cpu
+       >>adamw cpu       >>norm cpu
+       >>context gpu     >>helpers gpu     >>embedding gpu   >>layernorm gpu
+       >>matmul gpu      >>attention gpu   >>gelu gpu        >>residual gpu
+       >>crossentropy gpu  >>adamw gpu     >>norm gpu
+
    HOW TO USE
        #include "ddp_kernels.cuh"
        CPU:  ddp_layernorm_forward_cpu(out, mean, rstd, inp, w, b, B, T, C);
-       GPU:  ddp_kernels_ctx k;  ddp_kernels_init(&k);      (cuBLASLt handle + scratch)
+       GPU:  ddp_kernels_ctx k;
+             if (ddp_kernels_init(&k) != cudaSuccess)      (cuBLASLt handle + scratch)
+                 fprintf(stderr, "%s\n", ddp_kernels_error(&k));
              cudaError_t e = ddp_layernorm_forward_gpu(&k, out, mean, rstd, inp, w, b,
                                                        B, T, C, stream);
              ...                ddp_kernels_destroy(&k);
+       cc   -O3 -fopenmp prog.c -lm                                  (CPU only)
+       nvcc -O3 -arch=sm_80 -arch=sm_90 prog.cu -lcublasLt -lcublas  (both halves)
    Every GPU launcher takes the context first and the stream last, and is a template
    over the activation type F, float or __nv_bfloat16, deduced from its pointers
    (ddp_floatX is bf16 unless DDP_KERNELS_FP32 is defined, for callers that want one
    type chosen at compile time). All its pointers are device pointers, scalars such
    as the loss and the grad norm included. It returns cudaSuccess or the first
-   error; a cuBLASLt failure returns cudaErrorUnknown with its status in
-   ctx->cublas_status. A context serves one stream at a time: its scratch buffer is
-   reused by consecutive launches and grows (with a stream sync, so not inside a
-   CUDA graph capture) the first time a larger shape needs more.
+   error; ddp_kernels_error(ctx) then says why in words where the error code cannot
+   (no device and the driver/runtime versions, a cuBLAS status and the matmul shape,
+   an attention shape out of range); a cuBLAS(Lt) failure returns cudaErrorUnknown
+   with its status in ctx->cublas_status. A context serves one stream at a time: its
+   scratch buffer is reused by consecutive launches and grows (with a stream sync, so
+   not inside a CUDA graph capture) the first time a larger shape needs more; the
+   first matmul of each shape plans it (and the first that cuBLASLt declines creates
+   a cuBLAS handle), so run one step before capturing a graph.
 
    CONVENTIONS
    Shapes, row-major, last index fastest:
@@ -37,18 +72,40 @@
    Backward functions ADD (+=) into every gradient they produce, for parameters and
    for activations alike, so the caller zeroes gradients once per step and residual
    branches sum for free. The one exception is the cross-entropy, which starts the
-   backward pass and overwrites dlogits.
+   backward pass and overwrites dlogits. An input gradient that is not needed (the
+   first layer's dinp) may be NULL in every backward, CPU and GPU; the work for it is
+   skipped. On the GPU, parameter gradients (dweight, dbias, dwte, dwpe, and the grads
+   AdamW reads) are always float*, whatever F is; activations and their gradients are F.
+
+   LOSS ACROSS RANKS
+   The cross-entropy's loss and dlogits divide by this rank's count n of valid targets
+   (those != ignore_index). When padding makes the counts differ across data-parallel
+   ranks, the mean of the ranks' losses is not the global mean, and averaging their
+   gradients weights tokens unequally. For the exact global mean with N = the sum of
+   n over ranks (all-reduce n with ddp.h, e.g. as a ddp_metric's count):
+   - loss: ddp_metric_add(&m, loss, n) on each rank, ddp_metric_reduce, then
+     ddp_metric_mean(&m) = sum of all token losses / N;
+   - gradients: pass dloss = n / N (or dloss = n and divide the summed gradients by
+     N, as train_gpt.c does with its global token count), then SUM the ranks'
+     gradients: every token weighs exactly 1/N (a sync that averages over W ranks
+     needs dloss = W n / N instead).
 
    ALGORITHMS
    - embedding: a gather. Its wte gradient is a scatter-add over repeated tokens; the
      GPU sorts (token, position) pairs with a stable radix sort and sums each token's
      rows in position order, so no floating-point atomics are needed.
-   - layernorm: two-pass mean and variance per row (one warp per row on the GPU);
-     mean and 1/std are saved for backward. eps = 1e-5.
+   - layernorm: two-pass mean and variance per row of values shifted by the row's
+     first element (exact for nearby values, so a row with a large mean keeps its
+     digits; one warp per row on the GPU); mean and 1/std are saved for backward.
+     eps = 1e-5.
    - matmul: out = inp @ weight^T + bias, weight stored (OC,C) as in torch.nn.Linear.
      GPU: cuBLASLt with the bias fused as an epilogue, fp32 accumulation (TF32 only
-     if ctx->allow_tf32). CPU: register tiles of 5 rows x 16 columns over panels of the
-     other operand packed contiguous, so gcc vectorizes the inner loop into fused
+     if ctx->allow_tf32). The descriptors, layouts and the heuristic's algorithm are
+     planned once per shape, type, epilogue and alignment and cached in the context
+     (DDP_KERNELS_LT_PLANS, round robin); where cuBLASLt has no algorithm (e.g. bf16
+     rows of an unpadded 50257 vocabulary) cublasGemmEx does the product and a small
+     kernel adds the bias. CPU: register tiles of 5 rows x 16 columns over panels of
+     the other operand packed contiguous, so gcc vectorizes the inner loop into fused
      multiply-adds; each element sums in ascending k whatever the threads or batch.
    - attention: causal softmax(q k^T / sqrt(hs)) v per head, on the fused qkv
      activation (B,T,3C) of the preceding matmul. The GPU forward is tiled in the
@@ -57,34 +114,42 @@
      matrix, and saves each row's log-sum-exp. The backward recomputes probabilities
      from that log-sum-exp: one kernel owns a key tile and accumulates dk and dv,
      another owns a query tile and accumulates dq, so every gradient element is
-     written by exactly one thread. These kernels use CUDA cores (fp32 math), not
-     tensor cores; head sizes up to 128.
+     written by exactly one thread. Each row is spread over hs/16 threads (rounded up
+     to 32, 64, 128) that hold 16 of its dimensions each, so no kernel spills
+     registers (tests/test_kernel_regs.sh checks ptxas for sm_80 and sm_90). These
+     kernels use CUDA cores (fp32 math), not tensor cores; head sizes up to 128.
    - gelu: the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-   - crossentropy: one pass per row computes max and sum of exponentials, the loss
-     log(sum) + max - logit[target], and dlogits = dloss (softmax - onehot) / n_valid,
-     where n_valid counts targets that are not ignore_index (those rows get zero loss
-     and zero gradient). Every other target must lie in [0,V). The mean loss is
-     reduced in a fixed order.
+   - crossentropy: per row the max, then the exponentials (kept in dlogits on the
+     CPU) summed in double on the CPU and in per-thread partial sums on the GPU; the
+     loss log(sum) + max - logit[target], and dlogits = dloss (softmax - onehot) /
+     n_valid, where n_valid counts targets that are not ignore_index (those rows get
+     zero loss and zero gradient). Every other target must lie in [0,V). The mean
+     loss is reduced in a fixed order.
    - adamw: decoupled weight decay and bias correction, as torch.optim.AdamW.
-   - grad norm / clip: sqrt of the sum of squares, reduced in a fixed order; clipping
+   - global norm / clip: sqrt of the sum of squares, reduced in a fixed order; clipping
      scales by max_norm / (norm + 1e-6) when that is below 1, as PyTorch does.
 
    PRECISION AND DETERMINISM
-   CPU: fp32 storage and arithmetic; the loss mean and the grad norm sum in double
-   over a fixed partition, so they do not depend on the thread count. GPU:
-   activations, weights and gradients in F (fp32 or bf16); every kernel computes in
-   fp32; layernorm statistics, log-sum-exp, losses, AdamW master weights and
-   moments stay fp32.
+   CPU: fp32 storage and arithmetic; the loss mean, each cross-entropy row's sum of
+   exponentials and the grad norm sum in double over a fixed partition, so they do
+   not depend on the thread count. GPU: activations and weights in F (fp32 or bf16),
+   parameter gradients in fp32 (a bf16 "+=" loses small contributions across
+   micro-batches); every kernel computes in fp32; layernorm statistics, log-sum-exp,
+   losses, AdamW master weights and moments stay fp32.
    Every GPU reduction uses per-block partial sums combined in a fixed order, never
    floating-point atomics, so a rerun of the backward pass is bitwise identical.
    Elementwise and row kernels use 128-bit loads whenever the pointers are 16-byte
    aligned and rows are a multiple of 16 bytes, and scalar loads otherwise.
 
    DOES NOT
-   use tensor cores outside cuBLASLt, fuse layers beyond bias+matmul and
+   use tensor cores outside cuBLAS(Lt), fuse layers beyond bias+matmul and
    softmax+cross-entropy, support head sizes above 128, or do dropout.
 
    HISTORY
+   0.2  renamed ddp_global_norm_* / ddp_clip_by_norm_*, AdamW GPU in the CPU order;
+        fp32 parameter gradients on the GPU; NULL input gradients; cached cuBLASLt
+        plans with a cublasGemmEx fallback; attention without spills, any B*NH;
+        ddp_kernels_error; more accurate CPU layernorm and cross-entropy.
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
 #ifndef DDP_KERNELS_CUH
@@ -107,6 +172,8 @@
 /* CPU half: plain C99, fp32.                                               */
 /* ======================================================================== */
 
+// >>helpers cpu
+/* ---- helpers: dot, axpy, exp -------------------------------------------- */
 /* Dot product with eight independent partial sums, so the compiler can vectorize it
    without -ffast-math. */
 static inline float ddp__dot(const float *a, const float *b, int n)
@@ -125,6 +192,26 @@ static inline void ddp__axpy(float *y, float a, const float *x, int n)
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* exp(a) for |a| < 87, within 2 ulp: a = n ln2 + r with |r| <= ln2/2, exp(r) by the
+   Cephes expf polynomial, 2^n built in the exponent bits. Unlike libm's expf it is
+   branch-free plain arithmetic, so loops calling it vectorize; the price is that
+   outside that range the result is meaningless (callers select around it). */
+static inline float ddp__exp(float a)
+{
+    /* adding 1.5*2^23 rounds a/ln2 to an integer n held in the low mantissa bits of t */
+    const float t = a * 1.44269504088896341f + 12582912.0f, n = t - 12582912.0f;
+    const float r = (a - n * 0.693359375f) - n * -2.12194440e-4f; /* ln2 split: n*hi exact */
+    const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
+                       + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f);
+    uint32_t bits;
+    float two_n;
+    memcpy(&bits, &t, 4);
+    bits = (bits - 0x4B400000u + 127u) << 23; /* unsigned: no overflow even for NaN */
+    memcpy(&two_n, &bits, 4);
+    return (p * (r * r) + r + 1.0f) * two_n;
+}
+
+// >>embedding cpu
 /* ---- embedding ---------------------------------------------------------- */
 /* out (B,T,C) = wte[tokens] + wpe[t].  tokens (B,T) in [0,V); wte (V,C); wpe (maxT,C), T <= maxT. */
 static inline void ddp_embedding_forward_cpu(float *out, const int *tokens, const float *wte,
@@ -149,6 +236,7 @@ static inline void ddp_embedding_backward_cpu(float *dwte, float *dwpe, const fl
     }
 }
 
+// >>layernorm cpu
 /* ---- layernorm ---------------------------------------------------------- */
 #define DDP_LAYERNORM_EPS 1e-5f
 
@@ -227,6 +315,7 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
     }
 }
 
+// >>matmul cpu
 /* ---- matmul ------------------------------------------------------------- */
 /* The forward and both backward products run through one blocked kernel,
    c (M,N) = init + a (M,K) @ b (K,N), with each operand given by its strides. A task
@@ -362,25 +451,7 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
     }
 }
 
-/* exp(a) for |a| < 87, within 2 ulp: a = n ln2 + r with |r| <= ln2/2, exp(r) by the
-   Cephes expf polynomial, 2^n built in the exponent bits. Unlike libm's expf it is
-   branch-free plain arithmetic, so loops calling it vectorize; the price is that
-   outside that range the result is meaningless (callers select around it). */
-static inline float ddp__exp(float a)
-{
-    /* adding 1.5*2^23 rounds a/ln2 to an integer n held in the low mantissa bits of t */
-    const float t = a * 1.44269504088896341f + 12582912.0f, n = t - 12582912.0f;
-    const float r = (a - n * 0.693359375f) - n * -2.12194440e-4f; /* ln2 split: n*hi exact */
-    const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
-                       + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f);
-    uint32_t bits;
-    float two_n;
-    memcpy(&bits, &t, 4);
-    bits = (bits - 0x4B400000u + 127u) << 23; /* unsigned: no overflow even for NaN */
-    memcpy(&two_n, &bits, 4);
-    return (p * (r * r) + r + 1.0f) * two_n;
-}
-
+// >>attention cpu
 /* ---- attention ---------------------------------------------------------- */
 /* Keys are taken in blocks of DDP__ATT_BLOCK: the block's scores go to a small buffer
    first (one dot product per key), then one branch-free loop exponentiates them with
@@ -653,6 +724,7 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
     }
 }
 
+// >>gelu cpu
 /* ---- gelu --------------------------------------------------------------- */
 #define DDP__GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 
@@ -700,6 +772,7 @@ static inline void ddp_gelu_backward_cpu(float *dinp, const float *inp, const fl
     }
 }
 
+// >>residual cpu
 /* ---- residual ----------------------------------------------------------- */
 /* out (N) = inp1 (N) + inp2 (N) */
 static inline void ddp_residual_forward_cpu(float *out, const float *inp1, const float *inp2, size_t N)
@@ -721,6 +794,7 @@ static inline void ddp_residual_backward_cpu(float *dinp1, float *dinp2, const f
     }
 }
 
+// >>crossentropy cpu
 /* ---- fused softmax + cross-entropy -------------------------------------- */
 /* Each row's exponentials are computed in blocks with ddp__exp (vectorized; arguments
    floored at -80 and results below that set to 0) and summed in double: one fp32
@@ -785,6 +859,7 @@ static inline void ddp_crossentropy_forward_backward_cpu(float *loss, float *los
     *loss = n_valid ? (float)(sum / n_valid) : 0.0f;
 }
 
+// >>adamw cpu
 /* ---- AdamW -------------------------------------------------------------- */
 /* One step on params (N), using grads (N), first/second moments m, v (N); step t
    counts from 1. torch.optim.AdamW semantics: decoupled decay, bias correction. */
@@ -803,6 +878,7 @@ static inline void ddp_adamw_update_cpu(float *params, const float *grads, float
     }
 }
 
+// >>norm cpu
 /* ---- global gradient norm and clipping ---------------------------------- */
 #define DDP__NORM_CHUNKS 64 /* fixed partition, so the sum does not depend on threads */
 
@@ -852,6 +928,8 @@ typedef float ddp_floatX;
 typedef __nv_bfloat16 ddp_floatX;
 #endif
 
+// >>context gpu
+/* ---- context: ddp_kernels_init, ddp_kernels_destroy, ddp_kernels_error ---- */
 /* One cached cuBLASLt matmul: what it was planned for (key, compared with memcmp, so
    built from a zeroed struct) and the descriptors, layouts and algorithm the heuristic
    chose. state -1 remembers that cuBLASLt had no algorithm (cublasGemmEx runs it). */
@@ -955,6 +1033,7 @@ static inline cudaError_t ddp_kernels_init(ddp_kernels_ctx *ctx)
     return cudaSuccess;
 }
 
+// >>helpers gpu
 /* ---- helpers ------------------------------------------------------------ */
 #define DDP__TRY(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return e_; } while (0)
 
@@ -1105,6 +1184,7 @@ static __global__ void ddp__colsum_finish_kernel(F *out, const float *part, int 
 
 static inline int ddp__rows_per_chunk(int rows) { return (rows + DDP__COL_CHUNKS - 1) / DDP__COL_CHUNKS; }
 
+// >>embedding gpu
 /* ---- embedding ---------------------------------------------------------- */
 template <typename F>
 static __global__ void ddp__embedding_forward_kernel(F *out, const int *tokens, const F *wte,
@@ -1216,6 +1296,7 @@ static inline cudaError_t ddp_embedding_backward_gpu(ddp_kernels_ctx *ctx, float
     return cudaGetLastError();
 }
 
+// >>layernorm gpu
 /* ---- layernorm ---------------------------------------------------------- */
 /* One warp per row; lanes walk the row in packs. */
 template <typename F>
@@ -1364,6 +1445,7 @@ static inline cudaError_t ddp_layernorm_backward_gpu(ddp_kernels_ctx *ctx, typen
     return cudaGetLastError();
 }
 
+// >>matmul gpu
 /* ---- matmul (cuBLASLt) -------------------------------------------------- */
 static inline cudaDataType_t ddp__dtype(const float *) { return CUDA_R_32F; }
 static inline cudaDataType_t ddp__dtype(const __nv_bfloat16 *) { return CUDA_R_16BF; }
@@ -1544,6 +1626,7 @@ static inline cudaError_t ddp_matmul_backward_gpu(ddp_kernels_ctx *ctx, typename
     return cudaGetLastError();
 }
 
+// >>attention gpu
 /* ---- attention ---------------------------------------------------------- */
 /* A block owns DDP__ATT_BR rows: queries in the forward and the dq kernel, keys in
    the dk/dv kernel. Each row is shared by a group of G = HS/16 adjacent threads:
@@ -1836,6 +1919,7 @@ static inline cudaError_t ddp_attention_backward_gpu(ddp_kernels_ctx *ctx, typen
     return ddp__attention_backward<F, 128>(dinp, dout, inp, lse, (float *)Dd, T, C, NH, grid, stream);
 }
 
+// >>gelu gpu
 /* ---- gelu --------------------------------------------------------------- */
 static __device__ __forceinline__ float ddp__gelu(float x)
 {
@@ -1901,6 +1985,7 @@ static inline cudaError_t ddp_gelu_backward_gpu(ddp_kernels_ctx *ctx, typename d
     return cudaGetLastError();
 }
 
+// >>residual gpu
 /* ---- residual ----------------------------------------------------------- */
 template <typename F>
 static __global__ void ddp__residual_forward_kernel(F *out, const F *inp1, const F *inp2, long N, bool vec)
@@ -1965,6 +2050,7 @@ static inline cudaError_t ddp_residual_backward_gpu(ddp_kernels_ctx *ctx, typena
     return cudaGetLastError();
 }
 
+// >>crossentropy gpu
 /* ---- fused softmax + cross-entropy -------------------------------------- */
 static __global__ void ddp__count_valid_kernel(int *n_valid, const int *targets, int BT, int ignore_index)
 {
@@ -2051,6 +2137,7 @@ static inline cudaError_t ddp_crossentropy_forward_backward_gpu(ddp_kernels_ctx 
     return cudaGetLastError();
 }
 
+// >>adamw gpu
 /* ---- AdamW -------------------------------------------------------------- */
 template <typename F>
 static __global__ void ddp__adamw_kernel(F *params, float *master, const float *grads, float *m, float *v, long N,
@@ -2085,6 +2172,7 @@ static inline cudaError_t ddp_adamw_update_gpu(ddp_kernels_ctx *ctx, F *params, 
     return cudaGetLastError();
 }
 
+// >>norm gpu
 /* ---- global gradient norm and clipping ---------------------------------- */
 #define DDP__NORM_BLOCKS 1024
 
