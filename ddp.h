@@ -773,8 +773,9 @@ static void ddp__fp_diff(char *out, size_t n, int me, const ddp__fp *mine, int o
         snprintf(out, n, "rank %d called ddp_destroy while rank %d is in %s #%llu", me, other, tk,
                  (unsigned long long)theirs->seq);
     else if (mine->kind != theirs->kind || mine->seq != theirs->seq)
-        snprintf(out, n, "ranks call different collectives: rank %d %s #%llu (%s), rank %d %s #%llu (%s)", me, mk,
-                 (unsigned long long)mine->seq, a, other, tk, (unsigned long long)theirs->seq, b);
+        snprintf(out, n, "ranks call different collectives: rank %d %s #%llu%s%s%s, rank %d %s #%llu%s%s%s", me, mk,
+                 (unsigned long long)mine->seq, a[0] ? " (" : "", a, a[0] ? ")" : "", other, tk,
+                 (unsigned long long)theirs->seq, b[0] ? " (" : "", b, b[0] ? ")" : "");
     else
         snprintf(out, n, "%s #%llu: rank %d passes %s, rank %d passes %s", mk, (unsigned long long)mine->seq, me,
                  a, other, b);
@@ -2180,7 +2181,8 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
 
 /* Arenas are named /dev/shm/ddp.<job hash>.<creator pid>: the launcher can remove
    its job's, and a new job removes those nobody holds a lock on (their ranks are
-   all dead) once they are older than a minute (none is being set up). */
+   all dead). Their creator locks them at once; a few seconds of age cover that
+   instant. */
 static void ddp__shm_sweep(const char *prefix, int only_orphans)
 {
     DIR *dir = opendir("/dev/shm");
@@ -2194,11 +2196,24 @@ static void ddp__shm_sweep(const char *prefix, int only_orphans)
         snprintf(name, sizeof name, "/%s", e->d_name);
         if (!only_orphans) { shm_unlink(name); continue; }
         if ((fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0)) < 0) continue;
-        orphan = fstat(fd, &sb) == 0 && sb.st_mtime + 60 < time(NULL) && !ddp__locked(fd, 0, DDP__MAX_CPU_RANKS);
+        orphan = fstat(fd, &sb) == 0 && sb.st_mtime + 5 < time(NULL) && !ddp__locked(fd, 0, DDP__MAX_CPU_RANKS);
         close(fd);
         if (orphan) shm_unlink(name);
     }
     closedir(dir);
+}
+
+/* This rank's lock on its byte of the arena, held until the process ends. */
+static ddp_result ddp__cpu_lock(ddp_ctx *ctx, int fd, const char *name)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = ctx->rank;
+    fl.l_len = 1;
+    if (fcntl(fd, F_OFD_SETLK, &fl) == 0) return DDP_OK;
+    return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot lock byte %d of shared memory %s: %s", ctx->rank, name, strerror(errno));
 }
 
 static ddp_result ddp__cpu_init(ddp_ctx *ctx)
@@ -2208,7 +2223,6 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
     char name[128], key[32], *got = NULL;
     unsigned long long token = 0;
     int fd = -1;
-    struct flock fl;
     ddp_result r;
     void *p;
     if (ctx->world_size == 1) return DDP_OK; /* every collective is a copy */
@@ -2231,6 +2245,7 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
         fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0)
             return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot create shared memory %s: %s", name, strerror(errno));
+        if ((r = ddp__cpu_lock(ctx, fd, name)) != DDP_OK) { close(fd); shm_unlink(name); return r; }
         /* reserve the pages now: a full /dev/shm is an error here, not a SIGBUS later */
         if (ftruncate(fd, (off_t)cpu->size) != 0 || posix_fallocate(fd, 0, (off_t)cpu->size) != 0) {
             struct statvfs vs;
@@ -2255,18 +2270,9 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
             return ddp__fail(ctx, DDP_ERR_BACKEND, "cannot open local rank 0's shared memory %s: %s (ranks with one "
                              "host name and boot id but separate /dev/shm? give them distinct host names)",
                              name, strerror(errno));
+        if ((r = ddp__cpu_lock(ctx, fd, name)) != DDP_OK) { close(fd); return r; }
     }
     cpu->fd = fd;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = ctx->rank;
-    fl.l_len = 1;
-    if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
-        if (ctx->local_rank == 0) shm_unlink(name);
-        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot lock byte %d of shared memory %s: %s", ctx->rank, name,
-                         strerror(errno));
-    }
     p = mmap(NULL, cpu->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         if (ctx->local_rank == 0) shm_unlink(name);

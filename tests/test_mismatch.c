@@ -1,0 +1,329 @@
+/* Ranks that disagree get a named error, never a result: collectives whose arguments
+   differ (count, dtype, op, kind, root, a skipped call), settings that must match,
+   gradient buckets cut differently, a rank that leaves while others wait, and a
+   timeout that says where every late rank is. Also the launcher's refusals of nested
+   launches and bad timeouts, and the per-launch job identities. */
+#define DDP_IMPLEMENTATION
+#include "ddp.h"
+#include "test.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct call { int kind; size_t count; ddp_dtype dtype; ddp_op op; int root; int async; } call;
+
+/* One collective as a rank makes it; its result code. */
+static ddp_result do_call(ddp_ctx *ctx, const call *c)
+{
+    static double buf[4096];
+    ddp_work w;
+    ddp_result r;
+    switch (c->kind) {
+    case DDP__BROADCAST: return ddp_broadcast(ctx, buf, c->count, c->dtype, c->root, NULL);
+    case DDP__BARRIER: return ddp_barrier(ctx);
+    default:
+        if (!c->async) return ddp_all_reduce(ctx, buf, buf, c->count, c->dtype, c->op, NULL);
+        r = ddp_all_reduce_async(ctx, buf, buf, c->count, c->dtype, c->op, NULL, &w);
+        return r == DDP_OK ? ddp_wait(ctx, &w, NULL) : r;
+    }
+}
+
+typedef struct scenario {
+    const char *name;
+    call same, odd;     /* what ranks 0 and 2 call, what rank 1 calls */
+    const char *rank0;  /* rank 0's error must contain this */
+} scenario;
+
+static const char *const codes[] = {
+    [10] = "init failed", [11] = "the disagreeing collective did not return DDP_ERR_MISMATCH",
+    [12] = "rank 0's error does not name both sides as expected", [13] = "the error does not name rank 1",
+    [14] = "a collective after the mismatch was not refused", [15] = "the agreeing warm-up collective failed"};
+
+static int disagree(int rank, void *arg)
+{
+    const scenario *s = (const scenario *)arg;
+    call warm = {DDP__ALL_REDUCE, 8, DDP_F32, DDP_SUM, 0, 0};
+    ddp_ctx ctx;
+    ddp_result r;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    if (do_call(&ctx, &warm) != DDP_OK) return 15;
+    r = do_call(&ctx, rank == 1 ? &s->odd : &s->same);
+    if (r != DDP_ERR_MISMATCH) return 11;
+    if (rank == 0 && !strstr(ddp_error(&ctx), s->rank0)) { fprintf(stderr, "got: %s\n", ddp_error(&ctx)); return 12; }
+    if (rank != 1 && !strstr(ddp_error(&ctx), "rank 1")) return 13;
+    if (do_call(&ctx, &warm) != DDP_ERR_ABORTED) return 14;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
+static void test_collectives(void)
+{
+    static const scenario cases[] = {
+        {"count", {0, 100, DDP_F32, DDP_SUM, 0, 0}, {0, 1000, DDP_F32, DDP_SUM, 0, 0},
+         "all_reduce #2: rank 0 passes 100 x f32 sum, rank 1 passes 1000 x f32 sum"},
+        {"dtype", {0, 100, DDP_F32, DDP_SUM, 0, 0}, {0, 100, DDP_F64, DDP_SUM, 0, 0},
+         "rank 0 passes 100 x f32 sum, rank 1 passes 100 x f64 sum"},
+        {"op", {0, 100, DDP_F32, DDP_SUM, 0, 0}, {0, 100, DDP_F32, DDP_MAX, 0, 0},
+         "rank 0 passes 100 x f32 sum, rank 1 passes 100 x f32 max"},
+        {"kind", {0, 100, DDP_F32, DDP_SUM, 0, 0}, {DDP__BROADCAST, 100, DDP_F32, DDP_SUM, 0, 0},
+         "ranks call different collectives: rank 0 all_reduce #2 (100 x f32 sum), rank 1 broadcast #2 (100 x f32 from rank 0)"},
+        {"root", {DDP__BROADCAST, 100, DDP_F32, DDP_SUM, 0, 0}, {DDP__BROADCAST, 100, DDP_F32, DDP_SUM, 2, 0},
+         "broadcast #2: rank 0 passes 100 x f32 from rank 0, rank 1 passes 100 x f32 from rank 2"},
+        {"empty_vs_full", {0, 0, DDP_F32, DDP_SUM, 0, 0}, {0, 100, DDP_F32, DDP_SUM, 0, 0},
+         "rank 0 passes 0 x f32 sum, rank 1 passes 100 x f32 sum"},
+        {"barrier_vs_all_reduce", {DDP__BARRIER, 0, DDP_F32, DDP_SUM, 0, 0}, {0, 100, DDP_F32, DDP_SUM, 0, 0},
+         "rank 0 barrier #2, rank 1 all_reduce #2 (100 x f32 sum)"},
+        {"async_count", {0, 100, DDP_F32, DDP_SUM, 0, 1}, {0, 1000, DDP_F32, DDP_SUM, 0, 1},
+         "rank 0 passes 100 x f32 sum, rank 1 passes 1000 x f32 sum"},
+        {"large_count", {0, 4000, DDP_F64, DDP_SUM, 0, 0}, {0, 3000, DDP_F64, DDP_SUM, 0, 0},
+         "rank 0 passes 4000 x f64 sum, rank 1 passes 3000 x f64 sum"},
+    };
+    test_job job;
+    char name[96];
+    size_t i;
+    setenv("DDP_TIMEOUT", "30", 1); /* a mismatch must not wait for the timeout */
+    setenv("DDP_SHM_CHUNK", "4096", 1); /* several chunks: ranks would fall out of step */
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        test_spawn(&job, 3, disagree, (void *)&cases[i]);
+        snprintf(name, sizeof name, "mismatch.%s", cases[i].name);
+        CHECK(name, job.failed == 0 && job.seconds < 5, "%s, %.1f s", TEST_JOB_WHY(&job, codes), job.seconds);
+    }
+    unsetenv("DDP_SHM_CHUNK");
+}
+
+/* DDP_CHECK's comparison through the store, driven directly (any backend uses it). */
+static int store_check(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    ddp__coll c;
+    ddp_result r;
+    (void)arg;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    memset(&c, 0, sizeof c);
+    c.seq = 7; c.kind = DDP__ALL_REDUCE; c.dtype = DDP_BF16; c.op = DDP_AVG; c.count = 64;
+    if (ddp__store_check(&ctx, &c) != DDP_OK) return 15; /* agreeing ranks pass */
+    c.seq = 8;
+    if (rank == 1) c.count = 65;
+    r = ddp__store_check(&ctx, &c);
+    if (r != DDP_ERR_MISMATCH) return 11;
+    if (rank == 0 && !strstr(ddp_error(&ctx), "all_reduce #8: rank 0 passes 64 x bf16 avg, rank 1 passes 65 x bf16 avg"))
+        return 12;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
+/* the same through the public calls with DDP_CHECK=1 */
+static int checked_job(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    float x[64] = {0};
+    (void)arg;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    if (ddp_all_reduce(&ctx, x, x, 64, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 15;
+    if (ddp_all_reduce(&ctx, x, x, rank == 1 ? 32 : 64, DDP_F32, DDP_SUM, NULL) != DDP_ERR_MISMATCH) return 11;
+    if (rank == 0 && !strstr(ddp_error(&ctx), "rank 0 passes 64 x f32 sum, rank 1 passes 32 x f32 sum")) return 12;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
+/* rank 1 starts with another DDP_SHM_CHUNK: init names the setting on every rank */
+static const char *const setting_codes[] = {
+    [1] = "init did not return DDP_ERR_MISMATCH", [2] = "the error does not name shm_chunk with both values",
+    [3] = "the error does not say which variable sets it"};
+static int settings(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    const char *e;
+    (void)arg;
+    if (rank == 1) setenv("DDP_SHM_CHUNK", "65536", 1);
+    if (ddp_init(&ctx, NULL) != DDP_ERR_MISMATCH) return 1;
+    e = ddp_error(&ctx);
+    if (!strstr(e, "shm_chunk=1048576") || !strstr(e, "shm_chunk=65536")) return 2;
+    if (!strstr(e, "DDP_SHM_CHUNK")) return 3;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
+/* rank 1 leaves after four collectives; the others learn it in their fifth, at once */
+static const char *const leave_codes[] = {
+    [10] = "init failed", [11] = "the fifth collective did not return DDP_ERR_PEER",
+    [12] = "the error does not say rank 1 left in ddp_destroy during all_reduce #5",
+    [13] = "noticing took over 3 s", [14] = "an agreeing collective failed"};
+static int leave_early(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    float x = 1;
+    double t0;
+    int i;
+    (void)arg;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    for (i = 0; i < 4; i++)
+        if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 14;
+    if (rank == 1) { ddp_destroy(&ctx); return 0; }
+    t0 = test_now_s();
+    if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_ERR_PEER) return 11;
+    if (!strstr(ddp_error(&ctx), "rank 1 left the job (ddp_destroy) while rank") ||
+        !strstr(ddp_error(&ctx), "waits in all_reduce #5"))
+        return 12;
+    if (test_now_s() - t0 > 3) return 13;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
+/* rank 2 is stuck between collectives: rank 0's timeout says where rank 2 is */
+static const char *const behind_codes[] = {
+    [10] = "init failed", [11] = "rank 0 did not time out",
+    [12] = "rank 0's error does not say rank 2 is still at all_reduce #1 while it waits in #2",
+    [14] = "the first collective failed"};
+static int behind(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    float x = 1;
+    (void)arg;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 14;
+    if (rank == 2) { /* the scenario: a rank busy far longer than the timeout */
+        struct timespec ts = {2, 0};
+        nanosleep(&ts, NULL);
+    }
+    if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK) return rank == 0 ? 11 : 0;
+    if (rank == 0 && !strstr(ddp_error(&ctx), "all_reduce #2 timed out after 1.0 s waiting for rank 2 (last in all_reduce #1)"))
+        return 12;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
+/* ranks cut their gradients differently: ddp_grad_init says how */
+static const char *const grad_codes[] = {
+    [10] = "init failed", [11] = "ddp_grad_init did not return DDP_ERR_MISMATCH",
+    [12] = "the error does not give both layouts"};
+static int grad_layout(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    ddp_grad g;
+    ddp_grad_desc gd;
+    static float grads[1000];
+    (void)arg;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    memset(&gd, 0, sizeof gd);
+    gd.grads = grads;
+    gd.count = rank == 1 ? 999 : 1000;
+    gd.bucket_bytes = 400;
+    if (ddp_grad_init(&g, &ctx, &gd) != DDP_ERR_MISMATCH) return 11;
+    if (rank == 0 && !strstr(ddp_error(&ctx), "rank 0 has 1000 x f32 in buckets of 100, rank 1 has 999 x f32 in buckets of 100"))
+        return 12;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
+static int child_hello(void)
+{
+    ddp_ctx ctx;
+    int x = 1;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_I32, DDP_SUM, NULL) != DDP_OK || x != ctx.world_size) return 11;
+    ddp_destroy(&ctx);
+    return ctx.world_size == 2 ? 0 : 12;
+}
+
+static void test_launch_refusals(const char *self)
+{
+    char *a1[] = {(char *)self, (char *)"--child", (char *)"--nproc", (char *)"2", (char *)"--nproc=3", NULL};
+    char *a2[] = {(char *)self, (char *)"--child", (char *)"--nproc", (char *)"2", NULL};
+    char *a3[] = {(char *)self, (char *)"--child", (char *)"--nproc_per_node=2", NULL};
+    char *a4[] = {(char *)self, (char *)"--child", (char *)"--nproc-per-node", (char *)"2", NULL};
+    int n1 = 5, n2 = 4, n3 = 3, n4 = 4, rc;
+    double t0 = test_now_s();
+    rc = ddp_launch(&n1, a1);
+    CHECK("launch.nproc_twice_refused", rc == 2 && test_now_s() - t0 < 1, "ddp_launch returned %d", rc);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    rc = ddp_launch(&n2, a2);
+    CHECK("launch.inside_a_job_refused", rc == 2, "ddp_launch inside a torchrun-style job returned %d", rc);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    rc = ddp_launch(&n3, a3);
+    CHECK("launch.nproc_per_node_equals", rc == 0, "--nproc_per_node=2 ran a job that returned %d", rc);
+    rc = ddp_launch(&n4, a4);
+    CHECK("launch.nproc_per_node_space", rc == 0, "--nproc-per-node 2 ran a job that returned %d", rc);
+}
+
+/* Settings from the environment: a timeout below a millisecond is refused, and each
+   launcher's own identity for the launch becomes the job id. */
+static void test_settings(void)
+{
+    static const struct { const char *vars[6]; const char *job; } ids[] = {
+        {{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=1", "PMIX_NAMESPACE=prterun-host-4242@1"}, "prterun-host-4242@1"},
+        {{"SLURM_PROCID=0", "SLURM_NTASKS=1", "SLURM_JOB_ID=77", "SLURM_STEP_ID=3"}, "77.3"},
+        {{"RANK=0", "WORLD_SIZE=1", "TORCHELASTIC_RUN_ID=a1b2"}, "a1b2"},
+        {{"RANK=0", "WORLD_SIZE=1", "TORCHELASTIC_RUN_ID=a1b2", "DDP_JOB_ID=mine"}, "mine"},
+        {{"PMI_RANK=0", "PMI_SIZE=1"}, "ddp"},
+    };
+    static const char *const hosts[][2] = {
+        {"node[01-04,07]", "node01"}, {"a1,b[2-3]", "a1"}, {"gpu[3-4]-ib", "gpu3-ib"}, {"single", "single"},
+        {"x[]", ""}, {"", ""}};
+    ddp_ctx ctx;
+    ddp_result r;
+    size_t i, j;
+    char out[64], name[64];
+    setenv("DDP_TIMEOUT", "0.0001", 1);
+    r = ddp_init(&ctx, NULL);
+    CHECK("settings.tiny_timeout_refused", r == DDP_ERR_ENV && strstr(ddp_error(&ctx), "DDP_TIMEOUT='0.0001'"),
+          "got %s: %s", ddp_strerror(r), ddp_error(&ctx));
+    ddp_destroy(&ctx);
+    setenv("DDP_TIMEOUT", "0.001", 1);
+    r = ddp_init(&ctx, NULL);
+    CHECK("settings.millisecond_timeout_honoured", r == DDP_OK && ctx.st->cfg.timeout_ms == 1, "got %s, %d ms",
+          ddp_strerror(r), r == DDP_OK ? ctx.st->cfg.timeout_ms : -1);
+    ddp_destroy(&ctx);
+    unsetenv("DDP_TIMEOUT");
+    for (i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        char keep[6][64];
+        for (j = 0; j < 6 && ids[i].vars[j]; j++) {
+            snprintf(keep[j], sizeof keep[j], "%s", ids[i].vars[j]);
+            putenv(keep[j]);
+        }
+        r = ddp_init(&ctx, NULL);
+        snprintf(name, sizeof name, "settings.job_id.%zu", i);
+        CHECK(name, r == DDP_OK && strcmp(ctx.st->cfg.job_id, ids[i].job) == 0, "%s: job id '%s', want '%s'",
+              ids[i].vars[0], r == DDP_OK ? ctx.st->cfg.job_id : ddp_error(&ctx), ids[i].job);
+        ddp_destroy(&ctx);
+        for (j = 0; j < 6 && ids[i].vars[j]; j++) {
+            *strchr(keep[j], '=') = 0;
+            unsetenv(keep[j]);
+        }
+    }
+    for (i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+        int ok = ddp__slurm_first_host(hosts[i][0], out, sizeof out);
+        snprintf(name, sizeof name, "settings.slurm_first_host.%zu", i);
+        CHECK(name, hosts[i][1][0] ? ok && strcmp(out, hosts[i][1]) == 0 : !ok, "'%s' gave %d '%s', want '%s'",
+              hosts[i][0], ok, ok ? out : "", hosts[i][1]);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    test_job job;
+    if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_hello();
+    test_collectives();
+    setenv("DDP_TIMEOUT", "30", 1);
+    test_spawn(&job, 3, store_check, NULL);
+    CHECK("mismatch.store_check", job.failed == 0, "%s", TEST_JOB_WHY(&job, codes));
+    setenv("DDP_CHECK", "1", 1);
+    test_spawn(&job, 2, checked_job, NULL);
+    CHECK("mismatch.ddp_check_env", job.failed == 0, "%s", TEST_JOB_WHY(&job, codes));
+    unsetenv("DDP_CHECK");
+    test_spawn(&job, 3, settings, NULL);
+    CHECK("mismatch.settings_shm_chunk", job.failed == 0 && job.seconds < 5, "%s, %.1f s",
+          TEST_JOB_WHY(&job, setting_codes), job.seconds);
+    test_spawn(&job, 3, leave_early, NULL);
+    CHECK("mismatch.destroy_while_others_wait", job.failed == 0, "%s", TEST_JOB_WHY(&job, leave_codes));
+    test_spawn(&job, 4, grad_layout, NULL);
+    CHECK("mismatch.grad_bucket_layout", job.failed == 0, "%s", TEST_JOB_WHY(&job, grad_codes));
+    setenv("DDP_TIMEOUT", "1", 1);
+    test_spawn(&job, 3, behind, NULL);
+    CHECK("mismatch.timeout_says_where_ranks_are", job.failed == 0, "%s", TEST_JOB_WHY(&job, behind_codes));
+    unsetenv("DDP_TIMEOUT");
+    test_launch_refusals(argv[0]);
+    test_settings();
+    TEST_EXIT();
+}
