@@ -668,6 +668,38 @@ static void gpu_to_host(gpt *g, gpu *d)
     CUDA(cudaStreamSynchronize(d->stream));
 }
 #undef LAUNCH
+
+/* --device-info: whether this build can train on a GPU here, and if not the real
+   cause (a missing driver, one too old for this CUDA, no kernel image for the GPU).
+   Returns the exit status: 0 when it can. */
+static int device_info(void)
+{
+    int n = 0, driver = 0, runtime = 0;
+    cudaDeviceProp p;
+    float *x = NULL;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    if (e == cudaSuccess && n == 0) e = cudaErrorNoDevice;
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, 0);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&x, sizeof(float));
+    if (e == cudaSuccess) { /* one of this file's kernels: is there code for this GPU? */
+        scale_kernel<<<1, 1>>>(x, 1, 1.0f);
+        if ((e = cudaGetLastError()) == cudaSuccess) e = cudaDeviceSynchronize();
+    }
+    if (x) cudaFree(x);
+    if (e != cudaSuccess) {
+        char drv[64] = "no CUDA driver is installed";
+        if (driver) snprintf(drv, sizeof drv, "the driver supports CUDA %d.%d", driver / 1000, driver % 1000 / 10);
+        printf(PROG ": no usable GPU: %s (%s); %s, this build needs CUDA %d.%d\n", cudaGetErrorString(e),
+               cudaGetErrorName(e), drv, runtime / 1000, runtime % 1000 / 10);
+        return 1;
+    }
+    printf(PROG ": %d GPU(s); trains on %s (sm_%d%d, %.0f GiB); driver CUDA %d.%d, build CUDA %d.%d\n", n, p.name,
+           p.major, p.minor, (double)p.totalGlobalMem / (1 << 30), driver / 1000, driver % 1000 / 10,
+           runtime / 1000, runtime % 1000 / 10);
+    return 0;
+}
 #else
 /* Without nvcc there is no GPU path: dev stays NULL (main refuses an NCCL backend),
    and these stand-ins never run. */
@@ -688,6 +720,11 @@ static float gpu_step(gpt *g, gpu *d, float lr, float wd, float clip, int step, 
     return (void)g, (void)d, (void)lr, (void)wd, (void)clip, (void)step, (void)tokens, 0.0f;
 }
 static void gpu_to_host(gpt *g, gpu *d) { (void)g, (void)d; }
+static int device_info(void)
+{
+    printf(PROG ": built without nvcc: no GPU path (examples/train_gpt_gpu has one)\n");
+    return 1;
+}
 #endif
 
 /* ---- data ---------------------------------------------------------------------------
@@ -836,7 +873,7 @@ static void fill_batch(gpt *g, const int *split, const size_t *windows, int B)
 /* ---- flags --------------------------------------------------------------------------- */
 typedef struct options {
     config cfg;
-    const char *data, *log, *save, *resume, *prompt, *compare[2];
+    const char *data, *log, *save, *resume, *prompt, *compare[3];
     int batch_size, grad_accum, steps, stop_after, warmup, val_every, save_every, sample_len, bucket_kb, nproc;
     int bench_no_sync, device_info;
     float lr, min_lr_frac, weight_decay, clip, temperature;
@@ -857,7 +894,9 @@ static const char usage[] =
     "  sample:   --prompt \"The \" --sample-len 200 --temperature 0.8 (0: greedy)\n"
     "  sync:     --bucket-kb 1024 (gradient bucket size)\n"
     "            --bench-no-sync (benchmark only: no gradient all-reduce; ranks diverge)\n"
-    "  compare:  train_gpt --compare A.safetensors B.safetensors (max relative difference)\n"
+    "  compare:  train_gpt --compare A.safetensors B.safetensors [PREFIX] (max relative difference,\n"
+    "            of the tensors whose names start with PREFIX, e.g. opt.m.)\n"
+    "  --device-info: says whether this build trains on a GPU here, or why not (exit 0: it does)\n"
     "  device:   the nvcc build (train_gpt_gpu) trains on the GPUs, one per rank, when it\n"
     "            sees them (NCCL backend, fp32); without one, or with DDP_BACKEND=cpu, on the CPU\n";
 
@@ -962,6 +1001,7 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
             }
             o->compare[0] = v;
             o->compare[1] = argv[i + 2];
+            o->compare[2] = i + 3 < argc ? argv[i + 3] : "";
             return 1;
         } else {
             snprintf(err, errsize, "unknown flag '%s' (train_gpt --help lists the flags)", a);
@@ -1194,7 +1234,7 @@ static void generate(gpt *g, gpu *dev, const options *o)
 static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t seed, int world_size, char *err,
                            size_t errsize);
 static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, char *err, size_t errsize);
-static int compare_checkpoints(const char *a_path, const char *b_path);
+static int compare_checkpoints(const char *a_path, const char *b_path, const char *prefix);
 
 /* --save's file must be creatable now, not only at the first save. */
 static int check_writable(const char *path, char *err, size_t errsize)
@@ -1403,7 +1443,8 @@ int main(int argc, char **argv)
         fail(err);
         return 2; /* a usage error */
     }
-    if (t.o.compare[0]) return compare_checkpoints(t.o.compare[0], t.o.compare[1]);
+    if (t.o.compare[0]) return compare_checkpoints(t.o.compare[0], t.o.compare[1], t.o.compare[2]);
+    if (t.o.device_info) return device_info();
     status = prepare(&t, argv[0], err, sizeof err);
     if (status < 0) {
         printf(PROG ": %s\n", err);
@@ -1541,16 +1582,17 @@ fail:
     return 0;
 }
 
-/* --compare A B: the largest difference between same-named F32 tensors, relative to
-   the tensor's largest magnitude in A. The tests use it to show that runs agree, so a
-   NaN or infinity in either file is a difference it reports (and exits 1), never 0. */
-static int compare_checkpoints(const char *a_path, const char *b_path)
+/* --compare A B [PREFIX]: the largest difference between same-named F32 tensors (those
+   whose names start with PREFIX), relative to the tensor's largest magnitude in A. The
+   tests use it to show that runs agree, so a NaN or infinity in either file is a
+   difference it reports (and exits 1), never 0. */
+static int compare_checkpoints(const char *a_path, const char *b_path, const char *prefix)
 {
     st_file a, b;
     char err[1200], nonfinite[300] = "";
     double worst = 0.0;
     const char *worst_name = "";
-    int i, d, ok = 1;
+    int i, d, ok = 1, compared = 0;
     if (!st_read(&a, a_path, err, sizeof err)) return fail(err);
     if (!st_read(&b, b_path, err, sizeof err)) {
         st_free(&a);
@@ -1565,6 +1607,8 @@ static int compare_checkpoints(const char *a_path, const char *b_path)
         double diff = 0.0, scale = 0.0;
         size_t e;
         int same_shape = tb && ta->ndim == tb->ndim && strcmp(ta->dtype, "F32") == 0 && strcmp(tb->dtype, "F32") == 0;
+        if (strncmp(ta->name, prefix, strlen(prefix)) != 0) continue;
+        compared++;
         for (d = 0; same_shape && d < ta->ndim; d++) same_shape = ta->shape[d] == tb->shape[d];
         if (!same_shape) {
             char da[200], db[200];
@@ -1593,11 +1637,15 @@ static int compare_checkpoints(const char *a_path, const char *b_path)
     }
     st_free(&a);
     st_free(&b);
+    if (ok && !compared) {
+        snprintf(err, sizeof err, "%s has no tensor whose name starts with '%s'", a_path, prefix);
+        ok = 0;
+    }
     if (!ok) return fail(err);
     if (*nonfinite) {
-        printf("max_rel_diff inf over %d tensors: not finite: %s\n", i, nonfinite);
+        printf("max_rel_diff inf over %d tensors: not finite: %s\n", compared, nonfinite);
         return 1;
     }
-    printf("max_rel_diff %.3e over %d tensors%s%s\n", worst, i, *worst_name ? ", worst " : "", worst_name);
+    printf("max_rel_diff %.3e over %d tensors%s%s\n", worst, compared, *worst_name ? ", worst " : "", worst_name);
     return 0;
 }

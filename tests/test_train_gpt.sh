@@ -51,6 +51,13 @@ compare_runs "1 x 8 vs 4 x 2" one four
 compare_runs "accum 4 x 2 vs 1 x 8" one accum
 compare_runs "2 ranks x accum 4 x 1 vs 1 x 8" one accum2
 
+out=$("$bin" --compare one.st two.st opt.m. 2>&1)
+case $out in "max_rel_diff 0.000e+00 over 28 tensors") true ;; *) false ;; esac
+report "train_gpt --compare A B opt.m.: only the tensors with that prefix" $? "$out"
+out=$("$bin" --device-info 2>&1); rc=$?
+[ "$rc" -eq 1 ] && [ "$out" = "train_gpt: built without nvcc: no GPU path (examples/train_gpt_gpu has one)" ]
+report "train_gpt --device-info: the CPU build says it has no GPU path" $? "exit $rc: $out"
+
 [ "$(grep -c '^step ' one.txt)" -eq 8 ] && [ "$(grep -c '^step ' four.txt)" -eq 8 ]
 report "train_gpt prints one line per step, on rank 0 only" $? "$(grep -c '^step ' four.txt) step lines for 4 ranks"
 awk '/^step / { if (!first) first = $5; last = $5 } END { exit !(last < first) }' one.txt
@@ -154,9 +161,10 @@ def put(name, i, v):
 if action == 'transpose': h['h.0.mlp.c_fc.weight']['shape'].reverse()   # same size, other shape
 elif action == 'nan': put('h.0.ln_1.bias', 3, float('nan'))
 elif action == 'inf': put('h.0.ln_1.bias', 3, float('inf'))
-elif action == 'huge':                                                   # finite, but overflows the forward
-    begin, end = h['wte.weight']['data_offsets']
-    for i in range((end - begin) // 4): put('wte.weight', i, 1e30)
+elif action == 'huge':                      # finite, but the logits (ln_f output . wte) overflow to inf
+    for name in ('wte.weight', 'ln_f.bias'):
+        begin, end = h[name]['data_offsets']
+        for i in range((end - begin) // 4): put(name, i, 1e30)
 elif action.startswith('step='): h['__metadata__']['step'] = action[5:]
 hs = json.dumps(h, separators=(',', ':')).encode()
 hs += b' ' * (-len(hs) % 8)

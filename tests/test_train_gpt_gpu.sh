@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tests/test_train_gpt_gpu.sh - examples/train_gpt_gpu (the GPU path) against the CPU
+# build examples/train_gpt, from the same weights and data: the CPU build trains step 1
+# and saves it; both builds resume from that file for steps 2-6 and save.
+#
+# Tolerances (fp32 on both sides, no TF32): the GPU sums in other orders (whole-batch
+# matmuls, block reductions), so each op differs by a few ulp, ~1e-6 relative, and a
+# few steps compound that to ~1e-5. Checked:
+#   - every step's training loss and the validation loss: relative difference <= 1e-4;
+#   - AdamW's first moment (opt.m.*, linear in the gradients): max relative difference
+#     per tensor <= 1e-3.
+# Not the parameters element by element: AdamW's step is about lr * sign(gradient) for
+# tiny gradients, and some gradients are zero up to rounding (the key bias's: softmax
+# ignores a constant added to every score), so rounding picks the sign and parameters
+# differ by whole steps without anything being wrong.
+#
+# Without a usable GPU it prints SKIP with the cause that train_gpt_gpu --device-info
+# names; with DDP_REQUIRE_GPU=1 (make check-gpu) that is a FAIL.
+cd "$(dirname "$0")/.." || exit 1
+cpu=$PWD/examples/train_gpt
+gpu=$PWD/examples/train_gpt_gpu
+name="train_gpt_gpu matches the CPU build"
+skip() { # why
+  if [ "${DDP_REQUIRE_GPU:-0}" = 1 ]; then echo "FAIL $name: $1 (DDP_REQUIRE_GPU=1)"; exit 1; fi
+  echo "SKIP $name: $1"; exit 0
+}
+[ -x "$cpu" ] || { echo "FAIL $name: $cpu is not built (make examples/train_gpt)"; exit 1; }
+[ -x "$gpu" ] || skip "$gpu is not built (needs nvcc: make examples/train_gpt_gpu)"
+info=$("$gpu" --device-info 2>&1) || skip "${info:-train_gpt_gpu --device-info failed}"
+echo "# $info"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+head -c 60000 "$OLDPWD/ddp.h" >data.txt
+tiny="--layers 2 --heads 2 --dim 64 --ctx 32 --batch-size 8 --data data.txt --steps 6 --val-every 6 --sample-len 0 --seed 3"
+fail=0
+report() { # name ok why
+  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
+}
+timeout 120 "$cpu" $tiny --stop-after 1 --save init.st >init.txt 2>&1
+report "train_gpt (CPU) trains step 1" $? "$(tail -n 2 init.txt | tr '\n' ' ')"
+timeout 120 "$cpu" $tiny --resume init.st --save cpu.st >cpu.txt 2>&1
+report "train_gpt (CPU) resumes for steps 2-6" $? "$(tail -n 2 cpu.txt | tr '\n' ' ')"
+timeout 120 "$gpu" $tiny --resume init.st --save gpu.st >gpu.txt 2>&1
+report "train_gpt_gpu resumes for steps 2-6" $? "$(tail -n 2 gpu.txt | tr '\n' ' ')"
+grep -q 'nccl backend' gpu.txt
+report "train_gpt_gpu trains on the GPU (nccl backend)" $? "$(grep -m1 -e '^ranks' -e '^note' gpu.txt)"
+
+losses() { awk '/^step / { print $2, $5 } / val / { print "val", $NF }' "$1"; }
+[ "$(losses cpu.txt | wc -l)" -eq 6 ] && [ "$(losses gpu.txt | wc -l)" -eq 6 ] &&
+  paste -d' ' <(losses cpu.txt) <(losses gpu.txt) |
+  awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-4 * $2) bad = 1 } END { exit bad }'
+report "train_gpt_gpu: losses within 1e-4 relative of the CPU's" $? \
+  "$(paste -d' ' <(losses cpu.txt) <(losses gpu.txt) | tr '\n' ';')"
+out=$("$cpu" --compare cpu.st gpu.st opt.m. 2>&1)
+awk -v l="$out" 'BEGIN { split(l, x, " "); exit !(x[1] == "max_rel_diff" && x[2] ~ /^[0-9.e+-]+$/ && x[2] + 0 <= 1e-3) }'
+report "train_gpt_gpu: AdamW first moments within 1e-3 of the CPU's" $? "$out"
+exit $fail
