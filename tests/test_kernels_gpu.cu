@@ -246,6 +246,13 @@ template <typename F> static void t_layernorm_bwd(const Shape &s, Result *r)
     WORST(got2[1], gb);
 }
 
+static int count_plans()
+{
+    int n = 0;
+    for (const ddp__lt_plan &p : g_ctx.plans) n += p.state != 0;
+    return n;
+}
+
 template <typename F> static void t_matmul_fwd(const Shape &s, Result *r)
 {
     Bufs m;
@@ -256,6 +263,15 @@ template <typename F> static void t_matmul_fwd(const Shape &s, Result *r)
     ALLOCATED(dx && dw && db && dout && dout2);
     CK(ddp_matmul_forward_gpu(&g_ctx, dout, dx, dw, db, s.B, s.T, s.C, s.OC, 0));
     CK(ddp_matmul_forward_gpu(&g_ctx, dout2, dx, dw, NULL, s.B, s.T, s.C, s.OC, 0));
+    /* planned once: running both again adds no plan to the context's cache */
+    const int plans = count_plans();
+    CK(ddp_matmul_forward_gpu(&g_ctx, dout, dx, dw, db, s.B, s.T, s.C, s.OC, 0));
+    CK(ddp_matmul_forward_gpu(&g_ctx, dout2, dx, dw, NULL, s.B, s.T, s.C, s.OC, 0));
+    if (count_plans() != plans || plans == 0) {
+        r->err = INFINITY;
+        r->why = "the same shapes made new cuBLASLt plans";
+        return;
+    }
     std::vector<float> out((size_t)BT * s.OC), out2(out.size()), got;
     ddp_matmul_forward_cpu(out.data(), x.data(), w.data(), b.data(), s.B, s.T, s.C, s.OC);
     ddp_matmul_forward_cpu(out2.data(), x.data(), w.data(), NULL, s.B, s.T, s.C, s.OC);
