@@ -1756,8 +1756,8 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline)
     DDP_FREE(reply);
     ddp__hmac(mac, cfg->secret, "server", nonce, snonce);
     if (!ok || !ddp__same_mac(mac, smac)) {
-        ddp__fail(ctx, DDP_ERR_REFUSED, "the store at %s:%d could not prove it knows DDP_SECRET", cfg->master_addr,
-                  cfg->master_port);
+        ddp__fail(ctx, DDP_ERR_REFUSED, "the store at %s:%d could not prove it knows this rank's DDP_SECRET (rank 0 "
+                  "has another secret, or this is not the job's store)", cfg->master_addr, cfg->master_port);
         return -1;
     }
     ddp__hmac(mac, cfg->secret, "client", snonce, nonce);
