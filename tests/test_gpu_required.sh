@@ -28,4 +28,13 @@ for src in tests/test_*.cu; do
     fail=1
   fi
 done
+# make check-gpu as a whole: fails at its probe, with the cause, building nothing
+# (every GPU binary exists: make test built them)
+out=$(unset MAKEFLAGS MFLAGS MAKELEVEL; timeout 120 make check-gpu 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -Eq "^FAIL gpu.probe: .*$cause" <<<"$out" && grep -q "no usable GPU" <<<"$out" && ! grep -q nvcc <<<"$out"; then
+  echo "PASS gpu_required.make_check_gpu_fails_naming_the_cause"
+else
+  echo "FAIL gpu_required.make_check_gpu_fails_naming_the_cause: status $rc, want non-zero, the probe's cause and no rebuild; got: $(grep -v '^PASS\|^SKIP' <<<"$out" | sed 's/^FAIL/| FAIL/' | head -5 | tr '\n' ' ' | head -c 400)"
+  fail=1
+fi
 exit $fail
