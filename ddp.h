@@ -1234,6 +1234,7 @@ struct ddp__server {
     int closing;             /* the job is shutting down: disconnects are expected */
     int64_t stop_deadline;   /* set once rank 0 leaves: stop when everyone is gone */
     char broken[200];        /* why the job can no longer make progress */
+    char farewell[200];      /* why rank 0 leaves, when it fails */
 };
 
 /* grows an array of n elements to hold n + 1; NULL when out of memory */
@@ -1580,8 +1581,13 @@ static void *ddp__server_main(void *arg)
         if (poll(pf, (nfds_t)n, 200) < 0 && errno != EINTR) break;
         if (pf[0].revents) {
             char b[64];
-            if (read(s->wake[0], b, sizeof b) < 0) {}
-            s->stop_deadline = ddp__now_ms() + 5000; /* wait briefly for the others to hang up */
+            ssize_t k = read(s->wake[0], b, sizeof b);
+            if (k > 0 && b[0] == 'f') { /* rank 0 failed: tell whoever waits, and go */
+                ddp__server_break(s, s->farewell);
+                s->stop_deadline = ddp__now_ms();
+            } else {
+                s->stop_deadline = ddp__now_ms() + 5000; /* wait briefly for the others to hang up */
+            }
             s->closing = 1;
         }
         now = ddp__now_ms();
@@ -1610,10 +1616,12 @@ static void ddp__server_free(ddp__server *s)
     DDP_FREE(s);
 }
 
-/* Tells the server to finish once every rank has hung up (or after 5 s), then joins it. */
-static void ddp__server_stop(ddp__server *s)
+/* Tells the server to finish once every rank has hung up (or after 5 s), then joins
+   it; with `why` (rank 0 failed) it tells every waiting rank why and stops at once. */
+static void ddp__server_stop(ddp__server *s, const char *why)
 {
-    if (write(s->wake[1], "x", 1) < 0) {}
+    if (why) snprintf(s->farewell, sizeof s->farewell, "rank 0 failed: %.180s", why);
+    if (write(s->wake[1], why ? "f" : "x", 1) < 0) {}
     pthread_join(s->thread, NULL);
     ddp__server_free(s);
 }
@@ -3012,7 +3020,7 @@ static void ddp__release(ddp_ctx *ctx)
     if (st->be && st->be->release) st->be->release(ctx);
     if (st->store_fd >= 0) close(st->store_fd);
     st->store_fd = -1;
-    if (st->server) ddp__server_stop(st->server);
+    if (st->server) ddp__server_stop(st->server, st->broken ? st->err : NULL);
     st->server = NULL;
 }
 
