@@ -1,4 +1,4 @@
-/* ddp.h - v0.1 - PyTorch-style DistributedDataParallel for C and CUDA programs
+/* ddp.h - v0.2 - PyTorch-style DistributedDataParallel for C and CUDA programs
 
    One header. Process group, launcher, rendezvous, collectives on NCCL (GPUs) or a
    built-in shared-memory CPU backend, distributed sampler, gradient sync, averaged
@@ -38,12 +38,15 @@
      }
 
    LAUNCHING (any of these; the program reads whichever environment it finds)
-     ./prog --nproc 4 args                    built-in launcher (ddp_launch)
+     ./prog --nproc 4 args                    built-in launcher (ddp_launch; also
+                                              --nproc_per_node=4); a job's own secret
      ddprun -n 4 ./prog args                  examples/ddprun.c, for any program
-     torchrun --nproc_per_node=4 prog args    (RANK, WORLD_SIZE, LOCAL_RANK, ...)
-     python -m torch.distributed.launch --nproc_per_node=4 prog   (--local_rank=N)
-     mpirun -np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 ./prog
-     srun -n 4 ./prog                         (with MASTER_ADDR/MASTER_PORT exported)
+     torchrun --no_python --nproc_per_node=4 ./prog args   (RANK, WORLD_SIZE, ...)
+     mpirun -np 4 ./prog                      one host: MASTER_ADDR defaults to 127.0.0.1
+     srun -n 4 ./prog                         MASTER_ADDR: the step's first host
+   Without MASTER_PORT the port comes from the launch's own id (torchrun's run id,
+   Slurm's job and step, Open MPI's namespace), so two jobs on a host never meet;
+   without any id it is 29500. --nproc inside a launched job is refused.
 
    ENVIRONMENT
      RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
@@ -52,13 +55,31 @@
      OMPI_COMM_WORLD_RANK _SIZE _LOCAL_RANK _LOCAL_SIZE           Open MPI
      PMI_RANK PMI_SIZE MPI_LOCALRANKID                            MPICH / Hydra
      DDP_BACKEND=cpu|nccl   force a backend (default: nccl if a GPU is visible)
-     DDP_TIMEOUT=seconds    how long any wait may take (default 300)
-     DDP_JOB_ID             set by the launcher; ranks of other jobs are refused
+     DDP_TIMEOUT=seconds    how long any wait may take (default 300, at least 0.001)
+     DDP_JOB_ID             this launch's id (default: the launcher's); the store
+                            refuses ranks of other jobs
+     DDP_SECRET             peers of the store prove they know it (HMAC-SHA256
+                            challenge both ways; it never crosses the wire). The
+                            built-in launcher makes a random one per job.
      DDP_SHM_CHUNK=bytes    CPU backend: per-rank staging size (default 1 MiB)
+     DDP_CHECK=1            compare every collective's arguments across ranks through
+                            the store too (the CPU backend always compares, in shared
+                            memory; this is how NCCL jobs get the check)
      DDP_DEBUG=1            log what init decided, on every rank
+
+   RANKS MUST AGREE
+     Every collective carries a fingerprint (number, kind, dtype, op, count, root).
+     Ranks whose fingerprints differ get DDP_ERR_MISMATCH naming both sides
+     ("all_reduce #12: rank 0 passes 100 x f32 sum, rank 1 passes 1000 x f32 sum"),
+     never a result. Init compares the settings that must match (ddp.h version,
+     backend, shm chunk, DDP_CHECK); ddp_grad_init compares the bucket layout. A rank
+     that calls ddp_destroy while others wait in a collective is named at once.
 
    DOES NOT
      - run the CPU backend across hosts (one host; NCCL spans hosts)
+     - compare NCCL collectives unless asked (DDP_CHECK=1: one store round trip each)
+     - encrypt anything: the secret authenticates who joins the store; the data of
+       the collectives and NCCL's own traffic are not protected from the network
      - host the store inside torchrun's agent: under torchrun, rank 0 opens its own
        store on MASTER_PORT+1
      - hide failures: every call returns a ddp_result; after a failure the context
@@ -66,6 +87,10 @@
      - call exit() or print anything but errors unless asked (DDP_DEBUG, ddp_print)
 
    VERSION HISTORY
+     0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
+                      store admission (job id, duplicate ranks, DDP_SECRET), bounded
+                      store, per-launch job ids, arenas swept after crashes, host
+                      memory on NCCL, an NCCL watchdog, one list per concept
      0.1 (2026-12-02) process group, launcher, TCP store, CPU + NCCL collectives,
                       sampler, gradient sync, metrics
 */
@@ -229,8 +254,11 @@ DDPDEF const char *ddp_backend_name(ddp_backend b);
 /* ---- collectives -----------------------------------------------------------------
    Every rank calls the same collectives in the same order. Counts are elements.
    NCCL: device pointers, `stream` a cudaStream_t (NULL: the legacy default stream);
-   the call returns once the work is queued after `stream`'s earlier work.
+   the call returns once the work is queued after `stream`'s earlier work (a watchdog
+   aborts NCCL if it is not done within the timeout). Host memory works too: it is
+   staged through device memory and the call returns when the result is there.
    CPU: host pointers, `stream` ignored; the call returns when the result is there.
+   Ranks that pass different arguments get DDP_ERR_MISMATCH (see RANKS MUST AGREE).
    send == recv is in place. AVG of integers truncates toward zero. 16-bit floats
    accumulate in f32 on the CPU. */
 DDPDEF ddp_result ddp_all_reduce(ddp_ctx *ctx, const void *send, void *recv, size_t count,
