@@ -4,15 +4,13 @@
     python3 examples/plot_loss.py "1 process x 8=one.jsonl" "4 processes x 2=four.jsonl" \
         -o examples/loss_curve.png
 
-Each argument is LABEL=FILE. Train loss is a line, validation loss a marker per
-evaluation. Needs matplotlib (pip install matplotlib)."""
+Each argument is LABEL=FILE (or just FILE: the label is the file name). Train loss is a
+line, validation loss a marker per evaluation. The title is --title, or says which runs
+are drawn and their world sizes (from the logs). Needs matplotlib
+(pip install matplotlib, or apt install python3-matplotlib)."""
 import argparse
 import json
-
-import matplotlib
-
-matplotlib.use("Agg")  # files only, no display needed
-import matplotlib.pyplot as plt
+import sys
 
 
 def read_log(path):
@@ -24,13 +22,26 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", help="LABEL=FILE.jsonl")
     ap.add_argument("-o", "--out", default="loss_curve.png")
+    ap.add_argument("--title", help="the plot's title (default: the runs' labels and world sizes)")
     args = ap.parse_args()
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("plot_loss.py needs matplotlib: pip install matplotlib (or apt install python3-matplotlib)")
+    matplotlib.use("Agg")  # files only, no display needed
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    titles = []
     styles = [dict(lw=3.0, alpha=0.45), dict(lw=1.2, ls="--")]  # later runs drawn over earlier ones
     for i, run in enumerate(args.runs):
         label, _, path = run.rpartition("=")
+        label = label or path
         rows = read_log(path)
+        if not rows:
+            sys.exit(f"plot_loss.py: {path} holds no steps (a train_gpt --log file has one JSON object per step)")
+        sizes = sorted({r.get("world_size", 1) for r in rows})
+        titles.append(f"{label} ({'/'.join(map(str, sizes))} process{'es' if sizes != [1] else ''})")
         style = styles[min(i, len(styles) - 1)]
         line, = ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], label=f"{label}: train", **style)
         val = [r for r in rows if "val_loss" in r]
@@ -38,7 +49,7 @@ def main():
                 color=line.get_color(), ms=8 if i == 0 else 7, label=f"{label}: validation")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy loss (nats per byte)")
-    ax.set_title("train_gpt: the same global batch on 1 and 4 processes")
+    ax.set_title(args.title or "train_gpt: " + " vs ".join(titles), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -1058,6 +1058,8 @@ typedef struct trainer {
     int stop;           /* the step after which this run ends (--stop-after, else --steps) */
     int ddp_errors;     /* failures ddp.h has already reported (log_ddp) */
     FILE *log;          /* --log, rank 0 */
+    int tty;            /* rank 0's stdout is a terminal: one progress line, rewritten */
+    int line_open;      /* the progress line awaits its newline */
     double t_start, t_train;
 } trainer;
 
@@ -1168,16 +1170,19 @@ static int train_step(trainer *t, int step, step_stats *st, char *err, size_t er
     return 1;
 }
 
-/* Rank 0's line per step (and --log's JSON object). */
+/* Rank 0's line per step (and --log's JSON object). On a terminal the line is
+   rewritten in place (\r, then erase to the end of the line), and only the steps with
+   a validation loss stay; logs and CI get every line. */
 static void log_step(trainer *t, int step, const step_stats *st)
 {
     const double elapsed = now_s() - t->t_start, per_step = elapsed / (step + 1 - t->start_step);
     const double tok_s = st->tokens / st->seconds;
     if (!ddp_is_main(&t->ctx)) return;
-    printf("step %5d/%d | loss %.6f | lr %.2e | norm %.3f | %.0f tok/s | %.1f s, ETA %.1f s", step + 1, t->o.steps,
-           st->loss, st->lr, st->norm, tok_s, elapsed, per_step * (t->stop - step - 1));
+    printf("%sstep %5d/%d | loss %.6f | lr %.2e | norm %.3f | %.0f tok/s | %.1f s, ETA %.1f s", t->tty ? "\r" : "",
+           step + 1, t->o.steps, st->loss, st->lr, st->norm, tok_s, elapsed, per_step * (t->stop - step - 1));
     if (st->has_val) printf(" | val %.6f", st->val_loss);
-    printf("\n");
+    t->line_open = t->tty && !st->has_val;
+    printf("%s", t->tty ? (t->line_open ? "\033[K" : "\033[K\n") : "\n");
     fflush(stdout);
     if (t->log) {
         fprintf(t->log, "{\"step\": %d, \"loss\": %.6f, ", step + 1, st->loss);
@@ -1366,6 +1371,7 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     if ((r = ddp_sampler_init(&t->val, &t->ctx, &sd)) != DDP_OK)
         return ddp_reason(t, "ddp_sampler_init", r, err, errsize);
 
+    t->tty = ddp_is_main(&t->ctx) && isatty(fileno(stdout));
     if (ddp_is_main(&t->ctx) && o->log && !(t->log = fopen(o->log, "a"))) {
         snprintf(err, errsize, "cannot open --log %s: %s", o->log, strerror(errno));
         return 0;
@@ -1417,6 +1423,7 @@ static int fail(const char *why) /* one line (empty: ddp.h has said it), non-zer
    so, and the barrier keeps the others until it has. */
 static int diverged(trainer *t, int step, const step_stats *st)
 {
+    if (t->line_open) printf("\n");
     if (ddp_is_main(&t->ctx)) {
         const char *what = !isfinite(st->loss) ? "training loss" : !isfinite(st->norm) ? "gradient norm" : "validation loss";
         const double value = !isfinite(st->loss) ? st->loss : !isfinite(st->norm) ? st->norm : st->val_loss;
@@ -1475,6 +1482,7 @@ int main(int argc, char **argv)
                 return fail(err);
         }
     }
+    if (t.line_open) printf("\n");
     ddp_print(&t.ctx, "trained %d steps in %.1f s: %.0f tokens/s over %d ranks\n", t.stop - t.start_step, t.t_train,
               t.t_train > 0 ? (double)(t.stop - t.start_step) * t.global_batch * t.o.cfg.ctx / t.t_train : 0.0,
               t.ctx.world_size);

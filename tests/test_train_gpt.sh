@@ -43,7 +43,7 @@ compare_runs() { # what a b
 # ---- world-size invariance and gradient accumulation --------------------------------
 run one --nproc 1 --batch-size 8 --steps 8 --save one.st --log one.jsonl
 run two --nproc 2 --batch-size 4 --steps 8 --save two.st
-run four --nproc 4 --batch-size 2 --steps 8 --save four.st
+run four --nproc 4 --batch-size 2 --steps 8 --save four.st --log four.jsonl
 run accum --nproc 1 --batch-size 2 --grad-accum 4 --steps 8 --save accum.st
 run accum2 --nproc 2 --batch-size 1 --grad-accum 4 --steps 8 --save accum2.st
 compare_runs "1 x 8 vs 2 x 4" one two
@@ -98,6 +98,31 @@ EOF
   report "train_gpt checkpoint loads in Python safetensors" $? "$(tail -n 2 py.txt | tr '\n' ' ')"
 else
   echo "SKIP train_gpt checkpoint loads in Python safetensors: python3 safetensors and numpy not installed"
+fi
+
+# ---- the face: a progress line on a terminal, plot_loss.py ----------------------------------
+if command -v script >/dev/null; then
+  script -qec "$bin $tiny --nproc 2 --batch-size 4 --steps 8" /dev/null >tty.txt 2>&1
+  rc=$?
+  # every step rewrites one line (\r ... erase to its end); only the validation steps (4, 8) stay
+  [ "$rc" -eq 0 ] && [ "$(tr '\r' '\n' <tty.txt | grep -c '^step ')" -eq 8 ] &&
+    [ "$(grep -c '^step ' tty.txt)" -eq 0 ] && [ "$(grep -c ' | val ' tty.txt)" -eq 2 ] &&
+    grep -q $'\r''step     8/8 .* | val ' tty.txt && grep -q '^trained 8 steps' tty.txt
+  report "train_gpt on a terminal: one progress line, a line per validation" $? "exit $rc: $(tr '\r\033' '|~' <tty.txt | head -c 400)"
+else
+  echo "SKIP train_gpt on a terminal: no script(1) to give it one"
+fi
+plot="$OLDPWD/examples/plot_loss.py"
+python3 -c "import runpy, sys; sys.modules['matplotlib'] = None; sys.argv = ['plot_loss.py', 'one.jsonl']
+runpy.run_path('$plot', run_name='__main__')" >plot.txt 2>&1  # as if matplotlib were missing
+rc=$?
+[ "$rc" -eq 1 ] && [ "$(cat plot.txt)" = "plot_loss.py needs matplotlib: pip install matplotlib (or apt install python3-matplotlib)" ]
+report "plot_loss.py without matplotlib: what to install, exit 1" $? "exit $rc: $(head -c 300 plot.txt)"
+if python3 -c 'import matplotlib' 2>/dev/null; then
+  python3 "$plot" "one process=one.jsonl" four.jsonl -o curve.png >plot.txt 2>&1 && [ -s curve.png ]
+  report "plot_loss.py draws a log" $? "$(tail -n 2 plot.txt)"
+else
+  echo "SKIP plot_loss.py draws a log: python3 matplotlib not installed"
 fi
 
 # ---- errors: one line on stderr, non-zero exit, no hang ----------------------------------
