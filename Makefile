@@ -70,9 +70,9 @@ GPU_RUNS = "./examples/hello_allreduce_gpu" \
 # would rebuild them whenever a copied tree has newer header times); only missing
 # ones are built. DDP_REQUIRE_GPU=1 turns every "no GPU" skip into a failure.
 check-gpu:
-	@for b in $(GPU_EXAMPLES) $(GPU_TESTS); do \
-	  [ -x "$$b" ] || { echo "check-gpu: $$b is missing: make gpu-build"; $(MAKE) --no-print-directory gpu-build || exit 1; break; }; \
-	done
+	@missing=""; for b in $(GPU_EXAMPLES) $(GPU_TESTS); do [ -x "$$b" ] || missing="$$missing $$b"; done; \
+	if [ -n "$$missing" ]; then echo "check-gpu: building what is missing:$$missing"; \
+	  $(MAKE) --no-print-directory $$missing || exit 1; fi
 	@export DDP_REQUIRE_GPU=1; failed=""; \
 	echo "+ ./tests/test_gpu_probe"; \
 	./tests/test_gpu_probe || { echo "check-gpu: FAILED: no usable GPU (the probe says why above)"; exit 1; }; \
