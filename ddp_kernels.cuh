@@ -898,7 +898,7 @@ static inline void ddp_global_norm_cpu(float *norm, const float *grads, size_t N
 }
 
 /* grads (N) *= max_norm / (norm + 1e-6) when that factor is below 1; norm (1) from
-   ddp_grad_norm. */
+   ddp_global_norm_cpu. */
 static inline void ddp_clip_by_norm_cpu(float *grads, size_t N, float max_norm, const float *norm)
 {
     float f = max_norm / (*norm + 1e-6f);
