@@ -17,6 +17,7 @@
      DDP_STATIC    make every function static (private to the including file)
      DDP_NCCL      compile the NCCL backend (on by default under nvcc; with gcc,
                    define it and link -lcudart -lnccl); DDP_NO_NCCL turns it off
+     DDP_MPI       compile the MPI backend (build with mpicc): CPU jobs across hosts
      DDP_MALLOC/DDP_FREE  replace malloc/free (define both or neither)
 
    EXAMPLE (each rank adds rank+1; every rank ends with the sum)
@@ -154,7 +155,7 @@ typedef enum ddp_result {
 } ddp_result;
 
 /* Backends: name as DDP_BACKEND=name takes it. */
-#define DDP__BACKENDS(X) X(DDP_BACKEND_CPU, "cpu") X(DDP_BACKEND_NCCL, "nccl")
+#define DDP__BACKENDS(X) X(DDP_BACKEND_CPU, "cpu") X(DDP_BACKEND_NCCL, "nccl") X(DDP_BACKEND_MPI, "mpi")
 typedef enum ddp_backend {
     DDP_BACKEND_DEFAULT = 0,
 #define DDP__ENUM(name, text) name,
@@ -473,6 +474,11 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #ifdef DDP_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
+#endif
+#ifdef DDP_MPI
+#define OMPI_SKIP_MPICXX 1 /* the C API only: MPI's C++ bindings do not compile warning-free */
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
 #endif
 
 #if defined(__GLIBC__) && !(defined(__USE_XOPEN2K8) && defined(__USE_MISC))
@@ -821,6 +827,7 @@ typedef struct ddp__settings {
     int debug, check;
     ddp_backend backend;
     const char *backend_why; /* what chose it, for DDP_DEBUG */
+    char backend_note[200];
     char job_id[128];
     const char *job_from;    /* which variable gave the job id */
     char secret[256];
@@ -1217,6 +1224,31 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     ddp__copy(s->master_addr, sizeof s->master_addr, addr);
     s->master_port = port;
     return DDP_OK;
+}
+
+/* Names the first setting two ranks disagree on, e.g. "shm_chunk=1048576" vs "=65536". */
+static ddp_result ddp__agree(ddp_ctx *ctx, int other, const char *theirs)
+{
+    static const struct { const char *name, *hint; } hints[] = {
+        {"ddp.h", "build every rank with one ddp.h"}, {"backend", "DDP_BACKEND or ddp_desc.backend"},
+        {"shm_chunk", "DDP_SHM_CHUNK or ddp_desc.shm_chunk_bytes"}, {"check", "DDP_CHECK or ddp_desc.check"}};
+    const char *mine = ctx->st->cfg.agree, *a = mine, *b = theirs;
+    char fa[96], fb[96];
+    size_t i;
+    if (strcmp(mine, theirs) == 0) return DDP_OK;
+    while (*a && *b) { /* space-separated name=value fields, in one order on every rank */
+        size_t na = strcspn(a, " "), nb = strcspn(b, " ");
+        if (na != nb || memcmp(a, b, na) != 0) break;
+        a += na + (a[na] == ' ');
+        b += nb + (b[nb] == ' ');
+    }
+    snprintf(fa, sizeof fa, "%.*s", (int)strcspn(a, " "), a);
+    snprintf(fb, sizeof fb, "%.*s", (int)strcspn(b, " "), b);
+    for (i = 0; i < sizeof hints / sizeof hints[0]; i++)
+        if (strncmp(fa, hints[i].name, strlen(hints[i].name)) == 0) break;
+    return ddp__fail(ctx, DDP_ERR_MISMATCH, "ranks disagree on a setting that must match: rank %d has %s, rank %d has %s%s%s%s",
+                     ctx->rank, fa, other, fb, i < sizeof hints / sizeof hints[0] ? " (" : "",
+                     i < sizeof hints / sizeof hints[0] ? hints[i].hint : "", i < sizeof hints / sizeof hints[0] ? ")" : "");
 }
 
 /* ---- >>store ---------------------------------------------------------------------------------
@@ -2707,6 +2739,282 @@ static int ddp__nccl_usable(char *why, size_t n)
 }
 #endif
 
+/* ---- >>mpi -----------------------------------------------------------------------------------
+   For CPU jobs across hosts, on the MPI the cluster already has (compile with
+   -DDDP_MPI, build with mpicc). MPI forms the group: rank and size from
+   MPI_COMM_WORLD, local ranks from a shared-memory split, so mpirun needs no
+   MASTER_ADDR. MPI is only a transport here: an all-reduce is an all-to-all that gives
+   rank r block r of everyone's data, a reduction of those blocks in rank order by the
+   CPU backend's own reducers (16-bit floats in f32), and an all-gather of the results.
+   So every rank, and every run, and the one-host CPU backend, get the same bits.
+   Every collective starts with a small all-reduce of its fingerprint (ranks that
+   disagree learn it before any data moves). Waits poll non-blocking requests within
+   the timeout; MPI cannot abort one, so a timed-out rank returns the error and the
+   launcher ends the job when it exits. */
+#ifdef DDP_MPI
+#define DDP__MPI_PIECE ((size_t)4 << 20) /* bytes of one rank's data moved per step */
+
+typedef struct ddp__mpi {
+    MPI_Comm comm;
+    int has_comm;
+    char *stage;           /* W blocks of a piece */
+    size_t staged;
+    int *counts, *displs;  /* per rank, in bytes */
+    int owns_mpi;          /* this context initialised MPI and finalises it */
+} ddp__mpi;
+
+static ddp__mpi *ddp__mpi_of(ddp_ctx *ctx) { return (ddp__mpi *)ctx->st->bs; }
+
+static ddp_result ddp__mpi_error(ddp_ctx *ctx, int rc, const char *what, const ddp__coll *c)
+{
+    char text[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    MPI_Error_string(rc, text, &n);
+    if (c) return ddp__fail(ctx, DDP_ERR_BACKEND, "%s #%llu: %s: %s", ddp__colls[c->kind].name, (unsigned long long)c->seq,
+                            what, text);
+    return ddp__fail(ctx, DDP_ERR_BACKEND, "%s: %s", what, text);
+}
+
+/* Waits for a request within the timeout: spins briefly, then sleeps between polls. */
+static ddp_result ddp__mpi_wait_req(ddp_ctx *ctx, MPI_Request *req, const ddp__coll *c, int rc)
+{
+    int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
+    long nap = 1000;
+    int done = 0, spins = 0;
+    if (rc != MPI_SUCCESS) return ddp__mpi_error(ctx, rc, "MPI", c);
+    for (;;) {
+        if ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return ddp__mpi_error(ctx, rc, "MPI_Test", c);
+        if (done) return DDP_OK;
+        if (++spins < 2000) continue;
+        if (ddp__now_ms() > deadline)
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.1f s in MPI (a rank is late, stuck or "
+                             "gone; the launcher ends the job when this rank exits)", ddp__colls[c->kind].name,
+                             (unsigned long long)c->seq, ctx->st->cfg.timeout_ms / 1000.0);
+        {
+            struct timespec ts;
+            ts.tv_sec = 0;
+            ts.tv_nsec = nap;
+            nanosleep(&ts, NULL);
+            if (nap < 200000) nap *= 2; /* up to 0.2 ms between polls */
+        }
+    }
+}
+
+/* Everyone's fingerprint: a max over (f, -f) shows whether all agree in one small
+   all-reduce; only when they do not, all of them are gathered to name the sides. */
+static ddp_result ddp__mpi_agree(ddp_ctx *ctx, const ddp__coll *c)
+{
+    ddp__mpi *b = ddp__mpi_of(ctx);
+    ddp__fp mine = ddp__fingerprint(c), *all;
+    int64_t v[12], m[12];
+    MPI_Request req;
+    ddp_result r;
+    int i;
+    v[0] = (int64_t)mine.seq; v[1] = (int64_t)mine.count; v[2] = mine.kind; v[3] = mine.dtype; v[4] = mine.op; v[5] = mine.root;
+    for (i = 0; i < 6; i++) v[6 + i] = -v[i];
+    if ((r = ddp__mpi_wait_req(ctx, &req, c, MPI_Iallreduce(v, m, 12, MPI_INT64_T, MPI_MAX, b->comm, &req))) != DDP_OK)
+        return r;
+    for (i = 0; i < 6 && m[i] == -m[6 + i]; i++) {}
+    if (i == 6) return DDP_OK;
+    if (!(all = DDP__CAST(ddp__fp *, DDP_MALLOC(sizeof *all * (size_t)ctx->world_size))))
+        return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
+    r = ddp__mpi_wait_req(ctx, &req, c, MPI_Iallgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
+                                                       b->comm, &req));
+    for (i = 0; r == DDP_OK && i < ctx->world_size; i++)
+        if (memcmp(&all[i], &mine, sizeof mine) != 0) {
+            char why[300];
+            ddp__fp theirs = all[i];
+            ddp__fp_diff(why, sizeof why, ctx->rank, &mine, i, &theirs);
+            r = ddp__fail(ctx, mine.kind == DDP__DESTROY || theirs.kind == DDP__DESTROY ? DDP_ERR_PEER : DDP_ERR_MISMATCH,
+                          "%s", why);
+        }
+    if (r == DDP_OK) /* another pair disagrees: name them from here too */
+        for (i = 1; i < ctx->world_size; i++)
+            if (memcmp(&all[i], &all[0], sizeof mine) != 0) {
+                char why[300];
+                ddp__fp_diff(why, sizeof why, 0, &all[0], i, &all[i]);
+                r = ddp__fail(ctx, DDP_ERR_MISMATCH, "%s", why);
+                break;
+            }
+    DDP_FREE(all);
+    return r;
+}
+
+static ddp_result ddp__mpi_stage(ddp_ctx *ctx, size_t bytes)
+{
+    ddp__mpi *b = ddp__mpi_of(ctx);
+    if (bytes <= b->staged) return DDP_OK;
+    DDP_FREE(b->stage);
+    b->staged = 0;
+    if (!(b->stage = DDP__CAST(char *, DDP_MALLOC(bytes))))
+        return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory for %zu bytes of MPI staging", bytes);
+    b->staged = bytes;
+    return DDP_OK;
+}
+
+/* One collective through MPI (world > 1), in pieces of at most DDP__MPI_PIECE bytes
+   per rank so that memory stays bounded and counts fit an int. */
+static ddp_result ddp__mpi_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, ddp_work *work)
+{
+    ddp__mpi *b = ddp__mpi_of(ctx);
+    int W = ctx->world_size, me = ctx->rank, r;
+    size_t es = ddp_dtype_size((ddp_dtype)c->dtype), per, off, n;
+    const char *send = (const char *)c->send;
+    char *recv = (char *)c->recv;
+    MPI_Request req;
+    ddp_result res;
+    (void)stream;
+    (void)work;
+    if ((res = ddp__mpi_agree(ctx, c)) != DDP_OK || c->kind >= DDP__BARRIER) return res; /* that was the meeting */
+    per = DDP__MPI_PIECE / es;
+    switch (c->kind) {
+    case DDP__BROADCAST:
+        for (off = 0; off < c->count && res == DDP_OK; off += n) {
+            n = c->count - off < per ? c->count - off : per;
+            res = ddp__mpi_wait_req(ctx, &req, c, MPI_Ibcast(recv + off * es, (int)(n * es), MPI_BYTE, c->root, b->comm, &req));
+        }
+        return res;
+    case DDP__ALL_GATHER:
+        per /= (size_t)W;
+        if (!per) per = 1;
+        if ((res = ddp__mpi_stage(ctx, per * es * (size_t)W)) != DDP_OK) return res;
+        for (off = 0; off < c->count && res == DDP_OK; off += n) {
+            n = c->count - off < per ? c->count - off : per;
+            res = ddp__mpi_wait_req(ctx, &req, c, MPI_Iallgather(send + off * es, (int)(n * es), MPI_BYTE, b->stage,
+                                                                 (int)(n * es), MPI_BYTE, b->comm, &req));
+            for (r = 0; res == DDP_OK && r < W; r++)
+                memcpy(recv + ((size_t)r * c->count + off) * es, b->stage + (size_t)r * n * es, n * es);
+        }
+        return res;
+    case DDP__ALL_REDUCE:
+        if ((res = ddp__mpi_stage(ctx, (per + (size_t)W) * es)) != DDP_OK) return res;
+        for (off = 0; off < c->count && res == DDP_OK; off += n) {
+            size_t lo, mine;
+            n = c->count - off < per ? c->count - off : per;
+            /* rank r owns elements [n r / W, n (r+1) / W) of the piece */
+            lo = n * (size_t)me / (size_t)W;
+            mine = n * (size_t)(me + 1) / (size_t)W - lo;
+            for (r = 0; r < W; r++) {
+                b->counts[r] = (int)((n * (size_t)(r + 1) / (size_t)W - n * (size_t)r / (size_t)W) * es);
+                b->displs[r] = (int)(n * (size_t)r / (size_t)W * es);
+            }
+            {   /* send block r to rank r; receive everyone's block `me`, in rank order */
+                int *rc = b->counts + W, *rd = b->displs + W;
+                for (r = 0; r < W; r++) { rc[r] = (int)(mine * es); rd[r] = (int)((size_t)r * mine * es); }
+                res = ddp__mpi_wait_req(ctx, &req, c, MPI_Ialltoallv(send + off * es, b->counts, b->displs, MPI_BYTE,
+                                                                     b->stage, rc, rd, MPI_BYTE, b->comm, &req));
+            }
+            if (res != DDP_OK) break;
+            ddp__reducers[c->dtype](recv + (off + lo) * es, b->stage, mine * es, W, mine, (ddp_op)c->op);
+            res = ddp__mpi_wait_req(ctx, &req, c, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, recv + off * es, b->counts,
+                                                                  b->displs, MPI_BYTE, b->comm, &req));
+        }
+        return res;
+    case DDP__REDUCE_SCATTER:
+        per /= (size_t)W;
+        if (!per) per = 1;
+        if ((res = ddp__mpi_stage(ctx, 2 * per * es * (size_t)W)) != DDP_OK) return res;
+        for (off = 0; off < c->count && res == DDP_OK; off += n) {
+            char *out = b->stage + per * es * (size_t)W;
+            n = c->count - off < per ? c->count - off : per;
+            for (r = 0; r < W; r++) /* piece `off` of block r goes to rank r */
+                memcpy(b->stage + (size_t)r * n * es, send + ((size_t)r * c->count + off) * es, n * es);
+            res = ddp__mpi_wait_req(ctx, &req, c, MPI_Ialltoall(b->stage, (int)(n * es), MPI_BYTE, out, (int)(n * es),
+                                                                MPI_BYTE, b->comm, &req));
+            if (res == DDP_OK) ddp__reducers[c->dtype](recv + off * es, out, n * es, W, n, (ddp_op)c->op);
+        }
+        return res;
+    }
+    return ddp__fail(ctx, DDP_ERR_ARG, "unknown collective %d", c->kind);
+}
+
+/* The group from MPI itself: rank, size, local ranks, nodes, and the settings that
+   must match, all without the store. */
+static ddp_result ddp__mpi_group(ddp_ctx *ctx)
+{
+    ddp__mpi *b;
+    MPI_Comm local;
+    int inited = 0, provided = 0, rank = 0, size = 1, lr = 0, lw = 1, lead, nodes = 0, node = 0, rc, i;
+    char *agree;
+    ddp_result r = DDP_OK;
+    if (!(b = DDP__CAST(ddp__mpi *, DDP_MALLOC(sizeof *b)))) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
+    memset(b, 0, sizeof *b);
+    ctx->st->bs = b;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided)) != MPI_SUCCESS)
+            return ddp__mpi_error(ctx, rc, "MPI_Init_thread", NULL);
+        b->owns_mpi = 1;
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    /* async collectives run on the worker thread, never two MPI calls at once */
+    if (provided < MPI_THREAD_SERIALIZED)
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "MPI was initialised without MPI_THREAD_SERIALIZED, which the MPI backend needs");
+    MPI_Comm_dup(MPI_COMM_WORLD, &b->comm);
+    b->has_comm = 1;
+    MPI_Comm_set_errhandler(b->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(b->comm, &rank);
+    MPI_Comm_size(b->comm, &size);
+    if (ctx->world_size > 1 && (ctx->world_size != size || ctx->rank != rank))
+        return ddp__fail(ctx, DDP_ERR_ENV, "the launcher says rank %d of %d, MPI says rank %d of %d", ctx->rank,
+                         ctx->world_size, rank, size);
+    ctx->rank = rank;
+    ctx->world_size = size;
+    MPI_Comm_split_type(b->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &lr);
+    MPI_Comm_size(local, &lw);
+    lead = lr == 0; /* nodes are numbered in order of their first rank */
+    MPI_Allreduce(&lead, &nodes, 1, MPI_INT, MPI_SUM, b->comm);
+    MPI_Exscan(&lead, &node, 1, MPI_INT, MPI_SUM, b->comm);
+    if (rank == 0) node = 0;
+    MPI_Bcast(&node, 1, MPI_INT, 0, local);
+    MPI_Comm_free(&local);
+    ctx->local_rank = lr;
+    ctx->local_world_size = lw;
+    ctx->node_rank = node;
+    ctx->num_nodes = nodes;
+    b->counts = DDP__CAST(int *, DDP_MALLOC(sizeof(int) * 2 * (size_t)size));
+    b->displs = DDP__CAST(int *, DDP_MALLOC(sizeof(int) * 2 * (size_t)size));
+    agree = DDP__CAST(char *, DDP_MALLOC(sizeof ctx->st->cfg.agree * (size_t)size));
+    if (!b->counts || !b->displs || !agree) { DDP_FREE(agree); return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory"); }
+    MPI_Allgather(ctx->st->cfg.agree, (int)sizeof ctx->st->cfg.agree, MPI_CHAR, agree, (int)sizeof ctx->st->cfg.agree,
+                  MPI_CHAR, b->comm);
+    for (i = 0; i < size && r == DDP_OK; i++) r = ddp__agree(ctx, i, agree + (size_t)i * sizeof ctx->st->cfg.agree);
+    DDP_FREE(agree);
+    return r;
+}
+
+static ddp_result ddp__mpi_init(ddp_ctx *ctx)
+{
+    (void)ctx; /* the group already did everything */
+    return DDP_OK;
+}
+
+static void ddp__mpi_release(ddp_ctx *ctx)
+{
+    ddp__mpi *b = ddp__mpi_of(ctx);
+    if (!b) return;
+    if (b->has_comm) MPI_Comm_free(&b->comm);
+    if (b->owns_mpi) {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Finalize();
+    }
+    DDP_FREE(b->stage);
+    DDP_FREE(b->counts);
+    DDP_FREE(b->displs);
+    DDP_FREE(b);
+    ctx->st->bs = NULL;
+}
+
+/* Launched by an MPI launcher (its variables are set)? Then MPI can form the group. */
+static int ddp__mpi_launched(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+#endif
+
 /* ---- >>backends ------------------------------------------------------------------------------
    What a backend provides. init runs after the store is up (world > 1) and sets
    ctx->st->bs; run does one collective (host backends: to completion; `work` is NULL
@@ -2714,6 +3022,7 @@ static int ddp__nccl_usable(char *why, size_t n)
    the worker thread's queue is the async mechanism); release undoes init. A backend
    compiled out has a row of NULLs and a reason. */
 struct ddp__backend {
+    ddp_result (*group)(ddp_ctx *ctx); /* forms the group itself (MPI); NULL: the store does */
     ddp_result (*init)(ddp_ctx *ctx);
     ddp_result (*run)(ddp_ctx *ctx, const ddp__coll *c, void *stream, ddp_work *work);
     ddp_result (*wait)(ddp_ctx *ctx, ddp_work *work, void *stream);
@@ -2723,27 +3032,43 @@ struct ddp__backend {
 };
 
 static const ddp__backend ddp__backends[DDP_BACKEND_COUNT] = {
-    {NULL, NULL, NULL, NULL, NULL, "no backend"},
-    {ddp__cpu_init, ddp__cpu_run, NULL, ddp__cpu_release, ddp__cpu_abort, NULL},
+    {NULL, NULL, NULL, NULL, NULL, NULL, "no backend"},
+    {NULL, ddp__cpu_init, ddp__cpu_run, NULL, ddp__cpu_release, ddp__cpu_abort, NULL},
 #ifdef DDP_NCCL
-    {ddp__nccl_init, ddp__nccl_run, ddp__nccl_wait, ddp__nccl_release, NULL, NULL},
+    {NULL, ddp__nccl_init, ddp__nccl_run, ddp__nccl_wait, ddp__nccl_release, NULL, NULL},
 #else
-    {NULL, NULL, NULL, NULL, NULL, "ddp.h was built without it (build with nvcc, or -DDDP_NCCL and -lcudart -lnccl)"},
+    {NULL, NULL, NULL, NULL, NULL, NULL, "ddp.h was built without it (build with nvcc, or -DDDP_NCCL and -lcudart -lnccl)"},
+#endif
+#ifdef DDP_MPI
+    {ddp__mpi_group, ddp__mpi_init, ddp__mpi_run, NULL, ddp__mpi_release, NULL, NULL},
+#else
+    {NULL, NULL, NULL, NULL, NULL, NULL, "ddp.h was built without it (define DDP_MPI and build with mpicc)"},
 #endif
 };
 
-/* The desc's or DDP_BACKEND's choice, else NCCL where a GPU is usable, else CPU. */
+/* The desc's or DDP_BACKEND's choice, else NCCL where a GPU is usable, else MPI for
+   a job an MPI launcher spread over hosts (when built with it), else CPU. */
 static ddp_result ddp__choose_backend(ddp_ctx *ctx)
 {
     ddp__settings *cfg = &ctx->st->cfg;
     if (!cfg->backend) {
-#ifdef DDP_NCCL
-        static char why[200];
-        cfg->backend = ddp__nccl_usable(why, sizeof why) ? DDP_BACKEND_NCCL : DDP_BACKEND_CPU;
-        cfg->backend_why = cfg->backend == DDP_BACKEND_NCCL ? "a GPU is visible" : why;
-#else
         cfg->backend = DDP_BACKEND_CPU;
-        cfg->backend_why = "built without NCCL";
+        cfg->backend_why = cfg->backend_note;
+#ifdef DDP_NCCL
+        if (ddp__nccl_usable(cfg->backend_note, sizeof cfg->backend_note)) {
+            cfg->backend = DDP_BACKEND_NCCL;
+            snprintf(cfg->backend_note, sizeof cfg->backend_note, "a GPU is visible");
+        }
+#else
+        snprintf(cfg->backend_note, sizeof cfg->backend_note, "built without NCCL");
+#endif
+#ifdef DDP_MPI
+        if (cfg->backend == DDP_BACKEND_CPU && ddp__mpi_launched() && ctx->local_world_size > 0 &&
+            ctx->local_world_size < ctx->world_size) {
+            cfg->backend = DDP_BACKEND_MPI;
+            snprintf(cfg->backend_note, sizeof cfg->backend_note, "an MPI launcher put %d of %d ranks on this host",
+                     ctx->local_world_size, ctx->world_size);
+        }
 #endif
     }
     if (ddp__backends[cfg->backend].missing)
@@ -2963,31 +3288,6 @@ static void ddp__host_id(char *out, size_t n)
     snprintf(out, n, "%s %s", host, boot);
 }
 
-/* Names the first setting two ranks disagree on, e.g. "shm_chunk=1048576" vs "=65536". */
-static ddp_result ddp__agree(ddp_ctx *ctx, int other, const char *theirs)
-{
-    static const struct { const char *name, *hint; } hints[] = {
-        {"ddp.h", "build every rank with one ddp.h"}, {"backend", "DDP_BACKEND or ddp_desc.backend"},
-        {"shm_chunk", "DDP_SHM_CHUNK or ddp_desc.shm_chunk_bytes"}, {"check", "DDP_CHECK or ddp_desc.check"}};
-    const char *mine = ctx->st->cfg.agree, *a = mine, *b = theirs;
-    char fa[96], fb[96];
-    size_t i;
-    if (strcmp(mine, theirs) == 0) return DDP_OK;
-    while (*a && *b) { /* space-separated name=value fields, in one order on every rank */
-        size_t na = strcspn(a, " "), nb = strcspn(b, " ");
-        if (na != nb || memcmp(a, b, na) != 0) break;
-        a += na + (a[na] == ' ');
-        b += nb + (b[nb] == ' ');
-    }
-    snprintf(fa, sizeof fa, "%.*s", (int)strcspn(a, " "), a);
-    snprintf(fb, sizeof fb, "%.*s", (int)strcspn(b, " "), b);
-    for (i = 0; i < sizeof hints / sizeof hints[0]; i++)
-        if (strncmp(fa, hints[i].name, strlen(hints[i].name)) == 0) break;
-    return ddp__fail(ctx, DDP_ERR_MISMATCH, "ranks disagree on a setting that must match: rank %d has %s, rank %d has %s%s%s%s",
-                     ctx->rank, fa, other, fb, i < sizeof hints / sizeof hints[0] ? " (" : "",
-                     i < sizeof hints / sizeof hints[0] ? hints[i].hint : "", i < sizeof hints / sizeof hints[0] ? ")" : "");
-}
-
 /* Through the store, once: every rank's host, pid and settings. Settings that must
    match are compared; local ranks and node numbers are derived from the hosts. */
 static ddp_result ddp__meet(ddp_ctx *ctx)
@@ -3031,6 +3331,15 @@ static ddp_result ddp__meet(ddp_ctx *ctx)
     if (ctx->node_rank < 0) ctx->node_rank = node;
     ctx->num_nodes = nodes;
     return DDP_OK;
+}
+
+/* Through rank 0's store: rank 0 opens it, everyone is admitted and meets. */
+static ddp_result ddp__join(ddp_ctx *ctx)
+{
+    ddp_result r;
+    if (ctx->rank == 0 && (r = ddp__server_start(ctx)) != DDP_OK) return r;
+    if ((r = ddp__store_connect(ctx)) != DDP_OK) return r;
+    return ddp__meet(ctx);
 }
 
 /* Releases whatever init acquired; the state itself stays for ddp_error(). */
@@ -3094,9 +3403,9 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     ddp__warn_nproc(ctx, desc);
     snprintf(cfg->agree, sizeof cfg->agree, "ddp.h=%s backend=%s shm_chunk=%zu check=%d", DDP__VERSION,
              ddp_backend_name(ctx->backend), ctx->backend == DDP_BACKEND_CPU ? cfg->chunk : 0, cfg->check);
-    if (ctx->world_size > 1 &&
-        ((ctx->rank == 0 && (r = ddp__server_start(ctx)) != DDP_OK) || (r = ddp__store_connect(ctx)) != DDP_OK ||
-         (r = ddp__meet(ctx)) != DDP_OK)) {
+    if (st->be->group) r = st->be->group(ctx); /* the backend forms the group itself (MPI) */
+    else if (ctx->world_size > 1) r = ddp__join(ctx);
+    if (r != DDP_OK) {
         st->broken = r;
         ddp__release(ctx);
         return r;

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The MPI backend on one host: tests/test_mpi.c built with mpicc -DDDP_MPI and run
+# under Open MPI's mpirun for 1-5 ranks (every collective x dtype x op, bit for bit),
+# then ranks that disagree, a rank that leaves, a rank past the timeout, and a rank
+# killed mid-run (the job must end within seconds). Skips where mpicc/mpirun are
+# missing (.ci/run installs Debian's Open MPI).
+cd "$(dirname "$0")/.." || exit 1
+if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
+  echo "SKIP mpi: mpicc/mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if ! mpicc -std=c99 -O2 -Wall -Wextra -Wpedantic -Werror -DDDP_MPI -I. tests/test_mpi.c -o "$tmp/test_mpi" -lm 2>"$tmp/log"; then
+  echo "FAIL mpi.build: $(head -c 400 "$tmp/log" | tr '\n' ' ')"; exit 1
+fi
+# root in CI; oversubscribe: 2 cores, up to 5 ranks
+run() { timeout "$1" mpirun --allow-run-as-root --oversubscribe --bind-to none -x DDP_BACKEND=mpi -x DDP_TIMEOUT "${@:2}"; }
+fail=0
+for n in 1 2 3 5; do
+  DDP_TIMEOUT=60 run 300 -np $n "$tmp/test_mpi" >"$tmp/out" 2>&1
+  rc=$?
+  grep -E '^(PASS|FAIL|SKIP) ' "$tmp/out"
+  if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/out"; then
+    echo "FAIL mpi.w$n.run: mpirun exited $rc: $(grep -v '^PASS' "$tmp/out" | head -c 400 | tr '\n' ' ')"; fail=1
+  fi
+done
+check() { # name want-rc seconds-at-most mode np grep...
+  local name=$1 want=$2 limit=$3 mode=$4 np=$5; shift 5
+  local t0=$SECONDS
+  DDP_TIMEOUT=1 run 60 -np "$np" "$tmp/test_mpi" "$mode" >"$tmp/out" 2>&1
+  local rc=$? dt=$((SECONDS - t0)) ok=1 pat
+  for pat in "$@"; do grep -q -- "$pat" "$tmp/out" || ok=0; done
+  local rc_ok=0
+  if [ "$want" = 0 ]; then [ $rc -eq 0 ] && rc_ok=1; else [ $rc -ne 0 ] && rc_ok=1; fi
+  if [ $rc_ok = 1 ] && [ $ok = 1 ] && [ $dt -le "$limit" ]; then
+    echo "PASS mpi.$name"
+  else
+    echo "FAIL mpi.$name: exit $rc after ${dt} s: $(grep 'ddp' "$tmp/out" | head -c 500 | tr '\n' ' ')"; fail=1
+  fi
+}
+check mismatch_named 0 10 mismatch 3 "rank 0 passes 10 x f32 sum, rank 1 passes 100 x f32 sum"
+check destroy_named 0 10 leave 3 "rank 1 left the job (ddp_destroy) while rank 0 waits in all_reduce #1"
+check timeout_ends_job nonzero 10 late 3 "timed out after 1.0 s in MPI"
+# a rank killed in the middle of a run: mpirun ends the job and names it
+t0=$SECONDS
+DDP_TIMEOUT=60 run 60 -np 3 "$tmp/test_mpi" >"$tmp/out" 2>&1 &
+job=$!
+for _ in $(seq 100); do victim=$(pgrep -f "$tmp/test_mpi" | sed -n 2p); [ -n "$victim" ] && break; sleep 0.1; done
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job
+rc=$?
+if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $((SECONDS - t0)) -le 15 ] && grep -qi "signal 9\|killed" "$tmp/out"; then
+  echo "PASS mpi.killed_rank_ends_job"
+else
+  echo "FAIL mpi.killed_rank_ends_job: victim '$victim', mpirun exit $rc after $((SECONDS - t0)) s: $(tail -c 300 "$tmp/out" | tr '\n' ' ')"; fail=1
+fi
+exit $fail
