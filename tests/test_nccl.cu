@@ -82,7 +82,7 @@ static int out_of_place(ddp_ctx *ctx, int which, ddp_dtype t, ddp_op op, size_t 
     }
     e = cudaMemcpy(out, b, total, cudaMemcpyDeviceToHost);
     if (r != DDP_OK || e != cudaSuccess) {
-        snprintf(why, 400, "%s %s n=%zu: %s", dtype_names[t], which == 3 ? "" : op_names[op], n,
+        snprintf(why, 400, "%s %s n=%zu: %.300s", dtype_names[t], which == 3 ? "" : op_names[op], n,
                  r != DDP_OK ? ddp_error(ctx) : cudaGetErrorString(e));
         ok = 0;
     }
@@ -119,7 +119,7 @@ static int broadcast(ddp_ctx *ctx, ddp_dtype t, size_t n, char *why)
     cudaMemcpy(a, in, n * es, cudaMemcpyHostToDevice);
     r = ddp_broadcast(ctx, a, n, t, 0, NULL);
     cudaMemcpy(out, a, n * es, cudaMemcpyDeviceToHost);
-    if (r != DDP_OK) { snprintf(why, 400, "%s n=%zu: %s", dtype_names[t], n, ddp_error(ctx)); ok = 0; }
+    if (r != DDP_OK) { snprintf(why, 400, "%s n=%zu: %.300s", dtype_names[t], n, ddp_error(ctx)); ok = 0; }
     if (ok && memcmp(in, out, n * es) != 0) { snprintf(why, 400, "%s n=%zu: data changed", dtype_names[t], n); ok = 0; }
     cudaFree(a);
     free(in);
@@ -167,7 +167,7 @@ static int stream_order(ddp_ctx *ctx, int async, char *why)
     count_wrong<<<256, 256, 0, s>>>(b, n, 1.5f, wrong);
     cudaMemcpyAsync(&nwrong, wrong, sizeof nwrong, cudaMemcpyDeviceToHost, s);
     e = cudaStreamSynchronize(s);
-    if (r != DDP_OK) snprintf(why, 400, "%s", ddp_error(ctx));
+    if (r != DDP_OK) snprintf(why, 400, "%.300s", ddp_error(ctx));
     else if (e != cudaSuccess) snprintf(why, 400, "%s", cudaGetErrorString(e));
     else if (nwrong) snprintf(why, 400, "%llu of %zu results on the caller's stream are wrong: the collective did "
                               "not wait for the stream's kernel, or the stream did not wait for the collective", nwrong, n);
@@ -221,7 +221,7 @@ static int grad_sync(ddp_ctx *ctx, ddp_dtype t, char *why)
     ok = ok && (r = ddp_grad_finish(&gs)) == DDP_OK;
     cudaMemcpy(back, g, (N + GUARD) * es, cudaMemcpyDeviceToHost);
     cudaMemcpy(pback, p, (N + GUARD) * sizeof *pback, cudaMemcpyDeviceToHost);
-    if (r != DDP_OK) snprintf(why, 400, "%s: %s", dtype_names[t], ddp_error(ctx));
+    if (r != DDP_OK) snprintf(why, 400, "%s: %.300s", dtype_names[t], ddp_error(ctx));
     else if (!ok) snprintf(why, 400, "%s: %zu buckets, want 11", dtype_names[t], gs.num_buckets);
     for (i = 0; i < N && ok; i++)
         if (!(test_get(back, t, i) == test_get(host, t, i)) || !(pback[i] == params[i])) {
@@ -257,31 +257,31 @@ static int host_memory(ddp_ctx *ctx, char *why)
     int i, ok = 1;
     for (i = 0; i < 5; i++) avg[i] = -99;
     if ((r = ddp_all_reduce(ctx, &x, &y, 1, DDP_F32, DDP_SUM, NULL)) != DDP_OK || y != 2.75f) {
-        snprintf(why, 400, "all_reduce(&x, &y): %s, y = %g", r != DDP_OK ? ddp_error(ctx) : "", y);
+        snprintf(why, 400, "all_reduce(&x, &y): %.300s, y = %g", r != DDP_OK ? ddp_error(ctx) : "", y);
         return 0;
     }
     if ((r = ddp_all_reduce(ctx, &x, &x, 1, DDP_F32, DDP_MAX, NULL)) != DDP_OK || x != 2.75f) {
-        snprintf(why, 400, "all_reduce(&x, &x): %s, x = %g", r != DDP_OK ? ddp_error(ctx) : "", x);
+        snprintf(why, 400, "all_reduce(&x, &x): %.300s, x = %g", r != DDP_OK ? ddp_error(ctx) : "", x);
         return 0;
     }
     r = ddp_all_reduce(ctx, v, avg, 5, DDP_F64, DDP_AVG, NULL);
     for (i = 0; i < 5; i++) ok &= avg[i] == v[i];
     if (r != DDP_OK || !ok) {
-        snprintf(why, 400, "all_reduce of a host double[5], AVG: %s, [0] = %g", r != DDP_OK ? ddp_error(ctx) : "", avg[0]);
+        snprintf(why, 400, "all_reduce of a host double[5], AVG: %.300s, [0] = %g", r != DDP_OK ? ddp_error(ctx) : "", avg[0]);
         return 0;
     }
     if ((r = ddp_broadcast(ctx, &k, 1, DDP_I32, 0, NULL)) != DDP_OK || k != 41) {
-        snprintf(why, 400, "broadcast(&k): %s, k = %d", r != DDP_OK ? ddp_error(ctx) : "", (int)k);
+        snprintf(why, 400, "broadcast(&k): %.300s, k = %d", r != DDP_OK ? ddp_error(ctx) : "", (int)k);
         return 0;
     }
     if ((r = ddp_all_gather(ctx, &k, gathered, 1, DDP_I32, NULL)) != DDP_OK || gathered[0] != 41 || gathered[1] != -1) {
-        snprintf(why, 400, "all_gather(&k): %s, got %d, guard %d", r != DDP_OK ? ddp_error(ctx) : "", (int)gathered[0],
+        snprintf(why, 400, "all_gather(&k): %.300s, got %d, guard %d", r != DDP_OK ? ddp_error(ctx) : "", (int)gathered[0],
                  (int)gathered[1]);
         return 0;
     }
     if ((r = ddp_reduce_scatter(ctx, big, scat, 2, DDP_I64, DDP_SUM, NULL)) != DDP_OK || scat[0] != big[0] ||
         scat[1] != big[1]) {
-        snprintf(why, 400, "reduce_scatter of a host int64[2]: %s, got %lld %lld", r != DDP_OK ? ddp_error(ctx) : "",
+        snprintf(why, 400, "reduce_scatter of a host int64[2]: %.300s, got %lld %lld", r != DDP_OK ? ddp_error(ctx) : "",
                  (long long)scat[0], (long long)scat[1]);
         return 0;
     }
