@@ -486,6 +486,20 @@ static inline void ddp__att_accum(float *o, const float *p, const float *v, size
     for (; j < n; j++) ddp__axpy(o, p[j], v + j * ld, hs);
 }
 
+/* s[j] = scale * q . k_j for j < n, with the block's keys stored transposed, k_j[d] =
+   kT[d*ld + j]: the loop runs along the keys, so it vectorizes without a horizontal
+   sum per key (about 10% less CPU time for attention at hs 32). Each s[j] sums over d
+   in ascending order, whatever n or the thread count. */
+static inline void ddp__att_scores(float *s, const float *q, const float *kT, int ld, int n, int hs, float scale)
+{
+    for (int j = 0; j < n; j++) s[j] = 0.0f;
+    for (int d = 0; d < hs; d++) {
+        const float qd = q[d], *k = kT + (size_t)d * ld;
+        for (int j = 0; j < n; j++) s[j] += qd * k[j];
+    }
+    for (int j = 0; j < n; j++) s[j] *= scale;
+}
+
 /* The forward query by query, for heads too large for ddp_attention_forward_cpu's buffers. */
 static inline void ddp__attention_forward_rows(float *out, float *lse, const float *inp,
                                       int B, int T, int C, int NH)
@@ -545,8 +559,9 @@ static inline int ddp__att_grid(long B, long NH, long T, int rows, unsigned *gx,
 /* out (B,T,C); lse (B,NH,T) log-sum-exp of each softmax row, saved for backward;
    inp (B,T,3C) = [q | k | v] per token, head h at channels h*hs .. h*hs+hs-1 of each.
    Work items are blocks of DDP__ATT_QB queries of one (b,h); keys go in blocks of kb
-   (fixed by hs) whose k and v rows are first copied to contiguous buffers (the rows of
-   inp sit 12 C bytes apart, which maps them to few cache sets). Every query row sees
+   (fixed by hs) whose k rows (transposed, for ddp__att_scores) and v rows are first
+   copied to contiguous buffers (the rows of inp sit 12 C bytes apart, which maps them
+   to few cache sets). Every query row sees
    the same key blocks in the same order whatever the work split. */
 static inline void ddp_attention_forward_cpu(float *out, float *lse, const float *inp,
                                       int B, int T, int C, int NH)
@@ -565,7 +580,7 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
         const int t0 = qb * DDP__ATT_QB, t1 = t0 + DDP__ATT_QB < T ? t0 + DDP__ATT_QB : T;
         const float *kin = inp + (size_t)b * T * C3 + C + h * hs; /* key of token 0 */
         float s[DDP__ATT_BLOCK], m[DDP__ATT_QB], l[DDP__ATT_QB];
-        float kbuf[DDP__ATT_KV], vbuf[DDP__ATT_KV];
+        float kT[DDP__ATT_KV], vbuf[DDP__ATT_KV]; /* keys transposed (hs, kb), values (kb, hs) */
         for (int t = t0; t < t1; t++) {
             float *o = out + ((size_t)b * T + t) * C + h * hs;
             for (int d = 0; d < hs; d++) o[d] = 0.0f;
@@ -577,7 +592,7 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
             for (int j = 0; j < nb; j++) {
                 const float *k = kin + (size_t)(j0 + j) * C3;
                 for (int d = 0; d < hs; d++) {
-                    kbuf[j * hs + d] = k[d];
+                    kT[d * kb + j] = k[d];
                     vbuf[j * hs + d] = k[C + d];
                 }
             }
@@ -586,7 +601,7 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
                 float *o = out + ((size_t)b * T + t) * C + h * hs;
                 const int n = t + 1 - j0 < nb ? t + 1 - j0 : nb;
                 float mb = -INFINITY, lb = 0.0f, mt = m[t - t0];
-                for (int j = 0; j < n; j++) s[j] = ddp__dot(q, kbuf + j * hs, hs) * scale;
+                ddp__att_scores(s, q, kT, kb, n, hs, scale);
                 for (int j = 0; j < n; j++) mb = s[j] > mb ? s[j] : mb;
                 /* softmax over blocks: o and l are rescaled whenever the running max grows */
                 if (mb > mt) {
@@ -657,10 +672,11 @@ static inline void ddp__attention_backward_rows(float *dinp, const float *dout, 
 }
 
 /* dinp (B,T,3C) += (NULL: nothing to do); dout, out (B,T,C); inp (B,T,3C); lse (B,NH,T)
-   from the forward. Keys go in blocks of kb: the block's k and v rows are copied to contiguous buffers and
-   its dk and dv are summed in buffers (over queries t in increasing order) and added to
-   dinp at the end, so the inner loops stay in L1 (the rows of inp sit 12 C bytes apart,
-   which maps them to few cache sets). dq of query t is summed over key blocks in order. */
+   from the forward. Keys go in blocks of kb: the block's k rows are copied to contiguous
+   buffers (k as rows and transposed, v transposed, for ddp__att_scores) and its dk and dv
+   are summed in buffers (over queries t in increasing order) and added to dinp at the
+   end, so the inner loops stay in L1 (the rows of inp sit 12 C bytes apart, which maps
+   them to few cache sets). dq of query t is summed over key blocks in order. */
 static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, const float *inp,
                                        const float *out, const float *lse,
                                        int B, int T, int C, int NH)
@@ -678,7 +694,7 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
     for (int bh = 0; bh < B * NH; bh++) {
         int b = bh / NH, h = bh % NH;
         float p[DDP__ATT_BLOCK], ds[DDP__ATT_BLOCK];
-        float kbuf[DDP__ATT_KV], vbuf[DDP__ATT_KV], dkbuf[DDP__ATT_KV], dvbuf[DDP__ATT_KV];
+        float kbuf[DDP__ATT_KV], kT[DDP__ATT_KV], vT[DDP__ATT_KV], dkbuf[DDP__ATT_KV], dvbuf[DDP__ATT_KV];
         const float *kin = inp + (size_t)b * T * C3 + C + h * hs; /* key of token 0 */
         float *dkin = dinp + (size_t)b * T * C3 + C + h * hs;
         for (int j0 = 0; j0 < T; j0 += kb) {
@@ -686,8 +702,8 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
             for (int j = 0; j < nb; j++) {
                 const float *k = kin + (size_t)(j0 + j) * C3;
                 for (int d = 0; d < hs; d++) {
-                    kbuf[j * hs + d] = k[d];
-                    vbuf[j * hs + d] = k[C + d];
+                    kbuf[j * hs + d] = kT[d * kb + j] = k[d];
+                    vT[d * kb + j] = k[C + d];
                 }
             }
             for (int d = 0; d < nb * hs; d++) dkbuf[d] = dvbuf[d] = 0.0f;
@@ -698,11 +714,9 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
                 /* D = sum_j P_j dP_j = dout . out, the softmax backward's shared term */
                 const float D = ddp__dot(dO, out + row * C + h * hs, hs), L = lse[(size_t)bh * T + t];
                 const int n = t + 1 - j0 < nb ? t + 1 - j0 : nb;
-                for (int j = 0; j < n; j++) {
-                    p[j] = ddp__dot(q, kbuf + j * hs, hs);
-                    ds[j] = ddp__dot(dO, vbuf + j * hs, hs);
-                }
-                for (int j = 0; j < n; j++) p[j] = p[j] * scale - L; /* <= 0 up to rounding */
+                ddp__att_scores(p, q, kT, kb, n, hs, scale);
+                ddp__att_scores(ds, dO, vT, kb, n, hs, 1.0f);
+                for (int j = 0; j < n; j++) p[j] = p[j] - L; /* <= 0 up to rounding */
                 ddp__att_floor(p, n);
                 for (int j = 0; j < n; j++) p[j] = p[j] > 0.0f ? 0.0f : p[j];
                 ddp__att_exp(p, n);
