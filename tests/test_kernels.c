@@ -498,15 +498,15 @@ static void test_adamw(void)
 }
 
 /* ---- gradient norm and clipping: a 3-4-12-13 right triangle ---- */
-static void test_grad_norm(void)
+static void test_global_norm(void)
 {
     float g[4] = {3, 4, 0, -12}, norm = 0;
     ddp_global_norm_cpu(&norm, g, 4);
-    CHECK("kernels.grad_norm", norm == 13.0f, "norm %g, expected 13", norm);
+    CHECK("kernels.global_norm", norm == 13.0f, "norm %g, expected 13", norm);
     ddp_clip_by_norm_cpu(g, 4, 20.0f, &norm);
-    CHECK("kernels.grad_clip.below_max", g[0] == 3 && g[1] == 4 && g[3] == -12, "grads changed: %g %g %g", g[0], g[1], g[3]);
+    CHECK("kernels.clip_by_norm.below_max", g[0] == 3 && g[1] == 4 && g[3] == -12, "grads changed: %g %g %g", g[0], g[1], g[3]);
     ddp_clip_by_norm_cpu(g, 4, 6.5f, &norm);
-    CHECK("kernels.grad_clip.above_max", fabs(g[0] - 1.5) < 1e-6 && fabs(g[1] - 2) < 1e-6 && fabs(g[3] + 6) < 1e-6,
+    CHECK("kernels.clip_by_norm.above_max", fabs(g[0] - 1.5) < 1e-6 && fabs(g[1] - 2) < 1e-6 && fabs(g[3] + 6) < 1e-6,
           "got %g %g %g, expected 1.5 2 -6", g[0], g[1], g[3]);
 }
 
@@ -667,7 +667,7 @@ int main(void)
     test_residual();
     test_crossentropy();
     test_adamw();
-    test_grad_norm();
+    test_global_norm();
     test_layernorm_accuracy();
     test_crossentropy_accuracy();
     test_null_dinp();

@@ -496,7 +496,7 @@ template <typename F> static void t_adamw(const Shape &s, Result *r)
     CK(down(got, dv, N)); WORST(got, v);
 }
 
-template <typename F> static void t_grad_norm_clip(const Shape &s, Result *r)
+template <typename F> static void t_global_norm_clip(const Shape &s, Result *r)
 {
     Bufs m;
     const size_t N = (size_t)s.B * s.T * s.C * 37 + 11;
@@ -528,7 +528,7 @@ static const Check checks[] = {
     CASE("gelu.forward", t_gelu_fwd),            CASE("gelu.backward", t_gelu_bwd),
     CASE("residual.forward", t_residual_fwd),    CASE("residual.backward", t_residual_bwd),
     CASE("crossentropy", t_crossentropy),        CASE("adamw", t_adamw),
-    CASE("grad_norm_clip", t_grad_norm_clip),
+    CASE("global_norm_clip", t_global_norm_clip),
 };
 /* checks with their own shapes, run once */
 static const Check once[] = {
@@ -538,7 +538,7 @@ static const Check once[] = {
 static bool reruns(const char *name)
 {
     return strstr(name, "backward") || strstr(name, "vocab") || !strcmp(name, "crossentropy") ||
-           !strcmp(name, "grad_norm_clip");
+           !strcmp(name, "global_norm_clip");
 }
 
 static void run_check(const Check &c, const Shape &s, const char *shape_name, bool run, const char *why)
