@@ -12,6 +12,7 @@ fail=0
 pass() { echo "PASS install.$1"; }
 failed() { echo "FAIL install.$1: $2"; fail=1; }
 log() { head -c 400 "$tmp/log" | tr '\n' ' '; }
+err() { [ -s "$tmp/err" ] && echo "stderr: $(head -c 300 "$tmp/err" | tr '\n' ' ')"; }
 want_files="bin/ddprun include/ddp.h include/ddp_kernels.cuh share/cmake/ddp/ddpConfig.cmake share/cmake/ddp/ddpConfigVersion.cmake share/pkgconfig/ddp.pc"
 
 mkdir -p "$tmp/src"
@@ -61,10 +62,10 @@ if ! command -v cmake >/dev/null; then
   echo "SKIP install.cmake_consumer: cmake not found (Debian package cmake)"
 elif cmake -S "$tmp/src" -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >"$tmp/log" 2>&1 &&
      cmake --build "$tmp/cmake" >>"$tmp/log" 2>&1; then
-  out=$("$tmp/cmake/consumer" --nproc 3 2>&1)
-  if [ "$out" = "sum 6 over 3 ranks" ]; then pass cmake_consumer; else failed cmake_consumer "built, but printed '$out'"; fi
-  out=$("$prefix/bin/ddprun" -n 2 "$tmp/cmake/consumer" 2>&1)
-  if [ "$out" = "sum 3 over 2 ranks" ]; then pass installed_ddprun_runs_it; else failed installed_ddprun_runs_it "printed '$out'"; fi
+  out=$("$tmp/cmake/consumer" --nproc 3 2>"$tmp/err")
+  if [ "$out" = "sum 6 over 3 ranks" ]; then pass cmake_consumer; else failed cmake_consumer "built, but printed '$out' $(err)"; fi
+  out=$("$prefix/bin/ddprun" -n 2 "$tmp/cmake/consumer" 2>"$tmp/err")
+  if [ "$out" = "sum 3 over 2 ranks" ]; then pass installed_ddprun_runs_it; else failed installed_ddprun_runs_it "printed '$out' $(err)"; fi
 else
   failed cmake_consumer "find_package(ddp CONFIG) build failed: $(log)"
 fi
@@ -75,9 +76,9 @@ else
   export PKG_CONFIG_PATH=$prefix/share/pkgconfig
   flags=$(pkg-config --cflags --libs ddp 2>"$tmp/log")
   if [ -n "$flags" ] && cc -O2 "$tmp/src/consumer.c" -o "$tmp/pc" $flags >>"$tmp/log" 2>&1; then
-    out=$("$tmp/pc" --nproc 3 2>&1)
+    out=$("$tmp/pc" --nproc 3 2>"$tmp/err")
     if [ "$out" = "sum 6 over 3 ranks" ] && [ "$(pkg-config --modversion ddp)" = 0.1 ]; then pass pkg_config_consumer
-    else failed pkg_config_consumer "flags '$flags' built it, but it printed '$out' (version $(pkg-config --modversion ddp))"; fi
+    else failed pkg_config_consumer "flags '$flags' built it, but it printed '$out' (version $(pkg-config --modversion ddp)) $(err)"; fi
   else
     failed pkg_config_consumer "pkg-config --cflags --libs ddp gave '$flags', build: $(log)"
   fi
