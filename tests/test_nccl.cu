@@ -181,8 +181,8 @@ static int stream_order(ddp_ctx *ctx, int async, char *why)
     return r == DDP_OK && e == cudaSuccess && nwrong == 0 && host_wrong == 0;
 }
 
-/* Gradient sync on device memory, buckets of 10000 elements over a buffer of 100003
-   (11 buckets, the last partial), regions of 9001 marked last first so they straddle
+/* Gradient sync on device memory, buckets of about 10000 elements over a buffer of
+   100003 (11 buckets, the last partial), regions of 9001 marked last first so they straddle
    bucket boundaries; the parameters are broadcast by init. A world of one averages
    into the same values: everything must come back as it was, and the guards after
    both buffers stay poisoned. */
@@ -215,14 +215,16 @@ static int grad_sync(ddp_ctx *ctx, ddp_dtype t, char *why)
     gd.params = p;
     gd.bucket_bytes = 10000 * es;
     r = ddp_grad_init(&gs, ctx, &gd);
-    ok = r == DDP_OK && gs.num_buckets == 11;
+    ok = r == DDP_OK && gs.num_buckets > 1 && gs.bucket_count > 0 &&
+         gs.num_buckets == (N + gs.bucket_count - 1) / gs.bucket_count;
     for (i0 = N; ok && i0 > 0; i0 -= REGION)
         ok = (r = ddp_grad_ready(&gs, i0 > REGION ? (size_t)(i0 - REGION) : 0, i0 > REGION ? (size_t)REGION : (size_t)i0)) == DDP_OK;
     ok = ok && (r = ddp_grad_finish(&gs)) == DDP_OK;
     cudaMemcpy(back, g, (N + GUARD) * es, cudaMemcpyDeviceToHost);
     cudaMemcpy(pback, p, (N + GUARD) * sizeof *pback, cudaMemcpyDeviceToHost);
     if (r != DDP_OK) snprintf(why, 400, "%s: %.300s", dtype_names[t], ddp_error(ctx));
-    else if (!ok) snprintf(why, 400, "%s: %zu buckets, want 11", dtype_names[t], gs.num_buckets);
+    else if (!ok) snprintf(why, 400, "%s: %zu buckets of %zu elements for %d, want several covering it exactly",
+                           dtype_names[t], gs.num_buckets, gs.bucket_count, (int)N);
     for (i = 0; i < N && ok; i++)
         if (!(test_get(back, t, i) == test_get(host, t, i)) || !(pback[i] == params[i])) {
             snprintf(why, 400, "%s: grad[%zu] = %g (want %g), param = %g (want %g)", dtype_names[t], i,
