@@ -34,8 +34,10 @@ TESTS        = $(patsubst %.c,%,$(wildcard tests/test_*.c)) $(if $(HAVE_NVCC),$(
 TEST_SCRIPTS = $(wildcard tests/test_*.sh)
 HEADERS      = ddp.h ddp_kernels.cuh
 
-# What tests/test_gpu_arch.sh expects in every GPU binary (nothing: NVARCH was chosen).
+# What tests/test_gpu_arch.sh expects in every GPU binary: the default's architectures,
+# or (when NVARCH was chosen) what it reads from NVARCH.
 export DDP_EXPECT_ARCH = $(if $(filter file,$(origin NVARCH)),sm_80 sm_90 ptx:sm_90)
+export DDP_NVARCH = $(NVARCH)
 
 .PHONY: all run test gpu-build check-gpu install uninstall clean
 all: $(EXAMPLES) $(if $(HAVE_NVCC),$(GPU_EXAMPLES))

@@ -2,12 +2,16 @@
 # Every GPU binary carries machine code (SASS) for sm_80 (A100) and sm_90 (H100/H200)
 # and PTX that newer GPUs compile at load time: an sm_90-only build fails on an A100
 # with "no kernel image is available". Read with cuobjdump from the binaries that make
-# test built; no GPU needed. The Makefile sets DDP_EXPECT_ARCH (empty when NVARCH was
-# chosen by hand: then there is nothing fixed to expect).
+# test built; no GPU needed. The Makefile sets DDP_EXPECT_ARCH for its default; when
+# NVARCH was chosen (make NVARCH="-arch=sm_86") the binaries must hold what it asks for.
 cd "$(dirname "$0")/.." || exit 1
 expect=${DDP_EXPECT_ARCH-sm_80 sm_90 ptx:sm_90}
 if ! command -v nvcc >/dev/null; then echo "SKIP gpu_arch: nvcc not found, so no GPU binaries are built"; exit 0; fi
-if [ -z "$expect" ]; then echo "SKIP gpu_arch: NVARCH was chosen by hand, nothing fixed to expect"; exit 0; fi
+if [ -z "$expect" ]; then # from nvcc's -arch=sm_XY (SASS + PTX) and -gencode ...,code=sm_XY / compute_XY
+  expect=$(echo "$DDP_NVARCH" | sed -e 's/-arch[= ]sm_\([0-9a-z]*\)/,code=sm_\1,compute_\1/g' | grep -o ',code=[^ ]*' |
+           grep -o '\(sm\|compute\)_[0-9][0-9a-z]*' | sed -e 's/^compute_/ptx:sm_/' | sort -u | tr '\n' ' ')
+  if [ -z "$expect" ]; then echo "SKIP gpu_arch: cannot tell what NVARCH='$DDP_NVARCH' builds"; exit 0; fi
+fi
 cuobjdump=$(command -v cuobjdump || ls "${CUDA_HOME:-/usr/local/cuda}"/bin/cuobjdump \
   "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)"/nvidia/cu*/bin/cuobjdump 2>/dev/null | head -1)
 if [ -z "$cuobjdump" ]; then
