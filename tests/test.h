@@ -155,7 +155,7 @@ typedef struct test_job {
     int status[TEST_MAX_RANKS];  /* exit code; 128 + signal when killed, as a shell says; -1 not started */
     int failed;                  /* ranks whose status is not 0 */
     double seconds;              /* from the first fork until the last rank ended */
-    char why[1024];              /* filled by test_job_why */
+    char why[1024];              /* filled by test_job_why, or by test_spawn when nothing started */
 } test_job;
 
 /* A port nobody listens on now (the kernel's choice for a bind to port 0). */
@@ -188,7 +188,10 @@ static inline int test_spawn(test_job *job, int world, int (*fn)(int rank, void 
     char v[32];
     int r;
     memset(job, 0, sizeof *job);
-    if (world > TEST_MAX_RANKS) world = TEST_MAX_RANKS;
+    if (world < 1 || world > TEST_MAX_RANKS) { /* nothing runs */
+        snprintf(job->why, sizeof job->why, "a world of %d: test_spawn runs 1 to %d ranks", world, TEST_MAX_RANKS);
+        return job->failed = 1;
+    }
     job->world = world;
     job->port = test_free_port();
     snprintf(job->id, sizeof job->id, "test-%d-%d", (int)getpid(), ++jobs);
@@ -229,6 +232,7 @@ static inline const char *test_job_why(test_job *job, const char *const *meaning
 {
     size_t len = 0;
     int r;
+    if (job->world == 0) return job->why; /* never started: test_spawn said why */
     job->why[0] = 0;
     for (r = 0; r < job->world && len < sizeof job->why; r++) {
         int s = job->status[r];
