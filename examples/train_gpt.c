@@ -29,6 +29,7 @@
 #include "ddp.h"
 #include "ddp_kernels.cuh"
 #include "safetensors.h" /* st_read, st_write_file: checkpoints */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -729,15 +730,22 @@ static int device_info(void)
 
 /* ---- data ---------------------------------------------------------------------------
    A token stream, split: the first 90% trains, the last 10% validates. Window i of a
-   split is tokens [i T, i T + T + 1): inputs are its first T tokens, targets the last
-   T (stride T, so windows do not overlap and every token is predicted once an epoch). */
+   split is tokens [i S, i S + T + 1): inputs are its first T tokens, targets the last
+   T. Validation windows have stride S = T: they do not overlap, and every token is
+   predicted once. Training windows have stride --stride (default T as well); a small
+   stride starts windows at every offset, which a small text needs: with fixed windows
+   a model learns each window by heart, position by position, and writes nonsense from
+   any other start. */
 typedef struct dataset {
     int *tokens;
     size_t n, n_train; /* tokens [0, n_train) train, [n_train, n) validate */
     char source[600];  /* what was read, for the first output line */
 } dataset;
 
-static size_t num_windows(size_t n_tokens, int T) { return n_tokens > (size_t)T ? (n_tokens - 1) / (size_t)T : 0; }
+static size_t num_windows(size_t n_tokens, int T, int stride)
+{
+    return n_tokens > (size_t)T ? (n_tokens - 1 - (size_t)T) / (size_t)stride + 1 : 0;
+}
 
 /* Appends the tokens of one file: llm.c token shards (a header of 256 int32: magic
    20240520, version 1, token count; then uint16 tokens), nanoGPT's headerless uint16
@@ -806,34 +814,25 @@ static int load_tokens(dataset *d, const char *path, int vocab, char *err, size_
     return 1;
 }
 
-/* Without --data: the repository's own text, found next to the executable
-   (dirname(argv[0])/..), else in the current directory. */
+/* Without --data: the short story examples/train_gpt.txt, plain words that the
+   default model learns to write in a minute (make run); found next to the program,
+   else under the current directory. */
 static int load_default(dataset *d, const char *argv0, int vocab, char *err, size_t errsize)
 {
-    static const char *const files[] = {"ddp.h", "ddp_kernels.cuh", "README.md"};
-    char dir[400], path[440], names[64];
     const char *slash = strrchr(argv0, '/');
-    int k, i;
-    for (k = 0; k < 2; k++) {
-        if (k == 0) snprintf(dir, sizeof dir, "%.*s..", slash ? (int)(slash - argv0 + 1) : 0, argv0);
-        else snprintf(dir, sizeof dir, ".");
-        d->n = 0;
-        names[0] = 0;
-        for (i = 0; i < 3; i++) {
-            FILE *f;
-            snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-            if (!(f = fopen(path, "rb"))) continue;
-            fclose(f);
-            if (!load_tokens(d, path, vocab, err, errsize)) return 0;
-            if (names[0]) strcat(names, " + ");
-            strcat(names, files[i]);
-        }
-        if (d->n) {
-            snprintf(d->source, sizeof d->source, "%s in %s", names, dir);
-            return 1;
-        }
+    char path[3][500];
+    int k;
+    snprintf(path[0], sizeof path[0], "%.*strain_gpt.txt", slash ? (int)(slash - argv0 + 1) : 0, argv0);
+    snprintf(path[1], sizeof path[1], "examples/train_gpt.txt");
+    snprintf(path[2], sizeof path[2], "train_gpt.txt");
+    for (k = 0; k < 3; k++) {
+        FILE *f = fopen(path[k], "rb");
+        if (!f) continue;
+        fclose(f);
+        snprintf(d->source, sizeof d->source, "%.500s", path[k]);
+        return load_tokens(d, path[k], vocab, err, errsize);
     }
-    snprintf(err, errsize, "no --data given, and no ddp.h next to the program or in the current directory");
+    snprintf(err, errsize, "no --data given, and no examples/train_gpt.txt next to the program or here");
     return 0;
 }
 
@@ -848,7 +847,7 @@ static int load_data(dataset *d, const char *path, const char *argv0, int vocab,
         return 0;
     }
     d->n_train = d->n - d->n / 10;
-    if (num_windows(d->n / 10, T) < 1) {
+    if (num_windows(d->n / 10, T, T) < 1) {
         snprintf(err, errsize, "%s: %zu tokens are too few for --ctx %d: need %zu (a window of %d in the last 10%%)",
                  d->source, d->n, T, (size_t)10 * (T + 1), T + 1);
         return 0;
@@ -857,12 +856,12 @@ static int load_data(dataset *d, const char *path, const char *argv0, int vocab,
 }
 
 /* Fills the micro-batch with the windows of the sampler's indices. */
-static void fill_batch(gpt *g, const int *split, const size_t *windows, int B)
+static void fill_batch(gpt *g, const int *split, int stride, const size_t *windows, int B)
 {
     const int T = g->cfg.ctx;
     int b, t;
     for (b = 0; b < B; b++) {
-        const int *w = split + windows[b] * (size_t)T;
+        const int *w = split + windows[b] * (size_t)stride;
         for (t = 0; t < T; t++) {
             g->a.tokens[b * T + t] = w[t];
             g->a.targets[b * T + t] = w[t + 1];
@@ -877,6 +876,7 @@ typedef struct options {
     int batch_size, grad_accum, steps, stop_after, warmup, val_every, save_every, sample_len, bucket_kb, nproc;
     int bench_no_sync, device_info;
     float lr, min_lr_frac, weight_decay, clip, temperature;
+    int top_k, stride;
     uint64_t seed;
 } options;
 
@@ -884,14 +884,17 @@ static const char usage[] =
     "usage: train_gpt [--nproc N] [flags]\n"
     "  model:    --layers 4 --heads 4 --dim 128 --ctx 64 --vocab 256\n"
     "  data:     --data FILE (text as bytes, llm.c .bin shard, nanoGPT uint16 .bin;\n"
-    "            default: the repository's ddp.h, ddp_kernels.cuh, README.md)\n"
-    "  batch:    --batch-size 8 (sequences per rank per micro-step) --grad-accum 1\n"
-    "  schedule: --steps 150 --lr 1e-3 --warmup 15 --min-lr-frac 0.1 (cosine)\n"
+    "            default: examples/train_gpt.txt, a short story in plain words)\n"
+    "            --stride S (training windows start every S tokens; default 1 for data\n"
+    "            up to 1M tokens, else --ctx; validation windows never overlap)\n"
+    "  batch:    --batch-size 16 (sequences per rank per micro-step) --grad-accum 1\n"
+    "  schedule: --steps 150 --lr 3e-3 --warmup 15 --min-lr-frac 0.1 (cosine)\n"
     "            --stop-after N (end this run after step N; --resume goes on)\n"
     "            --weight-decay 0.1 --clip 1.0 (0: off) --seed 0\n"
     "  output:   --val-every 50 (0: off) --log FILE.jsonl --save FILE.safetensors\n"
     "            --save-every K --resume FILE.safetensors\n"
-    "  sample:   --prompt \"The \" --sample-len 200 --temperature 0.8 (0: greedy)\n"
+    "  sample:   --prompt \"The \" --sample-len 300 (at most; ends at a sentence past half)\n"
+    "            --temperature 0.8 (0: greedy) --top-k 10 (0: all)\n"
     "  sync:     --bucket-kb 1024 (gradient bucket size)\n"
     "            --bench-no-sync (benchmark only: no gradient all-reduce; ranks diverge)\n"
     "  compare:  train_gpt --compare A.safetensors B.safetensors [PREFIX] (max relative difference,\n"
@@ -926,18 +929,19 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
     o->cfg.dim = 128;
     o->cfg.ctx = 64;
     o->cfg.vocab = 256;
-    o->batch_size = 8;
+    o->batch_size = 16;
     o->grad_accum = 1;
     o->steps = 150;
-    o->lr = 1e-3f;
+    o->lr = 3e-3f;
     o->warmup = 15;
     o->min_lr_frac = 0.1f;
     o->weight_decay = 0.1f;
     o->clip = 1.0f;
     o->val_every = 50;
     o->prompt = "The ";
-    o->sample_len = 200;
+    o->sample_len = 300;
     o->temperature = 0.8f;
+    o->top_k = 10;
     o->bucket_kb = 1024;
     o->nproc = 1;
     for (i = 1; i < argc; i++) {
@@ -978,6 +982,8 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         INT("--val-every", val_every, 0, 100000000);
         INT("--save-every", save_every, 1, 100000000);
         INT("--sample-len", sample_len, 0, 1000000);
+        INT("--top-k", top_k, 0, 1000000);
+        INT("--stride", stride, 0, 8192);
         INT("--bucket-kb", bucket_kb, 1, 4194304);
         FLT("--lr", lr, 1e-9, 10);
         FLT("--min-lr-frac", min_lr_frac, 0, 1);
@@ -1098,7 +1104,7 @@ static int evaluate(trainer *t, double *loss, char *err, size_t errsize)
     for (b = 0; b < t->val.num_batches; b++) {
         ddp_batch bt = ddp_sampler_batch(&t->val, 0, b);
         if (!bt.num_real) continue;
-        fill_batch(g, t->data.tokens + t->data.n_train, bt.indices, (int)bt.num_real);
+        fill_batch(g, t->data.tokens + t->data.n_train, g->cfg.ctx, bt.indices, (int)bt.num_real);
         if (t->dev) gpu_forward(g, t->dev, (int)bt.num_real, 1, 0);
         else gpt_forward(g, (int)bt.num_real, 1, 0);
         for (i = 0; i < bt.num_real * (size_t)g->cfg.ctx; i++) ddp_metric_add(&m, g->a.losses[i], 1);
@@ -1152,7 +1158,7 @@ static int train_step(trainer *t, int step, step_stats *st, char *err, size_t er
         ddp_batch bt = ddp_sampler_batch(&t->train, (uint64_t)(step / t->steps_per_epoch), b);
         if ((r = ddp_grad_no_sync(&t->sync, k < o->grad_accum - 1 || o->bench_no_sync)) != DDP_OK)
             return ddp_reason(t, "ddp_grad_no_sync", r, err, errsize);
-        fill_batch(g, t->data.tokens, bt.indices, (int)bt.count);
+        fill_batch(g, t->data.tokens, o->stride, bt.indices, (int)bt.count);
         if (t->dev) gpu_forward(g, t->dev, (int)bt.count, 1, 1);
         else gpt_forward(g, (int)bt.count, 1, 1);
         for (i = 0; i < bt.count * (size_t)g->cfg.ctx; i++) ddp_metric_add(&loss, g->a.losses[i], 1);
@@ -1193,22 +1199,61 @@ static void log_step(trainer *t, int step, const step_stats *st)
     }
 }
 
-/* Rank 0 continues the prompt, one token at a time, from a seeded generator. */
+static int descending(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* One token from logits (V): among the top_k most likely (0: all), a draw from
+   softmax(logits / temperature); temperature 0 takes the most likely. Token `banned`
+   (-1: none) is never taken. scratch holds V floats. */
+static int sample_token(const float *logits, int V, float temperature, int top_k, int banned, float *scratch,
+                        uint64_t *rng)
+{
+    float cut = -INFINITY; /* logits below it are not among the top_k */
+    double sum = 0, r;
+    int i, best = banned == 0;
+    for (i = 0; i < V; i++)
+        if (i != banned && logits[i] > logits[best]) best = i;
+    if (temperature <= 0) return best;
+    if (top_k > 0 && top_k < V) {
+        memcpy(scratch, logits, (size_t)V * sizeof(float));
+        qsort(scratch, (size_t)V, sizeof(float), descending);
+        cut = scratch[top_k - 1];
+    }
+    for (i = 0; i < V; i++)
+        if (i != banned && logits[i] >= cut) sum += exp((logits[i] - logits[best]) / temperature);
+    r = uniform(rng) * sum;
+    for (i = 0; i < V; i++)
+        if (i != banned && logits[i] >= cut && (r -= exp((logits[i] - logits[best]) / temperature)) < 0) return i;
+    return best;
+}
+
+/* Rank 0 continues the prompt, one token at a time, from a seeded generator. Bytes
+   (vocab <= 256) print as text: past half of --sample-len the sample ends at the end of
+   a sentence, and no byte other than a letter or digit repeats more than three times in
+   a row (an undertrained model's runs of dashes or spaces). */
 static void generate(gpt *g, gpu *dev, const options *o)
 {
-    const int T = g->cfg.ctx, V = g->cfg.vocab;
+    const int T = g->cfg.ctx, V = g->cfg.vocab, bytes = V <= 256;
     int *seq = (int *)calloc((size_t)o->sample_len + strlen(o->prompt) + 1, sizeof(int));
+    float *scratch = (float *)malloc((size_t)V * sizeof(float));
     uint64_t rng = o->seed;
     int n = 0, i, k;
-    if (!seq) return;
+    if (!seq || !scratch) {
+        fprintf(stderr, PROG ": out of memory for the sample\n");
+        free(seq);
+        free(scratch);
+        return;
+    }
     for (i = 0; o->prompt[i]; i++) seq[n++] = (unsigned char)o->prompt[i] % V;
     if (!n) seq[n++] = '\n' % V;
-    printf("sample (%s, temperature %g):\n%s", V <= 256 ? "bytes" : "token ids", o->temperature,
-           V <= 256 ? o->prompt : "");
+    printf("sample (%s, temperature %g, top-k %d):\n%s", bytes ? "bytes" : "token ids", o->temperature, o->top_k,
+           bytes ? o->prompt : "");
     for (k = 0; k < o->sample_len; k++) {
         /* the last T tokens; positions after them are padding the causal mask ignores */
-        int start = n > T ? n - T : 0, len = n - start, next = 0;
-        const float *logits;
+        int start = n > T ? n - T : 0, len = n - start, next, banned = -1;
         for (i = 0; i < T; i++) g->a.tokens[i] = i < len ? seq[start + i] : 0;
         if (dev) { /* the device's forward; only the row we sample from comes back */
             gpu_forward(g, dev, 1, 0, 0);
@@ -1216,22 +1261,20 @@ static void generate(gpt *g, gpu *dev, const options *o)
         } else {
             gpt_forward(g, 1, 0, 0);
         }
-        logits = g->a.logits + (size_t)(len - 1) * V;
-        for (i = 1; i < V; i++) next = logits[i] > logits[next] ? i : next;
-        if (o->temperature > 0) { /* softmax(logits / temperature), then one draw */
-            double sum = 0, r;
-            for (i = 0; i < V; i++) sum += exp((logits[i] - logits[next]) / o->temperature);
-            r = uniform(&rng) * sum;
-            for (i = 0; i < V - 1; i++)
-                if ((r -= exp((logits[i] - logits[next]) / o->temperature)) < 0) break;
-            next = i;
-        }
+        if (bytes && n >= 3 && seq[n - 1] == seq[n - 2] && seq[n - 2] == seq[n - 3] && !isalnum(seq[n - 1]))
+            banned = seq[n - 1];
+        next = sample_token(g->a.logits + (size_t)(len - 1) * V, V, o->temperature, o->top_k, banned, scratch, &rng);
         seq[n++] = next;
-        if (V <= 256) putchar(next == '\n' || next == '\t' || (next >= 32 && next < 127) || next >= 128 ? next : '.');
-        else printf("%d ", next);
+        if (!bytes) {
+            printf("%d ", next);
+            continue;
+        }
+        putchar(next == '\n' || next == '\t' || (next >= 32 && next < 127) || next >= 128 ? next : '.');
+        if (2 * k >= o->sample_len && (next == '.' || next == '!' || next == '?')) break;
     }
     printf("\n");
     free(seq);
+    free(scratch);
 }
 
 /* ---- setup ------------------------------------------------------------------------------
@@ -1267,8 +1310,10 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
     const options *o = &t->o;
     const size_t batch = (size_t)o->batch_size * o->grad_accum * o->nproc;
     if (!load_data(&t->data, o->data, argv0, o->cfg.vocab, o->cfg.ctx, err, errsize)) return 0;
-    t->train_windows = num_windows(t->data.n_train, o->cfg.ctx);
-    t->val_windows = num_windows(t->data.n - t->data.n_train, o->cfg.ctx);
+    if (!t->o.stride) /* overlapping windows for a small text; a big one's would cost the sampler memory */
+        t->o.stride = t->data.n_train <= 1000000 ? 1 : o->cfg.ctx;
+    t->train_windows = num_windows(t->data.n_train, o->cfg.ctx, o->stride);
+    t->val_windows = num_windows(t->data.n - t->data.n_train, o->cfg.ctx, o->cfg.ctx);
     if (t->train_windows < batch) {
         snprintf(err, errsize, "%s: %zu training windows of %d tokens, fewer than one global batch of %zu",
                  t->data.source, t->train_windows, o->cfg.ctx, batch);
@@ -1391,8 +1436,9 @@ static void print_setup(const trainer *t)
 #endif
     ddp_print(ctx, "model: %d layers, %d heads, dim %d, ctx %d, vocab %d: %.2f M parameters\n", o->cfg.layers,
               o->cfg.heads, o->cfg.dim, o->cfg.ctx, o->cfg.vocab, (double)t->model.num_params / 1e6);
-    ddp_print(ctx, "data: %s: %zu tokens, %zu train windows, %zu validation windows%s\n", t->data.source,
-              t->data.n, t->train_windows, t->val_windows, o->data ? "" : " (no --data: the repository's own text)");
+    ddp_print(ctx, "data: %s: %zu tokens, %zu train windows (stride %d), %zu validation windows%s\n",
+              t->data.source, t->data.n, t->train_windows, o->stride, t->val_windows,
+              o->data ? "" : " (no --data: the example's short story)");
     ddp_print(ctx, "ranks: %d (%s backend), global batch %zu sequences = %d per rank x %d ranks x %d accum, "
               "%zu tokens per step, %zu steps per epoch\n", ctx->world_size, ddp_backend_name(ctx->backend),
               t->global_batch, o->batch_size, ctx->world_size, o->grad_accum, t->global_batch * o->cfg.ctx,

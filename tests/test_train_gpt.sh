@@ -112,6 +112,13 @@ if command -v script >/dev/null; then
 else
   echo "SKIP train_gpt on a terminal: no script(1) to give it one"
 fi
+# without --data: the story next to the program; the sample has no runs of punctuation
+timeout 60 "$bin" --layers 2 --heads 2 --dim 32 --ctx 16 --steps 20 --val-every 0 --sample-len 200 >story.txt 2>&1
+rc=$?
+sample=$(sed -n '/^sample/,$p' story.txt | tail -n +2)
+[ "$rc" -eq 0 ] && grep -q '^data: .*examples/train_gpt.txt: .* (stride 1)' story.txt && [ -n "$sample" ] &&
+  ! printf '%s' "$sample" | grep -q '\([^[:alnum:]]\)\1\1\1' && [ "$(printf '%s' "$sample" | wc -c)" -le 204 ]
+report "train_gpt without --data: the story, a sample without runs of punctuation" $? "exit $rc: $(tail -n 4 story.txt | tr '\n' '|')"
 plot="$OLDPWD/examples/plot_loss.py"
 python3 -c "import runpy, sys; sys.modules['matplotlib'] = None; sys.argv = ['plot_loss.py', 'one.jsonl']
 runpy.run_path('$plot', run_name='__main__')" >plot.txt 2>&1  # as if matplotlib were missing
