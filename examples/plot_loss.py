@@ -4,9 +4,9 @@
     python3 examples/plot_loss.py "1 process x 8=one.jsonl" "4 processes x 2=four.jsonl" \
         -o examples/loss_curve.png
 
-Each argument is LABEL=FILE (or just FILE: the label is the file name). Train loss is a
-line, validation loss a marker per evaluation. The title is --title, or says which runs
-are drawn and their world sizes (from the logs). Needs matplotlib
+Each argument is LABEL=FILE, or just FILE (labelled with its name and the world size
+its log records). Train loss is a line, validation loss a marker per evaluation. The
+title is --title, or the runs' labels. Needs matplotlib
 (pip install matplotlib, or apt install python3-matplotlib)."""
 import argparse
 import json
@@ -36,12 +36,13 @@ def main():
     styles = [dict(lw=3.0, alpha=0.45), dict(lw=1.2, ls="--")]  # later runs drawn over earlier ones
     for i, run in enumerate(args.runs):
         label, _, path = run.rpartition("=")
-        label = label or path
         rows = read_log(path)
         if not rows:
             sys.exit(f"plot_loss.py: {path} holds no steps (a train_gpt --log file has one JSON object per step)")
-        sizes = sorted({r.get("world_size", 1) for r in rows})
-        titles.append(f"{label} ({'/'.join(map(str, sizes))} process{'es' if sizes != [1] else ''})")
+        if not label:  # a bare FILE: its name and the world size its log records
+            sizes = sorted({r.get("world_size", 1) for r in rows})
+            label = f"{path} ({'/'.join(map(str, sizes))} process{'es' if sizes != [1] else ''})"
+        titles.append(label)
         style = styles[min(i, len(styles) - 1)]
         line, = ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], label=f"{label}: train", **style)
         val = [r for r in rows if "val_loss" in r]

@@ -888,13 +888,13 @@ static const char usage[] =
     "            --stride S (training windows start every S tokens; default 1 for data\n"
     "            up to 1M tokens, else --ctx; validation windows never overlap)\n"
     "  batch:    --batch-size 16 (sequences per rank per micro-step) --grad-accum 1\n"
-    "  schedule: --steps 150 --lr 3e-3 --warmup 15 --min-lr-frac 0.1 (cosine)\n"
+    "  schedule: --steps 150 --lr 3e-3 --warmup 40 --min-lr-frac 0.1 (cosine)\n"
     "            --stop-after N (end this run after step N; --resume goes on)\n"
     "            --weight-decay 0.1 --clip 1.0 (0: off) --seed 0\n"
     "  output:   --val-every 50 (0: off) --log FILE.jsonl --save FILE.safetensors\n"
     "            --save-every K --resume FILE.safetensors\n"
     "  sample:   --prompt \"The \" --sample-len 300 (at most; ends at a sentence past half)\n"
-    "            --temperature 0.8 (0: greedy) --top-k 10 (0: all)\n"
+    "            --temperature 0.7 (0: greedy) --top-k 10 (0: all)\n"
     "  sync:     --bucket-kb 1024 (gradient bucket size)\n"
     "            --bench-no-sync (benchmark only: no gradient all-reduce; ranks diverge)\n"
     "  compare:  train_gpt --compare A.safetensors B.safetensors [PREFIX] (max relative difference,\n"
@@ -933,14 +933,14 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
     o->grad_accum = 1;
     o->steps = 150;
     o->lr = 3e-3f;
-    o->warmup = 15;
+    o->warmup = 40;
     o->min_lr_frac = 0.1f;
     o->weight_decay = 0.1f;
     o->clip = 1.0f;
     o->val_every = 50;
     o->prompt = "The ";
     o->sample_len = 300;
-    o->temperature = 0.8f;
+    o->temperature = 0.7f;
     o->top_k = 10;
     o->bucket_kb = 1024;
     o->nproc = 1;
