@@ -1,12 +1,14 @@
 /* train_gpt: a GPT-2 style language model, trained data-parallel with the two headers.
 
-       ./examples/train_gpt --nproc 2                      the repository's own text
+       ./examples/train_gpt --nproc 2                      the short story examples/train_gpt.txt
        ./examples/train_gpt --nproc 4 --data input.txt --steps 500 --save gpt.safetensors
 
    ddp.h runs the ranks and keeps them in step (rank 0's initial weights broadcast,
    a distributed sampler, bucketed gradient all-reduce that overlaps the backward
    pass, exact global metrics); ddp_kernels.cuh supplies the layers. The file reads
-   top to bottom: model, forward, backward, data, checkpoints, training loop, main.
+   top to bottom: model (two lists: BLOCK_TENSORS and GPT_ACTIVATIONS), forward,
+   backward, the GPU path, data, flags, the training step, setup, main (the loop);
+   then the checkpoints, through examples/safetensors.h.
 
    The model: token + position embedding; per block, pre-LN attention and MLP with
    residuals (ln1 -> qkv -> causal attention -> proj -> +, ln2 -> fc -> GELU -> proj -> +);
