@@ -62,7 +62,13 @@ static unsigned char *st_read_file(const char *path, size_t *size, char *err, si
    Every value becomes one token, in document order; an object's keys are string tokens,
    each followed by its value. `next` is the index after the value and everything
    inside it, so a reader skips a value in one step. */
-typedef enum st_json_type { ST_JSON_OBJECT, ST_JSON_ARRAY, ST_JSON_STRING, ST_JSON_NUMBER, ST_JSON_LITERAL } st_json_type;
+typedef enum st_json_type {
+    ST_JSON_OBJECT,
+    ST_JSON_ARRAY,
+    ST_JSON_STRING,
+    ST_JSON_NUMBER,
+    ST_JSON_LITERAL /* true, false, null */
+} st_json_type;
 
 typedef struct st_json_token {
     st_json_type type;
@@ -295,8 +301,9 @@ static int st_read_tensor(const st_json *j, int t, st_tensor *ts, const unsigned
         bytes *= ts->shape[i];
     }
     if (off[1] < off[0] || off[1] > size || off[1] - off[0] != bytes) {
-        snprintf(err, errsize, "tensor %s: data_offsets [%llu, %llu] do not hold its shape's %llu bytes inside the %zu of data",
-                 ts->name, (unsigned long long)off[0], (unsigned long long)off[1], (unsigned long long)bytes, size);
+        snprintf(err, errsize,
+                 "tensor %s: data_offsets [%llu, %llu] do not hold its shape's %llu bytes in the %zu of data", ts->name,
+                 (unsigned long long)off[0], (unsigned long long)off[1], (unsigned long long)bytes, size);
         return 0;
     }
     ts->numel = (size_t)(bytes / st_dtype_size(ts->dtype));

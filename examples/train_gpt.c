@@ -478,10 +478,10 @@ static __global__ void scale_kernel(float *x, size_t n, float s)
     if (i < n) x[i] *= s;
 }
 
-/* The device copy of the model: this rank's host params, m and v go up (ddp_grad_init
-   then broadcasts rank 0's parameters). The activations as GPT_ACTIVATIONS lists
+/* The device copy of the model: this rank's host params go up (ddp_grad_init then
+   broadcasts rank 0's), and m and v after a --resume. The activations as GPT_ACTIVATIONS lists
    them, with backward scratch for the whole micro-batch (S = B T). */
-static gpu *gpu_create(gpt *g)
+static gpu *gpu_create(gpt *g, int resumed)
 {
     const size_t BT = (size_t)g->B * g->cfg.ctx, P = g->num_params;
     const size_t act_bytes = layout_activations(NULL, NULL, g->cfg, (size_t)g->B, BT);
@@ -506,8 +506,10 @@ static gpu *gpu_create(gpt *g)
     CUDA(cudaMallocHost((void **)&d->h_targets, BT * sizeof(int)));
     CUDA(cudaMallocHost((void **)&d->h_norm, sizeof(float)));
     CUDA(cudaMemcpyAsync(d->params, g->params, P * sizeof(float), cudaMemcpyHostToDevice, s));
-    CUDA(cudaMemcpyAsync(d->m, g->m, P * sizeof(float), cudaMemcpyHostToDevice, s));
-    CUDA(cudaMemcpyAsync(d->v, g->v, P * sizeof(float), cudaMemcpyHostToDevice, s));
+    if (resumed) { /* else the moments start at zero (dev_floats): the host copy stays untouched until a save */
+        CUDA(cudaMemcpyAsync(d->m, g->m, P * sizeof(float), cudaMemcpyHostToDevice, s));
+        CUDA(cudaMemcpyAsync(d->v, g->v, P * sizeof(float), cudaMemcpyHostToDevice, s));
+    }
     CUDA(cudaStreamSynchronize(s));
     return d;
 }
@@ -706,7 +708,7 @@ static int device_info(void)
 #else
 /* Without nvcc there is no GPU path: dev stays NULL (main refuses an NCCL backend),
    and these stand-ins never run. */
-static gpu *gpu_create(gpt *g) { return (void)g, NULL; }
+static gpu *gpu_create(gpt *g, int resumed) { return (void)g, (void)resumed, NULL; }
 static void gpu_destroy(gpu *d) { (void)d; }
 static void gpu_grad_desc(const gpu *d, ddp_grad_desc *gd) { (void)d, (void)gd; }
 static void gpu_forward(gpt *g, gpu *d, int B, int targets, int train)
@@ -1090,8 +1092,9 @@ static void log_ddp(void *user, int level, const char *msg)
    else the call and the code (a failure ddp.h returned without a word). Returns 0. */
 static int ddp_reason(const trainer *t, const char *call, ddp_result r, char *err, size_t errsize)
 {
-    if (t->ddp_errors) snprintf(err, errsize, "%s", "");
-    else snprintf(err, errsize, "rank %d: %s failed: %s", t->ctx.rank, call, *ddp_error(&t->ctx) ? ddp_error(&t->ctx) : ddp_strerror(r));
+    const char *why = *ddp_error(&t->ctx) ? ddp_error(&t->ctx) : ddp_strerror(r);
+    if (t->ddp_errors) err[0] = 0;
+    else snprintf(err, errsize, "rank %d: %s failed: %s", t->ctx.rank, call, why);
     return 0;
 }
 
@@ -1171,7 +1174,8 @@ static int train_step(trainer *t, int step, step_stats *st, char *err, size_t er
     }
     st->norm = t->dev ? gpu_step(g, t->dev, st->lr, o->weight_decay, o->clip, step, st->tokens)
                       : cpu_step(g, st->lr, o->weight_decay, o->clip, step, st->tokens);
-    if ((r = ddp_metric_reduce(&t->ctx, &loss, 1)) != DDP_OK) return ddp_reason(t, "ddp_metric_reduce", r, err, errsize);
+    if ((r = ddp_metric_reduce(&t->ctx, &loss, 1)) != DDP_OK)
+        return ddp_reason(t, "ddp_metric_reduce", r, err, errsize);
     st->loss = ddp_metric_mean(&loss);
     st->seconds = now_s() - t0;
     t->t_train += st->seconds;
@@ -1359,14 +1363,16 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     desc.argv = argv;
     desc.log = log_ddp;
     desc.log_user = &t->ddp_errors;
-    if ((r = ddp_init(&t->ctx, &desc)) != DDP_OK) {
-        snprintf(err, errsize, t->ddp_errors ? "%s" : "ddp_init failed: %s", t->ddp_errors ? "" : ddp_strerror(r));
+    if ((r = ddp_init(&t->ctx, &desc)) != DDP_OK) { /* no context to ask: ddp.h has said why, or the code does */
+        if (t->ddp_errors) err[0] = 0;
+        else snprintf(err, errsize, "ddp_init failed: %s", ddp_strerror(r));
         return 0;
     }
 #ifdef _OPENMP
     /* ranks share the cores: spinning threads of several ranks on one core crawl */
     if (!getenv("OMP_NUM_THREADS"))
-        omp_set_num_threads(omp_get_num_procs() / t->ctx.local_world_size > 1 ? omp_get_num_procs() / t->ctx.local_world_size : 1);
+        omp_set_num_threads(omp_get_num_procs() / t->ctx.local_world_size > 1
+                                ? omp_get_num_procs() / t->ctx.local_world_size : 1);
 #endif
     t->global_batch = (size_t)o->batch_size * t->ctx.world_size * o->grad_accum;
     t->steps_per_epoch = t->train_windows / t->global_batch;
@@ -1381,7 +1387,7 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
        not average, because the loss is the mean over the global batch's tokens and the
        step divides by their count. */
     if (!o->resume) gpt_init_weights(g, o->seed + (uint64_t)t->ctx.rank);
-    if (t->ctx.backend == DDP_BACKEND_NCCL && !(t->dev = gpu_create(g))) {
+    if (t->ctx.backend == DDP_BACKEND_NCCL && !(t->dev = gpu_create(g, o->resume != NULL))) {
         snprintf(err, errsize, "the NCCL backend needs the GPU path: build with nvcc, or set DDP_BACKEND=cpu");
         return 0;
     }
@@ -1473,7 +1479,9 @@ static int diverged(trainer *t, int step, const step_stats *st)
 {
     if (t->line_open) printf("\n");
     if (ddp_is_main(&t->ctx)) {
-        const char *what = !isfinite(st->loss) ? "training loss" : !isfinite(st->norm) ? "gradient norm" : "validation loss";
+        const char *what = !isfinite(st->loss)   ? "training loss"
+                           : !isfinite(st->norm) ? "gradient norm"
+                                                 : "validation loss";
         const double value = !isfinite(st->loss) ? st->loss : !isfinite(st->norm) ? st->norm : st->val_loss;
         fprintf(stderr, PROG ": step %d: the %s is %g: training diverged (a lower --lr, or --clip, may help)\n",
                 step + 1, what, value);
@@ -1524,7 +1532,8 @@ int main(int argc, char **argv)
         if (!isfinite(st.loss) || !isfinite(st.norm) || !isfinite(st.val_loss)) return diverged(&t, step, &st);
         log_step(&t, step, &st);
         /* template: if rank == 0: torch.save(...) */
-        if (ddp_is_main(&t.ctx) && t.o.save && ((t.o.save_every && (step + 1) % t.o.save_every == 0) || step + 1 == t.stop)) {
+        if (ddp_is_main(&t.ctx) && t.o.save &&
+            ((t.o.save_every && (step + 1) % t.o.save_every == 0) || step + 1 == t.stop)) {
             if (t.dev) gpu_to_host(&t.model, t.dev); /* the same file as a CPU run's */
             if (!save_checkpoint(&t.model, t.o.save, step + 1, t.seed, t.ctx.world_size, err, sizeof err))
                 return fail(err);
@@ -1555,8 +1564,9 @@ static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t se
     st_text h;
     int i, k, ok;
     memset(&h, 0, sizeof h);
-    st_put(&h, "{\"__metadata__\":{\"format\":\"pt\",\"step\":\"%d\",\"seed\":\"%llu\",\"layers\":\"%d\",\"heads\":\"%d\","
-               "\"dim\":\"%d\",\"ctx\":\"%d\",\"vocab\":\"%d\",\"world_size\":\"%d\",\"lm_head\":\"tied to wte.weight\"}",
+    st_put(&h, "{\"__metadata__\":{\"format\":\"pt\",\"step\":\"%d\",\"seed\":\"%llu\",\"layers\":\"%d\","
+               "\"heads\":\"%d\",\"dim\":\"%d\",\"ctx\":\"%d\",\"vocab\":\"%d\",\"world_size\":\"%d\","
+               "\"lm_head\":\"tied to wte.weight\"}",
            step, (unsigned long long)seed, g->cfg.layers, g->cfg.heads, g->cfg.dim, g->cfg.ctx, g->cfg.vocab,
            world_size);
     for (k = 0; k < 3; k++)
