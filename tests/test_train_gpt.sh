@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # tests/test_train_gpt.sh - examples/train_gpt on a tiny model (2 layers, dim 32, ctx 16):
 #   world-size invariance: 1 x 8, 2 x 4 and 4 x 2 sequences per step give the same
-#     losses and parameters; grad accumulation: 4 micro-steps of 2 = one step of 8;
+#     losses and parameters, bit for bit; grad accumulation: 4 micro-steps of 2 = one
+#     step of 8;
 #   resume: 4 steps, save, resume for 4 more = 8 steps in one go (losses and weights);
 #   checkpoints are safetensors (loaded by Python's safetensors when installed);
 #   --log writes one JSON object per step; bad data, bad flags and bad checkpoints
 #   fail in one line; a diverged run (NaN loss) fails naming the step; --compare
-#   reports a NaN or infinity as a difference, never as 0.
+#   reports a NaN or infinity as a difference, never as 0; on a terminal one progress
+#   line; without --data the story, and a sample without runs of punctuation;
+#   plot_loss.py without matplotlib says what to install.
 # The Makefile builds the example.
 cd "$(dirname "$0")/.." || exit 1
 bin=$PWD/examples/train_gpt
