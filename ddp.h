@@ -434,9 +434,11 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
      >>errors         the one failure funnel, logging, rank-0 printing
      >>halfs          16-bit float conversion
      >>environment    launchers' variables, every default resolved in one place
-     >>store          rank 0's TCP key-value server and its client
+     >>store          rank 0's TCP key-value server
+     >>store client   joining, keys, gathers, the settings and fingerprint checks
      >>cpu            the shared-memory backend
      >>nccl           the NCCL backend
+     >>mpi            the MPI backend (-DDDP_MPI)
      >>backends       the table that dispatches to a backend
      >>collectives    validate, fingerprint, run or queue
      >>group          ddp_init, ddp_destroy
@@ -471,6 +473,10 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #include <time.h>
 #include <unistd.h>
 #include <linux/futex.h>
+#ifndef F_OFD_GETLK /* open-file-description locks: glibc shows them only under _GNU_SOURCE */
+#define F_OFD_GETLK 36
+#define F_OFD_SETLK 37
+#endif
 #ifdef DDP_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -1146,10 +1152,7 @@ static int ddp__slurm_first_host(const char *list, char *out, size_t size)
 static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp__launcher *l)
 {
     ddp__settings *s = &ctx->st->cfg;
-    const char *addr = d->master_addr ? d->master_addr : getenv("MASTER_ADDR");
     const char *v;
-    int port = d->master_port, set;
-    char first[256];
     /* the job: two launches never share an id, so their ranks never merge */
     s->job_from = "default";
     if (d->job_id && *d->job_id) { ddp__copy(s->job_id, sizeof s->job_id, d->job_id); s->job_from = "ddp_desc"; }
@@ -1203,8 +1206,17 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     }
     if ((unsigned)s->backend >= DDP_BACKEND_COUNT)
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_desc.backend=%d is not a backend", (int)s->backend);
-    if (ctx->world_size == 1) return DDP_OK;
-    /* where rank 0's store listens */
+    return DDP_OK;
+}
+
+/* Where rank 0's store listens: only a job that meets through the store needs it. */
+static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d)
+{
+    ddp__settings *s = &ctx->st->cfg;
+    const char *addr = d->master_addr ? d->master_addr : getenv("MASTER_ADDR");
+    const char *v;
+    int port = d->master_port, set;
+    char first[256];
     if ((!addr || !*addr) && ((v = getenv("SLURM_STEP_NODELIST")) || (v = getenv("SLURM_JOB_NODELIST")) ||
                               (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
         addr = first; /* Slurm: the first host of the step runs rank 0 */
@@ -1608,9 +1620,11 @@ static int ddp__server_read(ddp__server *s, ddp__conn *c)
 
 static void ddp__server_accept(ddp__server *s)
 {
-    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), one = 1, i, oldest = -1;
+    int fd = accept(s->listen_fd, NULL, NULL), one = 1, i, oldest = -1;
     ddp__conn *c;
     if (fd < 0) return;
+    fcntl(fd, F_SETFD, FD_CLOEXEC); /* accept4 would need _GNU_SOURCE before the user's first header */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     if (s->nconns == s->cap) { /* full of newcomers: the oldest one makes room */
         for (i = 0; i < s->nconns; i++)
             if (s->conns[i].rank < 0 && (oldest < 0 || s->conns[i].born < s->conns[oldest].born)) oldest = i;
@@ -3404,7 +3418,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     snprintf(cfg->agree, sizeof cfg->agree, "ddp.h=%s backend=%s shm_chunk=%zu check=%d", DDP__VERSION,
              ddp_backend_name(ctx->backend), ctx->backend == DDP_BACKEND_CPU ? cfg->chunk : 0, cfg->check);
     if (st->be->group) r = st->be->group(ctx); /* the backend forms the group itself (MPI) */
-    else if (ctx->world_size > 1) r = ddp__join(ctx);
+    else if (ctx->world_size > 1 && (r = ddp__resolve_store(ctx, desc)) == DDP_OK) r = ddp__join(ctx);
     if (r != DDP_OK) {
         st->broken = r;
         ddp__release(ctx);
@@ -3417,7 +3431,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     }
     ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s)%s, "
               "timeout %.1f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank, ctx->local_world_size,
-              ctx->node_rank, ctx->num_nodes, ctx->device, ctx->world_size > 1 ? cfg->master_addr : "-", cfg->master_port,
+              ctx->node_rank, ctx->num_nodes, ctx->device, cfg->master_port ? cfg->master_addr : "-", cfg->master_port,
               cfg->job_id, cfg->job_from, cfg->secret[0] ? ", secret set" : "", cfg->timeout_ms / 1000.0,
               cfg->check ? ", DDP_CHECK on" : "");
     return DDP_OK;

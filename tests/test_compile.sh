@@ -31,7 +31,7 @@ fi
 # DDP_STATIC: two files each with a private copy link together
 printf '#define DDP_STATIC\n%s\nint other(void) { return ddp_is_main(0) ; }\n' "$impl" | sed 's/ddp_is_main(0)/(int)ddp_dtype_size(DDP_F32)/' > "$tmp/s1.c"
 printf '#define DDP_STATIC\n%s\nint other(void);\nint main(void) { return other() == 4 && ddp_dtype_size(DDP_F64) == 8 ? 0 : 1; }\n' "$impl" > "$tmp/s2.c"
-check static_two_files cc -std=c99 -Wall -Wextra -Wpedantic -Werror -Wno-unused-function -I. "$tmp/s1.c" "$tmp/s2.c" -o "$tmp/st" -lpthread
+check static_two_files cc -std=c99 -Wall -Wextra -Wpedantic -Werror -I. "$tmp/s1.c" "$tmp/s2.c" -o "$tmp/st" -lpthread
 check static_runs "$tmp/st"
 # API in one file, implementation in another
 printf '#include "ddp.h"\nint other(void) { return (int)ddp_dtype_size(DDP_BF16); }\n' > "$tmp/a1.c"
