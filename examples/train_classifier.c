@@ -12,11 +12,19 @@
    template: python -m torch.distributed.launch --nproc_per_node=4 xxx.py
    here:     ./examples/train_classifier --nproc 4   (or torchrun, mpirun, srun: see ddp.h)
 
+   Its PyTorch twin, examples/lessons/05_metrics/train_classifier.py, is the template
+   itself made runnable: --init-out FILE writes this program's initial weights and data
+   as safetensors, the twin loads them, and both print the same numbers per epoch.
+
    Built with nvcc and run where a GPU is visible, the ranks talk over NCCL. The model
    itself stays on the CPU (it is 228 numbers): the gradient is copied to the GPU one
    layer at a time, as the backward pass produces it, and NCCL sums it there. */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function" /* this program writes, never reads */
+#include "safetensors.h"                            /* st_put, st_write_file: --init-out */
+#pragma GCC diagnostic pop
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,18 +227,56 @@ static int save_checkpoint(const char *path, const float *params)
     return ok;
 }
 
+/* ---- --init-out: the starting point, for the PyTorch twin ---------------------------
+   Weights as torch.nn.Linear stores them ((out, in), names of the twin's state_dict)
+   and both data sets, so the twin starts exactly where this program starts. */
+static int save_init(const char *path, const float *params, const dataset *train, const dataset *val)
+{
+    const void *arrays[8] = {params + W1, params + B1, params + W2, params + B2, train->x, train->y, val->x, val->y};
+    size_t bytes[8] = {H * D * 4, H * 4, K * H * 4, K * 4, train->n * D * 4, train->n * 4, val->n * D * 4, val->n * 4};
+    const char *names[8] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "train.x", "train.y", "val.x", "val.y"};
+    size_t shape[8][2] = {{H, D}, {H, 0} /* 0: one dimension */, {K, H}, {K, 0}, {train->n, D}, {train->n, 0}, {val->n, D}, {val->n, 0}};
+    st_text h = {NULL, 0, 0, 0};
+    char err[1400]; /* room for the path */
+    size_t begin = 0;
+    int i, ok;
+    st_put(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (i = 0; i < 8; i++) {
+        st_put(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu", names[i], i == 5 || i == 7 ? "I32" : "F32", shape[i][0]);
+        if (shape[i][1]) st_put(&h, ",%zu", shape[i][1]);
+        st_put(&h, "],\"data_offsets\":[%zu,%zu]}", begin, begin + bytes[i]);
+        begin += bytes[i];
+    }
+    st_put(&h, "}");
+    ok = st_write_file(path, &h, arrays, bytes, 8, err, sizeof err);
+    if (!ok) fprintf(stderr, "train_classifier: %s\n", err);
+    free(h.s);
+    return ok;
+}
+
 /* ---- flags ----------------------------------------------------------------------- */
 typedef struct options {
     int epochs, batch_size;
     float lr;
     uint64_t seed;
-    const char *out;
+    const char *out, *init_out;
+    int help;
 } options;
 
 static const char usage[] =
-    "usage: train_classifier [--nproc N] [--epochs N] [--batch-size N (per rank)] [--lr X] [--seed N] [--out FILE]\n";
+    "usage: train_classifier [--nproc N] [--epochs N] [--batch-size N] [--lr X] [--seed N] [--out FILE]\n"
+    "                        [--init-out FILE] [--help]\n"
+    "  --nproc N          start N ranks (or launch with torchrun --no-python, mpirun, srun)\n"
+    "  --epochs N         passes over the 2001 training samples (5)\n"
+    "  --batch-size N     samples per rank and step, as in the template; the global batch\n"
+    "                     is N x ranks (32)\n"
+    "  --lr X             SGD learning rate (0.1)\n"
+    "  --seed N           initial weights and the sampler's shuffle (0)\n"
+    "  --out FILE         rank 0 saves the trained weights there (model.bin)\n"
+    "  --init-out FILE    rank 0 also saves the initial weights and the data as safetensors,\n"
+    "                     for the PyTorch twin (examples/lessons/05_metrics/train_classifier.py)\n";
 
-/* Returns 0 after printing one line on a bad flag. --nproc and --local_rank belong to
+/* Returns 0 after printing one line on a bad flag; --help sets o->help. --nproc and --local_rank belong to
    ddp_launch and ddp_init; they are skipped here. */
 static int parse_options(int argc, char **argv, options *o)
 {
@@ -240,11 +286,17 @@ static int parse_options(int argc, char **argv, options *o)
     o->lr = 0.1f;
     o->seed = 0;
     o->out = "model.bin"; /* template: torch.save(..., "model.pth") */
+    o->init_out = NULL;
+    o->help = 0;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         int bad = 0;
         if (strncmp(a, "--local_rank=", 13) == 0 || strncmp(a, "--local-rank=", 13) == 0) continue;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            o->help = 1;
+            return 1;
+        }
         if (!v || strncmp(a, "--", 2) != 0) {
             fprintf(stderr, "train_classifier: %s '%s'\n", v ? "unknown argument" : "missing value or unknown flag", a);
             return 0;
@@ -266,6 +318,8 @@ static int parse_options(int argc, char **argv, options *o)
             bad = *end || *v == '-';
         } else if (strcmp(a, "--out") == 0) {
             o->out = v;
+        } else if (strcmp(a, "--init-out") == 0) {
+            o->init_out = v;
         } else {
             fprintf(stderr, "train_classifier: unknown flag '%s'\n", a);
             return 0;
@@ -296,6 +350,10 @@ int main(int argc, char **argv)
         fputs(usage, stderr);
         return 2;
     }
+    if (opt.help) {
+        fputs(usage, stdout);
+        return 0;
+    }
     /* template: the launch command. "--nproc N" turns this process into the launcher */
     status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
@@ -319,6 +377,7 @@ int main(int argc, char **argv)
     for (i = 0; i < NPARAM; i++) /* uniform weights of scale 1/sqrt(fan_in), zero biases */
         params[i] = (i < B1 ? 0.7f : i >= W2 && i < B2 ? 0.18f : 0.0f) * (float)(2 * uniform(&init) - 1);
     if (grad_init(&grad, &ctx, params) != DDP_OK) return 1;
+    if (opt.init_out && ddp_is_main(&ctx) && !save_init(opt.init_out, params, &train, &val)) return 1;
 
     /* template: train_sampler = DistributedSampler(train_dataset);
        DataLoader(train_dataset, batch_size=..., sampler=train_sampler).
