@@ -414,6 +414,24 @@ DDPDEF ddp_result ddp_grad_all_reduce(ddp_grad *g);
    Change it between steps only. */
 DDPDEF ddp_result ddp_grad_no_sync(ddp_grad *g, int on);
 
+/* ---- tracing: where the time goes, as a picture -----------------------------------
+   A Chrome trace-event file (opens in ui.perfetto.dev or chrome://tracing) with a
+   process per rank and two rows in each: "main" (your spans, blocking collectives,
+   waits) and "collectives" (asynchronous work as it runs on the CPU and MPI backends'
+   collective thread: gradient buckets show there, overlapping the backward pass; on
+   NCCL the GPU runs them and the row shows only their queueing).
+   ddp_trace_start is collective (every rank calls it; the rows line up at its end)
+   and clears what was recorded. Up to max_events are kept per rank (0: 100000, about
+   6 MB); later ones are counted as dropped. Spans nest; names are cut at 43 bytes.
+   Call begin/end from the thread that calls the collectives; they do nothing when
+   tracing is off, so they can stay in the code. ddp_trace_save is collective: every
+   rank's events go to rank 0, which writes `path` (every rank returns the same result)
+   and recording stops. */
+DDPDEF ddp_result ddp_trace_start(ddp_ctx *ctx, size_t max_events);
+DDPDEF void ddp_trace_begin(ddp_ctx *ctx, const char *name);
+DDPDEF void ddp_trace_end(ddp_ctx *ctx);
+DDPDEF ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path);
+
 #ifdef __cplusplus
 } /* extern "C" */
 inline ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc &desc) { return ddp_init(ctx, &desc); }
@@ -769,6 +787,7 @@ typedef struct ddp__coll {
     uint64_t seq;   /* 1, 2, ... per context, in issue order */
     uint64_t count;
     int32_t kind, dtype, op, root;
+    int32_t bucket; /* gradient bucket + 1, 0 for others: only a name in traces */
     const void *send;
     void *recv;
 } ddp__coll;
@@ -862,6 +881,7 @@ struct ddp__state {
     ddp__coll queue[DDP__QUEUE];
     uint64_t queued, done;   /* counts; queue holds seqs (done, queued] */
     ddp_result async_err;
+    struct ddp__trace *trace; /* NULL unless ddp_trace_start */
 };
 
 static void ddp__default_log(void *user, int level, const char *msg)
@@ -3093,6 +3113,237 @@ static ddp_result ddp__choose_backend(ddp_ctx *ctx)
     return DDP_OK;
 }
 
+/* ---- >>trace ------------------------------------------------------------------------------
+   Events in memory per rank, in nanoseconds since ddp_trace_start; gathered to rank 0
+   and written as Chrome trace JSON by ddp_trace_save. */
+#define DDP__TRACE_DEPTH 64
+typedef struct ddp__event { int64_t t0, t1; int32_t row; char name[44]; } ddp__event; /* 64 bytes */
+DDP__STATIC_ASSERT(event_size, sizeof(ddp__event) == 64);
+struct ddp__trace {
+    pthread_mutex_t mu;           /* the collective thread records too */
+    ddp__event *ev;
+    size_t n, cap, dropped;
+    int64_t zero;
+    size_t open[DDP__TRACE_DEPTH]; /* begin's events still waiting for their end */
+    int depth, saving;
+};
+
+static int64_t ddp__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Records a span (t1 < 0: still open); its index, or (size_t)-1 when dropped or off. */
+static size_t ddp__trace_add(ddp_ctx *ctx, int row, const char *name, int64_t t0, int64_t t1)
+{
+    struct ddp__trace *t = ctx && ctx->st ? ctx->st->trace : NULL;
+    size_t i = (size_t)-1;
+    if (!t || t->saving) return i;
+    pthread_mutex_lock(&t->mu);
+    if (t->n < t->cap) {
+        ddp__event *e = &t->ev[i = t->n++];
+        e->t0 = t0 - t->zero;
+        e->t1 = t1 < 0 ? -1 : t1 - t->zero;
+        e->row = row;
+        ddp__copy(e->name, sizeof e->name, name ? name : "?");
+    } else {
+        t->dropped++;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return i;
+}
+
+/* "all_reduce 1.5 MB" or "bucket 3 all_reduce 1.5 MB" */
+static void ddp__trace_name(char *out, size_t n, const char *prefix, const ddp__coll *c)
+{
+    double bytes = (double)c->count * (double)ddp_dtype_size((ddp_dtype)c->dtype);
+    char size[24] = "";
+    if (c->kind < DDP__BARRIER)
+        snprintf(size, sizeof size, bytes >= 1e6 ? " %.1f MB" : bytes >= 1e3 ? " %.1f KB" : " %.0f B",
+                 bytes >= 1e6 ? bytes / 1e6 : bytes >= 1e3 ? bytes / 1e3 : bytes);
+    if (c->bucket) snprintf(out, n, "%sbucket %d %s%s", prefix, (int)c->bucket - 1, ddp__colls[c->kind].name, size);
+    else snprintf(out, n, "%s%s%s", prefix, ddp__colls[c->kind].name, size);
+}
+
+static void ddp__trace_free(struct ddp__state *st)
+{
+    if (!st->trace) return;
+    pthread_mutex_destroy(&st->trace->mu);
+    DDP_FREE(st->trace->ev);
+    DDP_FREE(st->trace);
+    st->trace = NULL;
+}
+
+ddp_result ddp_trace_start(ddp_ctx *ctx, size_t max_events)
+{
+    struct ddp__trace *t;
+    ddp_result r;
+    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!max_events) max_events = 100000;
+    if (max_events > ((size_t)1 << 40) / sizeof(ddp__event))
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: %zu events is too many", max_events);
+    t = DDP__CAST(struct ddp__trace *, DDP_MALLOC(sizeof *t));
+    if (t) {
+        memset(t, 0, sizeof *t);
+        t->ev = DDP__CAST(ddp__event *, DDP_MALLOC(max_events * sizeof(ddp__event)));
+    }
+    if (!t || !t->ev) {
+        if (t) DDP_FREE(t);
+        return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_start: no memory for %zu events", max_events);
+    }
+    t->cap = max_events;
+    pthread_mutex_init(&t->mu, NULL);
+    if ((r = ddp_barrier(ctx)) != DDP_OK) { /* it also waited for every async collective */
+        pthread_mutex_destroy(&t->mu);
+        DDP_FREE(t->ev);
+        DDP_FREE(t);
+        return r;
+    }
+    ddp__trace_free(ctx->st); /* a restart: nothing records into the old one any more */
+    t->zero = ddp__now_ns();
+    ctx->st->trace = t;
+    return DDP_OK;
+}
+
+void ddp_trace_begin(ddp_ctx *ctx, const char *name)
+{
+    struct ddp__trace *t = ctx && ctx->st ? ctx->st->trace : NULL;
+    size_t i;
+    if (!t || t->saving) return;
+    i = ddp__trace_add(ctx, 0, name, ddp__now_ns(), -1);
+    if (t->depth < DDP__TRACE_DEPTH) t->open[t->depth] = i;
+    t->depth++; /* past the limit: counted, so that ends still pair with their begins */
+}
+
+void ddp_trace_end(ddp_ctx *ctx)
+{
+    struct ddp__trace *t = ctx && ctx->st ? ctx->st->trace : NULL;
+    size_t i;
+    if (!t || t->saving || t->depth == 0) return;
+    t->depth--;
+    if (t->depth >= DDP__TRACE_DEPTH || (i = t->open[t->depth]) == (size_t)-1) return;
+    pthread_mutex_lock(&t->mu);
+    t->ev[i].t1 = ddp__now_ns() - t->zero;
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void ddp__json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+/* Rank 0 writes every rank's events; all[r * max .. + counts[r]] are rank r's. */
+static int ddp__trace_write(FILE *f, const ddp__event *all, const int64_t *counts, size_t max, int world)
+{
+    static const char *rows[2] = {"main", "collectives"};
+    int r, k;
+    size_t i;
+    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    for (r = 0; r < world; r++) {
+        fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}},\n", r, r);
+        fprintf(f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}},\n", r, r);
+        for (k = 0; k < 2; k++)
+            fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n", r, k,
+                    rows[k]);
+        for (i = 0; i < (size_t)counts[2 * r]; i++) {
+            const ddp__event *e = &all[(size_t)r * max + i];
+            char name[sizeof e->name];
+            memcpy(name, e->name, sizeof name);
+            name[sizeof name - 1] = 0; /* from another rank: trust nothing */
+            fprintf(f, "{\"name\":");
+            ddp__json_string(f, name);
+            fprintf(f, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f},\n", r, e->row == 1,
+                    (double)e->t0 / 1e3, (double)(e->t1 > e->t0 ? e->t1 - e->t0 : 0) / 1e3);
+        }
+    }
+    /* the last entry carries what was dropped: JSON allows no trailing comma */
+    fprintf(f, "{\"name\":\"dropped\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"events\":[");
+    for (r = 0; r < world; r++) fprintf(f, "%s%lld", r ? "," : "", (long long)counts[2 * r + 1]);
+    fprintf(f, "]}}\n]}\n");
+    return ferror(f) ? -1 : 0;
+}
+
+ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
+{
+    struct ddp__trace *t;
+    int64_t mine[2], *counts = NULL, bad = 0, max = 0;
+    ddp__event *all = NULL;
+    char tmp[4096 + 16];
+    FILE *f = NULL;
+    ddp_result r;
+    size_t i;
+    int k, err = 0;
+    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    t = ctx->st->trace;
+    if (!t) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: tracing was not started (ddp_trace_start)");
+    /* every rank learns whether rank 0 can write the file before anything is sent */
+    if (ctx->rank == 0) {
+        if (!path || !*path || strlen(path) > 4096) bad = 1;
+        else {
+            snprintf(tmp, sizeof tmp, "%s.tmp", path);
+            if (!(f = fopen(tmp, "w"))) bad = 1;
+            err = errno;
+        }
+    }
+    t->saving = 1; /* the save's own collectives are not recorded */
+    for (i = 0; i < t->n; i++)
+        if (t->ev[i].t1 < 0) t->ev[i].t1 = ddp__now_ns() - t->zero; /* still open: ends here */
+    mine[0] = (int64_t)t->n;
+    mine[1] = (int64_t)t->dropped;
+    r = ddp_all_reduce(ctx, &bad, &bad, 1, DDP_I64, DDP_MAX, NULL);
+    if (r == DDP_OK && bad) {
+        r = ctx->rank == 0 ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: cannot write '%s': %s", path ? path : "(null)",
+                                       path && *path ? strerror(err) : "no path")
+                           : ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: rank 0 cannot write the trace file");
+    }
+    if (r == DDP_OK) {
+        counts = DDP__CAST(int64_t *, DDP_MALLOC(sizeof(int64_t) * 2 * (size_t)ctx->world_size));
+        if (!counts) r = ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_save: out of memory");
+    }
+    if (r == DDP_OK) r = ddp_all_gather(ctx, mine, counts, 2, DDP_I64, NULL);
+    if (r == DDP_OK) {
+        for (k = 0; k < ctx->world_size; k++)
+            if (counts[2 * k] > max) max = counts[2 * k];
+        /* every rank sends max events (the same count everywhere), its own first */
+        all = DDP__CAST(ddp__event *, DDP_MALLOC(((size_t)ctx->world_size + 1) * (size_t)(max ? max : 1) * sizeof *all));
+        if (!all) r = ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_save: out of memory for %lld events", (long long)max);
+    }
+    if (r == DDP_OK) {
+        ddp__event *send = all + (size_t)ctx->world_size * (size_t)max;
+        memset(send, 0, (size_t)max * sizeof *send);
+        memcpy(send, t->ev, t->n * sizeof *send);
+        r = ddp_all_gather(ctx, send, all, (size_t)max * sizeof *send / 8, DDP_I64, NULL);
+    }
+    if (r == DDP_OK) { /* and whether it worked */
+        if (ctx->rank == 0) {
+            bad = ddp__trace_write(f, all, counts, (size_t)max, ctx->world_size) != 0;
+            bad |= fclose(f) != 0;
+            f = NULL;
+            bad |= rename(tmp, path) != 0;
+            err = errno;
+        }
+        r = ddp_all_reduce(ctx, &bad, &bad, 1, DDP_I64, DDP_MAX, NULL);
+        if (r == DDP_OK && bad)
+            r = ctx->rank == 0 ? ddp__fail(ctx, DDP_ERR_SYSTEM, "ddp_trace_save: writing '%s' failed: %s", path, strerror(err))
+                               : ddp__fail(ctx, DDP_ERR_SYSTEM, "ddp_trace_save: rank 0 could not write the trace file");
+    }
+    if (f) fclose(f);
+    if (ctx->rank == 0 && r != DDP_OK && path && *path && strlen(path) <= 4096) remove(tmp);
+    DDP_FREE(all);
+    DDP_FREE(counts);
+    ddp__trace_free(ctx->st); /* recording stops, whatever happened */
+    return r;
+}
+
 /* ---- >>collectives --------------------------------------------------------------------------- */
 
 static void *ddp__worker_main(void *arg)
@@ -3103,11 +3354,18 @@ static void *ddp__worker_main(void *arg)
     for (;;) {
         ddp__coll c;
         ddp_result r;
+        int64_t t0;
+        char name[48];
         while (st->done == st->queued && !st->worker_stop) pthread_cond_wait(&st->cv, &st->mu);
         if (st->done == st->queued) break;
         c = st->queue[st->done % DDP__QUEUE];
         pthread_mutex_unlock(&st->mu);
+        t0 = st->trace ? ddp__now_ns() : 0;
         r = st->async_err ? DDP_ERR_ABORTED : st->be->run(ctx, &c, NULL, NULL);
+        if (st->trace) {
+            ddp__trace_name(name, sizeof name, "", &c);
+            ddp__trace_add(ctx, 1, name, t0, ddp__now_ns());
+        }
         pthread_mutex_lock(&st->mu);
         if (r != DDP_OK && !st->async_err) st->async_err = r;
         st->done++;
@@ -3202,8 +3460,11 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
 {
     struct ddp__state *st;
     ddp_result r = ddp__check(ctx, c);
+    int64_t t0 = 0;
+    char name[48];
     if (r != DDP_OK) return r;
     st = ctx->st;
+    if (st->trace) t0 = ddp__now_ns();
     c->seq = ++st->seq;
     if (work) { work->seq = c->seq; work->event = NULL; }
     if (st->cfg.check && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = ddp__store_check(ctx, c);
@@ -3212,6 +3473,10 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
     if (r != DDP_OK) {
         st->broken = r;
         if (st->be->abort) st->be->abort(ctx, r);
+    }
+    if (st->trace) { /* blocking, or queued on the GPU: the caller's time */
+        ddp__trace_name(name, sizeof name, work && st->be->wait ? "queue " : "", c);
+        ddp__trace_add(ctx, 0, name, t0, ddp__now_ns());
     }
     return r;
 }
@@ -3251,6 +3516,7 @@ ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
     ddp_result r;
     if (!ctx || !ctx->st || !work) return DDP_ERR_ARG;
     st = ctx->st;
+    if (st->trace) ddp_trace_begin(ctx, "wait");
     if (st->broken)
         r = ddp__fail(ctx, DDP_ERR_ABORTED, "wait for #%llu refused: the process group failed earlier: %s",
                       (unsigned long long)work->seq, st->err);
@@ -3259,6 +3525,7 @@ ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
     else
         r = ddp__drain(ctx, work->seq);
     if (r != DDP_OK) st->broken = r;
+    ddp_trace_end(ctx);
     return r;
 }
 
@@ -3446,6 +3713,7 @@ void ddp_destroy(ddp_ctx *ctx)
        and those that do expect it learn at once that it left */
     if (!st->broken && st->be && ctx->world_size > 1) (void)ddp__post(ctx, DDP__DESTROY, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);
     ddp__release(ctx);
+    ddp__trace_free(st);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     DDP_FREE(st);
@@ -3999,10 +4267,17 @@ static ddp_result ddp__grad_launch(ddp_grad *g)
     while (g->st->launched < g->num_buckets) {
         ddp__grad_bucket *b = &g->st->buckets[g->num_buckets - 1 - g->st->launched];
         void *p = (char *)g->grads + b->begin * esize;
+        ddp__coll c;
         ddp_result r;
         if (b->pending) break;
-        r = ddp_all_reduce_async(g->ctx, p, p, b->count, g->dtype, g->sum ? DDP_SUM : DDP_AVG,
-                                 g->stream, &b->work);
+        memset(&c, 0, sizeof c);
+        c.kind = DDP__ALL_REDUCE;
+        c.send = c.recv = p;
+        c.count = b->count;
+        c.dtype = g->dtype;
+        c.op = g->sum ? DDP_SUM : DDP_AVG;
+        c.bucket = (int32_t)g->st->launched + 1; /* a name in traces */
+        r = ddp__issue(g->ctx, &c, g->stream, &b->work);
         if (r != DDP_OK) return r;
         g->st->launched++;
     }

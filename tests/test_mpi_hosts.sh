@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# CPU training across two hosts with the MPI backend, the hosts simulated on this
+# machine: two network namespaces joined by a veth pair (addresses only inside them),
+# each rank in a UTS namespace with its host's name, Open MPI's mpirun in host h1
+# reaching h2 through a launch agent that enters h2's namespaces. Checks: hello (the
+# backend is chosen by itself), every collective x dtype across hosts, train_classifier
+# and train_gpt on 2 hosts x 2 ranks against 1 host x 4 ranks (bit for bit), a rank
+# on h2 killed mid-run, h2 unreachable at launch and cut off mid-run. Needs root, ip,
+# unshare and Open MPI; skips with the reason otherwise.
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+skip() { echo "SKIP mpi_hosts: $1"; exit 0; }
+[ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
+for t in ip unshare mpicc mpirun; do command -v $t >/dev/null || skip "$t not found"; done
+tag=ddp$$
+h1=$tag-h1 h2=$tag-h2 net=10.231.$(( $$ % 200 + 20 ))
+tmp=$(mktemp -d)
+cleanup() {
+  ip netns pids "$h1" 2>/dev/null | xargs -r kill -9 2>/dev/null
+  ip netns pids "$h2" 2>/dev/null | xargs -r kill -9 2>/dev/null
+  ip netns del "$h1" 2>/dev/null; ip netns del "$h2" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+ip netns add "$h1" 2>/dev/null && ip netns add "$h2" && ip link add "$tag-a" type veth peer name "$tag-b" &&
+  ip link set "$tag-a" netns "$h1" && ip link set "$tag-b" netns "$h2" &&
+  ip -n "$h1" addr add "$net.1/24" dev "$tag-a" && ip -n "$h2" addr add "$net.2/24" dev "$tag-b" &&
+  ip -n "$h1" link set "$tag-a" up && ip -n "$h2" link set "$tag-b" up &&
+  ip -n "$h1" link set lo up && ip -n "$h2" link set lo up || skip "cannot create network namespaces here"
+unshare --uts true 2>/dev/null || skip "cannot create UTS namespaces here"
+# mpirun's remote shell: host, then a command line for a shell
+cat > "$tmp/agent" <<EOF
+#!/bin/sh
+host=\$1; shift
+case "\$host" in
+  $net.1) ns=$h1; name=h1 ;;
+  $net.2) ns=$h2; name=h2 ;;
+  *) echo "agent: no route to host \$host" >&2; exit 255 ;;
+esac
+exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$name; cd $tmp; \$*"
+EOF
+chmod +x "$tmp/agent"
+build() { mpicc -std=c99 -O2 -fopenmp -DDDP_MPI -I"$root" "$root/$1" -o "$tmp/$2" -lm 2>"$tmp/build.log" ||
+  { echo "FAIL mpi_hosts.build_$2: $(head -c 300 "$tmp/build.log")"; exit 1; }; }
+build examples/hello_allreduce.c hello
+build tests/test_mpi.c test_mpi
+build examples/train_classifier.c clf
+build examples/train_gpt.c gpt
+cp "$root/examples/train_gpt.txt" "$tmp/" # train_gpt's default data, found in the working directory
+# mpirun on h1 (its own host name), 2 ranks on each host unless told otherwise
+across() { # timeout hosts args...
+  local limit=$1 hosts=$2; shift 2
+  timeout -k 2 "$limit" ip netns exec "$h1" unshare --uts sh -c "hostname h1; cd $tmp; exec mpirun --allow-run-as-root \
+    --oversubscribe --bind-to none --mca plm_rsh_agent $tmp/agent --mca oob_tcp_if_include $net.0/24 \
+    --mca btl_tcp_if_include $net.0/24 --host $hosts -x OMP_NUM_THREADS=1 -x DDP_TIMEOUT $*"
+}
+two="$net.1:2,$net.2:2"
+fail=0
+t0=$SECONDS
+say() { if [ "$2" = 1 ]; then echo "PASS mpi_hosts.$1"; else echo "FAIL mpi_hosts.$1: $3"; fail=1; fi; }
+
+DDP_TIMEOUT=30 across 60 "$two" -np 4 -x DDP_DEBUG=1 "$tmp/hello" >"$tmp/out" 2>&1
+ok=0; grep -q "sum 10, expected 10, world 4, backend mpi" "$tmp/out" && grep -q "node 1/2" "$tmp/out" && ok=1
+say hello_two_hosts_chooses_mpi $ok "$(grep -v '^\[' "$tmp/out" | head -c 400 | tr '\n' ' ')"
+
+DDP_TIMEOUT=60 across 300 "$two" -np 4 -x DDP_BACKEND=mpi "$tmp/test_mpi" >"$tmp/out" 2>&1
+rc=$?
+n=$(grep -c '^PASS ' "$tmp/out"); bad=$(grep -c '^FAIL ' "$tmp/out")
+say collectives_two_hosts "$([ $rc = 0 ] && [ "$n" -gt 100 ] && [ "$bad" = 0 ] && echo 1)" \
+  "exit $rc, $n passed, $bad failed: $(grep '^FAIL' "$tmp/out" | head -3 | tr '\n' ' ')"
+
+(cd "$tmp" && ./clf --nproc 4 --epochs 3 --out "$tmp/one.bin" >"$tmp/one.txt" 2>&1)
+DDP_TIMEOUT=60 across 120 "$two" -np 4 "$tmp/clf" --epochs 3 --out "$tmp/two.bin" >"$tmp/two.txt" 2>&1
+ok=0; cmp -s "$tmp/one.bin" "$tmp/two.bin" && diff -q <(grep ^epoch "$tmp/one.txt") <(grep ^epoch "$tmp/two.txt") >/dev/null && ok=1
+say train_classifier_matches_one_host $ok "checkpoints or epoch lines differ: $(grep ^epoch "$tmp/one.txt" | tail -1) vs $(grep ^epoch "$tmp/two.txt" | tail -1)"
+
+gpt_args="--steps 12 --batch-size 2 --val-every 6 --sample-len 0"
+(cd "$tmp" && ./gpt --nproc 4 $gpt_args --save "$tmp/g1.safetensors" >"$tmp/g1.txt" 2>&1)
+DDP_TIMEOUT=60 across 300 "$two" -np 4 "$tmp/gpt" $gpt_args --save "$tmp/g2.safetensors" >"$tmp/g2.txt" 2>&1
+ok=0; cmp -s "$tmp/g1.safetensors" "$tmp/g2.safetensors" && ok=1
+say train_gpt_matches_one_host $ok "$("$tmp/gpt" --compare "$tmp/g1.safetensors" "$tmp/g2.safetensors" 2>&1 | tail -1)"
+
+# a rank on h2 killed in the middle: the job ends within seconds, naming it
+t0=$SECONDS
+DDP_TIMEOUT=60 across 60 "$two" -np 4 -x DDP_BACKEND=mpi "$tmp/test_mpi" >"$tmp/out" 2>&1 &
+job=$!
+victim=
+for _ in $(seq 200); do victim=$(ip netns pids "$h2" | xargs -r ps -o pid=,comm= -p 2>/dev/null | awk '$2=="test_mpi"{print $1; exit}'); [ -n "$victim" ] && break; sleep 0.05; done
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job; rc=$?
+ok=0; [ -n "$victim" ] && [ $rc -ne 0 ] && [ $((SECONDS - t0)) -le 20 ] && grep -qi "signal 9\|killed" "$tmp/out" && ok=1
+say killed_rank_on_second_host_ends_job $ok "victim '$victim', exit $rc after $((SECONDS - t0)) s: $(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+
+# h2 unreachable when the job starts: a clear error at once
+ip -n "$h2" link set "$tag-b" down
+t0=$SECONDS
+DDP_TIMEOUT=10 across 60 "$two" -np 4 "$tmp/hello" >"$tmp/out" 2>&1; rc=$?
+ok=0; [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $((SECONDS - t0)) -le 15 ] && grep -qi "connection back to mpirun\|unable\|route" "$tmp/out" && ok=1
+say unreachable_host_fails_fast $ok "exit $rc after $((SECONDS - t0)) s: $(head -c 300 "$tmp/out" | tr '\n' ' ')"
+ip -n "$h2" link set "$tag-b" up
+
+# h2 cut off in the middle of a run: the ranks on h1 time out (DDP_TIMEOUT) with a clear
+# error instead of hanging (mpirun itself may then wait for h2's daemon: the timeout ends it)
+t0=$SECONDS
+DDP_TIMEOUT=3 across 20 "$two" -np 4 -x DDP_BACKEND=mpi "$tmp/test_mpi" >"$tmp/out" 2>&1 &
+job=$!
+for _ in $(seq 200); do grep -q '^PASS' "$tmp/out" && break; sleep 0.05; done
+ip -n "$h2" link set "$tag-b" down
+wait $job; rc=$?
+ok=0; [ $rc -ne 0 ] && grep -q "rank [01]/4: .* timed out after 3.0 s in MPI" "$tmp/out" && ok=1
+say cut_off_host_times_out $ok "exit $rc after $((SECONDS - t0)) s: $(grep 'ddp: error' "$tmp/out" | head -2 | tr '\n' ' ')"
+exit $fail
