@@ -330,6 +330,18 @@ static void gpt_forward(gpt *g, int B, int with_targets, int train)
                                               B, T, V, -1, (float)BT);
 }
 
+/* --trace: a span on this rank's main row, begun here and closed by ddp_trace_end;
+   nothing is recorded without --trace. */
+static void span(ddp_ctx *ctx, const char *fmt, ...)
+{
+    char name[44];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    ddp_trace_begin(ctx, name);
+}
+
 /* ---- backward -----------------------------------------------------------------------
    Layer by layer from the top, and within a layer sequence by sequence: each
    sequence's parameter gradient lands in g->grads (fp32, zero before) and is moved
@@ -361,6 +373,7 @@ static ddp_result gpt_backward(gpt *g, int B, ddp_grad *sync)
     memset(a->dx, 0, (size_t)B * TC * sizeof(float));
 
     /* lm_head (tied to wte) and the final layernorm */
+    span(sync->ctx, "backward lm_head, ln_f");
     for (b = 0; b < B; b++) {
         memset(a->dln, 0, TC * sizeof(float));
         ddp_matmul_backward_cpu(a->dln, param_grad(g, WTE(g)), NULL, a->logits + (size_t)b * T * V, a->lnf + b * TC,
@@ -371,6 +384,7 @@ static ddp_result gpt_backward(gpt *g, int B, ddp_grad *sync)
         add_sequence_grad(g, WTE(g), WTE(g));
         add_sequence_grad(g, LNFW(g), LNFB(g));
     }
+    ddp_trace_end(sync->ctx);
     if ((r = allreduce_tensors(sync, LNFW(g), LNFB(g))) != DDP_OK) return r;
 
     for (l = L - 1; l >= 0; l--) {
@@ -378,6 +392,7 @@ static ddp_result gpt_backward(gpt *g, int B, ddp_grad *sync)
         const activations s = block_slices(a, g->cfg, (size_t)g->B, l);
 #define P(k) param(g, block_tensor(g, l, k))
 #define G(k) param_grad(g, block_tensor(g, l, k))
+        span(sync->ctx, "backward block %d", l);
         for (b = 0; b < B; b++) {
             /* sequence b of block l; dx holds d loss / d (block output), and becomes
                d loss / d (block input) as the residual branches add into it */
@@ -404,14 +419,17 @@ static ddp_result gpt_backward(gpt *g, int B, ddp_grad *sync)
         }
 #undef P
 #undef G
+        ddp_trace_end(sync->ctx);
         if ((r = allreduce_tensors(sync, first, last)) != DDP_OK) return r;
     }
 
+    span(sync->ctx, "backward embedding");
     for (b = 0; b < B; b++) {
         ddp_embedding_backward_cpu(param_grad(g, WTE(g)), param_grad(g, WPE(g)), a->dx + b * TC,
                                    a->tokens + (size_t)b * T, 1, T, C);
         add_sequence_grad(g, WTE(g), WPE(g));
     }
+    ddp_trace_end(sync->ctx);
     return allreduce_tensors(sync, WTE(g), WPE(g));
 }
 
@@ -876,7 +894,7 @@ static void fill_batch(gpt *g, const int *split, int stride, const size_t *windo
 /* ---- flags --------------------------------------------------------------------------- */
 typedef struct options {
     config cfg;
-    const char *data, *log, *save, *resume, *prompt, *compare[3];
+    const char *data, *log, *save, *resume, *prompt, *trace, *compare[3];
     int batch_size, grad_accum, steps, stop_after, warmup, val_every, save_every, sample_len, bucket_kb, nproc;
     int bench_no_sync, device_info;
     float lr, min_lr_frac, weight_decay, clip, temperature;
@@ -897,6 +915,7 @@ static const char usage[] =
     "            --weight-decay 0.1 --clip 1.0 (0: off) --seed 0\n"
     "  output:   --val-every 50 (0: off) --log FILE.jsonl --save FILE.safetensors\n"
     "            --save-every K --resume FILE.safetensors\n"
+    "            --trace FILE.json (where the time goes, per rank: open it in ui.perfetto.dev)\n"
     "  sample:   --prompt \"The \" --sample-len 300 (at most; ends at a sentence past half)\n"
     "            --temperature 0.7 (0: greedy) --top-k 10 (0: all)\n"
     "  sync:     --bucket-kb 1024 (gradient bucket size)\n"
@@ -1002,6 +1021,7 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         } else if (strcmp(a, "--data") == 0) o->data = v;
         else if (strcmp(a, "--log") == 0) o->log = v;
         else if (strcmp(a, "--save") == 0) o->save = v;
+        else if (strcmp(a, "--trace") == 0) o->trace = v;
         else if (strcmp(a, "--resume") == 0) o->resume = v;
         else if (strcmp(a, "--prompt") == 0) o->prompt = v;
         else if (strcmp(a, "--compare") == 0) {
@@ -1158,24 +1178,32 @@ static int train_step(trainer *t, int step, step_stats *st, char *err, size_t er
     memset(st, 0, sizeof *st);
     memset(&loss, 0, sizeof loss);
     st->lr = learning_rate(o, step);
+    span(&t->ctx, "step %d", step + 1);
     for (k = 0; k < o->grad_accum; k++) {
         size_t b = (size_t)(step % t->steps_per_epoch) * o->grad_accum + k;
         ddp_batch bt = ddp_sampler_batch(&t->train, (uint64_t)(step / t->steps_per_epoch), b);
         if ((r = ddp_grad_no_sync(&t->sync, k < o->grad_accum - 1 || o->bench_no_sync)) != DDP_OK)
             return ddp_reason(t, "ddp_grad_no_sync", r, err, errsize);
         fill_batch(g, t->data.tokens, o->stride, bt.indices, (int)bt.count);
+        span(&t->ctx, "forward");
         if (t->dev) gpu_forward(g, t->dev, (int)bt.count, 1, 1);
         else gpt_forward(g, (int)bt.count, 1, 1);
+        ddp_trace_end(&t->ctx);
         for (i = 0; i < bt.count * (size_t)g->cfg.ctx; i++) ddp_metric_add(&loss, g->a.losses[i], 1);
+        span(&t->ctx, "backward");
         r = t->dev ? gpu_backward(g, t->dev, (int)bt.count, &t->sync) : gpt_backward(g, (int)bt.count, &t->sync);
+        ddp_trace_end(&t->ctx);
         if (r != DDP_OK) return ddp_reason(t, "ddp_grad_ready", r, err, errsize);
         if ((r = ddp_grad_finish(&t->sync)) != DDP_OK) return ddp_reason(t, "ddp_grad_finish", r, err, errsize);
         st->tokens += (double)bt.global_count * g->cfg.ctx;
     }
+    span(&t->ctx, "optimizer");
     st->norm = t->dev ? gpu_step(g, t->dev, st->lr, o->weight_decay, o->clip, step, st->tokens)
                       : cpu_step(g, st->lr, o->weight_decay, o->clip, step, st->tokens);
+    ddp_trace_end(&t->ctx);
     if ((r = ddp_metric_reduce(&t->ctx, &loss, 1)) != DDP_OK)
         return ddp_reason(t, "ddp_metric_reduce", r, err, errsize);
+    ddp_trace_end(&t->ctx); /* the step */
     st->loss = ddp_metric_mean(&loss);
     st->seconds = now_s() - t0;
     t->t_train += st->seconds;
@@ -1290,19 +1318,19 @@ static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t se
 static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, char *err, size_t errsize);
 static int compare_checkpoints(const char *a_path, const char *b_path, const char *prefix);
 
-/* --save's file must be creatable now, not only at the first save. */
-static int check_writable(const char *path, char *err, size_t errsize)
+/* --save's (and --trace's) file must be creatable now, not only at the end. */
+static int check_writable(const char *flag, const char *path, char *err, size_t errsize)
 {
     const char *slash = strrchr(path, '/');
     char dir[1024];
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        snprintf(err, errsize, "--save %s is a directory: give a file name", path);
+        snprintf(err, errsize, "%s %s is a directory: give a file name", flag, path);
         return 0;
     }
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
     if (access(dir, W_OK | X_OK) != 0) {
-        snprintf(err, errsize, "--save %s: cannot create files in %s: %s", path, dir, strerror(errno));
+        snprintf(err, errsize, "%s %s: cannot create files in %s: %s", flag, path, dir, strerror(errno));
         return 0;
     }
     return 1;
@@ -1336,7 +1364,8 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
                  o->resume, t->start_step, o->steps);
         return 0;
     }
-    if (o->save && !check_writable(o->save, err, errsize)) return 0;
+    if (o->save && !check_writable("--save", o->save, err, errsize)) return 0;
+    if (o->trace && !check_writable("--trace", o->trace, err, errsize)) return 0;
     /* --stop-after pauses a run (a job's time limit): the schedule still spans --steps */
     t->stop = o->stop_after && o->stop_after < o->steps ? o->stop_after : o->steps;
     if (t->stop <= t->start_step) {
@@ -1424,6 +1453,9 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     if ((r = ddp_sampler_init(&t->val, &t->ctx, &sd)) != DDP_OK)
         return ddp_reason(t, "ddp_sampler_init", r, err, errsize);
 
+    /* --trace: from here on; ddp.h adds its collectives (buckets on their own row) */
+    if (o->trace && (r = ddp_trace_start(&t->ctx, 0)) != DDP_OK)
+        return ddp_reason(t, "ddp_trace_start", r, err, errsize);
     t->tty = ddp_is_main(&t->ctx) && isatty(fileno(stdout));
     if (ddp_is_main(&t->ctx) && o->log && !(t->log = fopen(o->log, "a"))) {
         snprintf(err, errsize, "cannot open --log %s: %s", o->log, strerror(errno));
@@ -1526,7 +1558,9 @@ int main(int argc, char **argv)
         step_stats st;
         if (!train_step(&t, step, &st, err, sizeof err)) return fail(err);
         if (t.o.val_every && ((step + 1) % t.o.val_every == 0 || step + 1 == t.stop)) {
+            span(&t.ctx, "validation");
             if (!evaluate(&t, &st.val_loss, err, sizeof err)) return fail(err);
+            ddp_trace_end(&t.ctx);
             st.has_val = 1;
         }
         if (!isfinite(st.loss) || !isfinite(st.norm) || !isfinite(st.val_loss)) return diverged(&t, step, &st);
@@ -1540,6 +1574,11 @@ int main(int argc, char **argv)
         }
     }
     if (t.line_open) printf("\n");
+    if (t.o.trace) {
+        ddp_result r = ddp_trace_save(&t.ctx, t.o.trace);
+        if (r != DDP_OK) return fail(ddp_reason(&t, "ddp_trace_save", r, err, sizeof err) ? "" : err);
+        ddp_print(&t.ctx, "trace: %s (open it in ui.perfetto.dev or chrome://tracing)\n", t.o.trace);
+    }
     ddp_print(&t.ctx, "trained %d steps in %.1f s: %.0f tokens/s over %d ranks\n", t.stop - t.start_step, t.t_train,
               t.t_train > 0 ? (double)(t.stop - t.start_step) * t.global_batch * t.o.cfg.ctx / t.t_train : 0.0,
               t.ctx.world_size);

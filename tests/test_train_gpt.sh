@@ -5,7 +5,9 @@
 #     step of 8;
 #   resume: 4 steps, save, resume for 4 more = 8 steps in one go (losses and weights);
 #   checkpoints are safetensors (loaded by Python's safetensors when installed);
-#   --log writes one JSON object per step; bad data, bad flags and bad checkpoints
+#   --log writes one JSON object per step; --trace writes a Chrome trace (a process per
+#   rank, spans per layer, gradient buckets on the collectives row) and leaves the
+#   results as they are; bad data, bad flags and bad checkpoints
 #   fail in one line; a diverged run (NaN loss) fails naming the step; --compare
 #   reports a NaN or infinity as a difference, never as 0; on a terminal one progress
 #   line; without --data the story, and a sample without runs of punctuation;
@@ -84,6 +86,32 @@ report "train_gpt checkpoint: safetensors header length, no .tmp left" $? "$(ls)
 [ "$(wc -l <one.jsonl)" -eq 8 ] && grep -q '"val_loss"' one.jsonl &&
   ! grep -v '^{"step": [0-9]*, "loss": [0-9.]*, \("val_loss": [0-9.]*, \)\?"lr": [0-9.e+-]*, "tokens_per_s": [0-9.]*, "world_size": 1}$' one.jsonl
 report "train_gpt --log: one JSON object per step" $? "$(head -n 2 one.jsonl | tr '\n' ' ')"
+run traced --nproc 2 --batch-size 4 --steps 8 --save traced.st --bucket-kb 16 --trace trace.json
+compare_runs "--trace vs without" two traced
+python3 - trace.json <<'EOF' >trace.txt 2>&1
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+assert isinstance(ev, list) and ev, "no traceEvents"
+for e in ev:
+    assert all(k in e for k in ("name", "ph", "pid", "tid")), e
+    assert e["ph"] == "M" or ("ts" in e and e.get("dur", -1) >= 0), e
+spans = [e for e in ev if e["ph"] == "X"]
+for rank in (0, 1):
+    main = [e["name"] for e in spans if e["pid"] == rank and e["tid"] == 0]
+    coll = [e["name"] for e in spans if e["pid"] == rank and e["tid"] == 1]
+    for name in ["step 1", "step 8", "forward", "backward", "backward block 0", "backward block 1",
+                 "backward lm_head, ln_f", "backward embedding", "optimizer", "validation"]:
+        assert name in main, f"rank {rank}: no span {name!r} on the main row"
+    assert main.count("forward") == 8, f"rank {rank}: {main.count('forward')} forward spans for 8 steps"
+    assert sum(n.startswith("bucket ") and "all_reduce" in n for n in coll) >= 8 * 3, \
+        f"rank {rank}: bucket all-reduces on the collectives row: {coll[:5]}"
+assert {e["pid"] for e in ev} == {0, 1}, {e["pid"] for e in ev}
+print(len(spans), "spans")
+EOF
+report "train_gpt --trace: a Chrome trace with a row per rank, layer spans and bucket all-reduces" $? \
+  "$(tail -n 3 trace.txt | tr '\n' ' ')"
+grep -q '^trace: trace.json' traced.txt
+report "train_gpt --trace says where the trace went" $? "$(tail -n 3 traced.txt | tr '\n' ' ')"
 if python3 -c 'import safetensors.numpy' 2>/dev/null; then
   python3 - one.st <<'EOF' >py.txt 2>&1
 import sys, json, struct
@@ -174,6 +202,7 @@ grep -q 'pipe' err.txt
 report "train_gpt: --data FIFO says it is a pipe" $? "$(cat err.txt)"
 one_line_error "--save in a missing directory (at the start)" --nproc 2 $tiny --steps 2 --save no/such/dir/x.st
 one_line_error "--save is a directory" --nproc 2 $tiny --steps 2 --save datadir
+one_line_error "--trace in a missing directory (at the start)" --nproc 2 $tiny --steps 2 --trace no/such/dir/t.json
 header='{"x":{"dtype":"F32","shape":[5,922337203685477581],"data_offsets":[0,4]}}'  # 5 x 922337203685477581
 { printf "\\x$(printf %02x ${#header})\\0\\0\\0\\0\\0\\0\\0%s" "$header"; head -c 4 /dev/zero; } >overflow.st  # x 4 bytes wraps to 4
 one_line_error "--compare a shape whose size overflows" --compare overflow.st overflow.st
