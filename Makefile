@@ -28,6 +28,8 @@ HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
 EXAMPLES     = $(patsubst %.c,%,$(wildcard examples/*.c))
 GPU_EXAMPLES = $(patsubst %.c,%_gpu,$(filter-out examples/ddprun.c,$(wildcard examples/*.c))) \
                $(patsubst %.cu,%,$(wildcard examples/*.cu))
+LESSONS      = $(patsubst %.c,%,$(wildcard examples/lessons/*/*.c))
+GPU_LESSONS  = $(addsuffix _gpu,$(LESSONS))
 GPU_TESTS    = $(patsubst %.cu,%,$(wildcard tests/test_*.cu))
 GPU_SCRIPTS  = $(wildcard tests/test_*_gpu.sh)
 TESTS        = $(patsubst %.c,%,$(wildcard tests/test_*.c)) $(if $(HAVE_NVCC),$(GPU_TESTS))
@@ -40,12 +42,13 @@ export DDP_EXPECT_ARCH = $(if $(filter file,$(origin NVARCH)),sm_80 sm_90 ptx:sm
 export DDP_NVARCH = $(NVARCH)
 
 .PHONY: all run test gpu-build check-gpu install uninstall clean
-all: $(EXAMPLES) $(if $(HAVE_NVCC),$(GPU_EXAMPLES))
+all: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS))
 
 examples/%: examples/%.c $(HEADERS)
 	$(CC) $(WARN) $(CFLAGS) -fopenmp -I. $< -o $@ $(LDLIBS)
 examples/%_gpu: examples/%.c $(HEADERS)
 	$(NVCC) $(NVFLAGS) -x cu -I. $< -o $@ $(NVLIBS)
+$(LESSONS) $(GPU_LESSONS): examples/lessons/device.h
 examples/%: examples/%.cu $(HEADERS)
 	$(NVCC) $(NVFLAGS) -I. $< -o $@ $(NVLIBS)
 tests/%: tests/%.c tests/test.h $(HEADERS)
@@ -56,10 +59,10 @@ tests/%: tests/%.cu tests/test.h $(HEADERS)
 run: examples/train_gpt
 	./examples/train_gpt --nproc 2 --steps 400
 
-test: $(EXAMPLES) $(if $(HAVE_NVCC),$(GPU_EXAMPLES)) $(TESTS)
+test: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS)) $(TESTS)
 	@tests/run.sh $(TESTS) $(TEST_SCRIPTS)
 
-gpu-build: $(GPU_EXAMPLES) $(GPU_TESTS)
+gpu-build: $(GPU_EXAMPLES) $(GPU_LESSONS) $(GPU_TESTS)
 
 # The benchmarks and training runs of check-gpu, one command each.
 GPU_RUNS = "./examples/hello_allreduce_gpu" \
@@ -146,4 +149,4 @@ uninstall:
 	[ ! -d $(DESTDIR)$(CMAKEDIR) ] || rmdir --ignore-fail-on-non-empty $(DESTDIR)$(CMAKEDIR)
 
 clean:
-	rm -f $(EXAMPLES) $(GPU_EXAMPLES) $(TESTS) $(GPU_TESTS)
+	rm -f $(EXAMPLES) $(GPU_EXAMPLES) $(LESSONS) $(GPU_LESSONS) $(TESTS) $(GPU_TESTS)
