@@ -281,6 +281,11 @@ DDPDEF ddp_result ddp_barrier(ddp_ctx *ctx); /* host barrier, every backend */
 
 /* ---- rank-0 helpers --------------------------------------------------------------- */
 DDPDEF int ddp_is_main(const ddp_ctx *ctx); /* rank 0 */
+/* This rank's share of the host's cores, for omp_set_num_threads or a thread pool:
+   OMP_NUM_THREADS when set (the built-in launcher and ddprun set it), else the cores
+   this process may run on, divided by the ranks on this host unless the launcher
+   already bound each rank to its own cores (mpirun, srun); at least 1. */
+DDPDEF int ddp_thread_share(const ddp_ctx *ctx);
 DDPDEF void ddp_print(const ddp_ctx *ctx, const char *fmt, ...) DDP__PRINTF(2, 3); /* rank 0 only, stdout */
 DDPDEF void ddp_log(const ddp_ctx *ctx, const char *fmt, ...) DDP__PRINTF(2, 3);   /* every rank, "[rank r/w] " */
 
@@ -297,7 +302,8 @@ DDPDEF uint16_t ddp_f32_to_f16(float f);
    num_samples * world_size by repeating it from its start, so the last positions of
    some ranks are duplicates: a rank's first num_real positions are real samples,
    the rest padding (count only the real ones in metrics). The shuffle for epoch e is
-   torch.randperm(N) of a generator seeded with seed + e: the same order as PyTorch.
+   torch.randperm(N) of a generator seeded with seed + e: the same order as PyTorch
+   (from 214,748,364 samples on, that of torch 2.7 and later, which changed it there).
    There is no set_epoch to forget: every call that returns indices takes the epoch. */
 typedef struct ddp_sampler_desc {
     size_t dataset_size;  /* N, number of samples; 0 is allowed */
@@ -458,6 +464,7 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
      >>nccl           the NCCL backend
      >>mpi            the MPI backend (-DDDP_MPI)
      >>backends       the table that dispatches to a backend
+     >>trace          spans in memory, written as Chrome trace JSON
      >>collectives    validate, fingerprint, run or queue
      >>group          ddp_init, ddp_destroy
      >>launcher       ddp_launch, ddp_run
@@ -546,6 +553,16 @@ static int64_t ddp__now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The cores this process may run on (its affinity mask; the online ones if unknown). */
+static long ddp__cores_allowed(void)
+{
+    unsigned long mask[64]; /* 4096 CPUs */
+    long online = sysconf(_SC_NPROCESSORS_ONLN), bytes = syscall(SYS_sched_getaffinity, 0, sizeof mask, mask), n = 0, i;
+    if (bytes <= 0) return online > 0 ? online : 1;
+    for (i = 0; i < bytes / (long)sizeof mask[0]; i++) n += __builtin_popcountl(mask[i]);
+    return n > 0 ? n : 1;
 }
 
 static void ddp__sleep_ms(int ms)
@@ -953,6 +970,17 @@ const char *ddp_backend_name(ddp_backend b)
 }
 
 int ddp_is_main(const ddp_ctx *ctx) { return ctx->rank == 0; }
+
+int ddp_thread_share(const ddp_ctx *ctx)
+{
+    const char *v = getenv("OMP_NUM_THREADS");
+    long online = sysconf(_SC_NPROCESSORS_ONLN), allowed = ddp__cores_allowed(), n;
+    int local = ctx && ctx->local_world_size > 0 ? ctx->local_world_size : 1;
+    char *end;
+    if (v && (n = strtol(v, &end, 10)) > 0 && (*end == 0 || *end == ',')) return n > 1 << 16 ? 1 << 16 : (int)n;
+    if (allowed < online) return (int)(allowed > 0 ? allowed : 1); /* bound by the launcher: all of it is ours */
+    return online / local > 1 ? (int)(online / local) : 1;
+}
 
 void ddp_print(const ddp_ctx *ctx, const char *fmt, ...)
 {
@@ -3784,7 +3812,7 @@ int ddp_run(int nproc, char *const argv[])
     char port[16], job[40], num[16], secret[65], prefix[40];
     unsigned char raw[32];
     int i, live = 0, failed = -1, status = 0, p, threads;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = ddp__cores_allowed();
     int64_t kill_at = 0;
     const char *outer = ddp__launched_by();
     if (nproc < 1 || !argv || !argv[0]) {
@@ -3968,22 +3996,32 @@ static uint32_t ddp__mt_next(ddp__mt *m)
     return y;
 }
 
-/* torch.randperm(n, generator) on the CPU: a Fisher-Yates walk from the front, with
-   32-bit draws below UINT32_MAX / 20 elements and 64-bit draws (high word first) above. */
+/* torch.randperm(n, generator) on the CPU. Below UINT32_MAX / 20 elements: a
+   Fisher-Yates walk from the front, position i swapped with i + (32-bit draw mod n - i).
+   From there on torch 2.7 and later switch to the "inside-out" form with 64-bit draws
+   (two 32-bit ones, high word first): element i goes to a position z = draw mod (i + 1),
+   and whatever was at z moves to i (older torch kept the front walk). */
 static void ddp__randperm(size_t *perm, size_t n, uint64_t seed)
 {
     ddp__mt mt;
     size_t i;
     ddp__mt_seed(&mt, seed);
-    for (i = 0; i < n; i++) perm[i] = i;
-    for (i = 0; i + 1 < n; i++) {
+    if ((uint64_t)n < 0xffffffffu / 20) {
+        for (i = 0; i < n; i++) perm[i] = i;
+        for (i = 0; i + 1 < n; i++) {
+            size_t z = (size_t)(ddp__mt_next(&mt) % (uint64_t)(n - i)), t = perm[i];
+            perm[i] = perm[i + z];
+            perm[i + z] = t;
+        }
+        return;
+    }
+    for (i = 0; i < n; i++) {
         uint64_t r = ddp__mt_next(&mt);
-        size_t z, t;
-        if ((uint64_t)n >= 0xffffffffu / 20) r = (r << 32) | ddp__mt_next(&mt);
-        z = (size_t)(r % (uint64_t)(n - i));
-        t = perm[i];
-        perm[i] = perm[i + z];
-        perm[i + z] = t;
+        size_t z;
+        r = (r << 32) | ddp__mt_next(&mt);
+        z = (size_t)(r % ((uint64_t)i + 1));
+        perm[i] = perm[z];
+        perm[z] = i;
     }
 }
 

@@ -133,10 +133,42 @@ static void launcher(const char *which, int world)
           TEST_JOB_WHY(&job, child_codes));
 }
 
+/* ddp_thread_share: OMP_NUM_THREADS first, else the host's cores shared by its ranks,
+   else (a rank bound to its own cores) all of those. */
+static void thread_share(void)
+{
+    ddp_ctx c;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned long one = 1, all[64];
+    long got;
+    memset(&c, 0, sizeof c);
+    c.world_size = c.local_world_size = 2;
+    setenv("OMP_NUM_THREADS", "3", 1);
+    CHECK("env.thread_share_is_OMP_NUM_THREADS", ddp_thread_share(&c) == 3, "got %d", ddp_thread_share(&c));
+    setenv("OMP_NUM_THREADS", "5,2", 1); /* OpenMP's nested form: the outer level */
+    CHECK("env.thread_share_nested_OMP_NUM_THREADS", ddp_thread_share(&c) == 5, "got %d", ddp_thread_share(&c));
+    unsetenv("OMP_NUM_THREADS");
+    got = syscall(SYS_sched_getaffinity, 0, sizeof all, all);
+    if (got > 0 && online > 1 && ddp__cores_allowed() == online) {
+        CHECK("env.thread_share_divides_the_host", ddp_thread_share(&c) == (online / 2 > 1 ? online / 2 : 1),
+              "got %d of %ld cores for 2 ranks", ddp_thread_share(&c), online);
+        c.local_world_size = (int)online * 4;
+        CHECK("env.thread_share_at_least_one", ddp_thread_share(&c) == 1, "got %d", ddp_thread_share(&c));
+        c.local_world_size = 2;
+        if (syscall(SYS_sched_setaffinity, 0, sizeof one, &one) == 0) { /* bound to CPU 0, as mpirun would */
+            CHECK("env.thread_share_of_a_bound_rank", ddp_thread_share(&c) == 1, "got %d", ddp_thread_share(&c));
+            syscall(SYS_sched_setaffinity, 0, (size_t)got, all);
+        }
+    } else {
+        test_skip("env.thread_share_divides_the_host", "one core, or this process is already bound to some");
+    }
+}
+
 int main(void)
 {
     ddp_ctx ctx;
     ddp_result r;
+    thread_share();
     /* nothing set: a world of one, no networking */
     clear_env();
     r = ddp_init(&ctx, NULL);

@@ -317,15 +317,23 @@ static int print_indices(char **a)
     d.drop_last = atoi(a[5]);
     if (ddp_sampler_init(&s, NULL, &d) != DDP_OK) return 1;
     ix = ddp_sampler_epoch(&s, strtoull(a[4], NULL, 10));
-    for (i = 0; i < s.num_samples; i++) printf("%zu ", ix[i]);
-    printf("\n");
+    if (a[6]) { /* "sum": too many to print: the first and last 8 and sum((i + 1) ix[i]) mod 2^64 */
+        uint64_t sum = 0;
+        for (i = 0; i < s.num_samples; i++) sum += (uint64_t)(i + 1) * ix[i];
+        for (i = 0; i < 8 && i < s.num_samples; i++) printf("%zu ", ix[i]);
+        for (i = s.num_samples > 8 ? s.num_samples - 8 : s.num_samples; i < s.num_samples; i++) printf("%zu ", ix[i]);
+        printf("%llu\n", (unsigned long long)sum);
+    } else {
+        for (i = 0; i < s.num_samples; i++) printf("%zu ", ix[i]);
+        printf("\n");
+    }
     ddp_sampler_destroy(&s);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc == 7) return print_indices(argv + 1);
+    if (argc == 7 || argc == 8) return print_indices(argv + 1); /* N W rank seed epoch drop_last [sum] */
     torch_values();
     invariants();
     batches();
