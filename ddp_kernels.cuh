@@ -118,6 +118,8 @@
      to 32, 64, 128) that hold 16 of its dimensions each, so no kernel spills
      registers (tests/test_kernel_regs.sh checks ptxas for sm_80 and sm_90). These
      kernels use CUDA cores (fp32 math), not tensor cores; head sizes up to 128.
+     The CPU twins take the same blocks, each product (q k^T, p v, and in the
+     backward dout v^T, ds k, ds^T q, p^T dout) through the matmul's register tile.
    - gelu: the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
    - crossentropy: per row the max, then the exponentials (kept in dlogits on the
      CPU) summed in double on the CPU and in per-thread partial sums on the GPU; the
@@ -486,20 +488,6 @@ static inline void ddp__att_accum(float *o, const float *p, const float *v, size
     for (; j < n; j++) ddp__axpy(o, p[j], v + j * ld, hs);
 }
 
-/* s[j] = scale * q . k_j for j < n, with the block's keys stored transposed, k_j[d] =
-   kT[d*ld + j]: the loop runs along the keys, so it vectorizes without a horizontal
-   sum per key (about 10% less CPU time for attention at hs 32). Each s[j] sums over d
-   in ascending order, whatever n or the thread count. */
-static inline void ddp__att_scores(float *s, const float *q, const float *kT, int ld, int n, int hs, float scale)
-{
-    for (int j = 0; j < n; j++) s[j] = 0.0f;
-    for (int d = 0; d < hs; d++) {
-        const float qd = q[d], *k = kT + (size_t)d * ld;
-        for (int j = 0; j < n; j++) s[j] += qd * k[j];
-    }
-    for (int j = 0; j < n; j++) s[j] *= scale;
-}
-
 /* The forward query by query, for heads too large for ddp_attention_forward_cpu's buffers. */
 static inline void ddp__attention_forward_rows(float *out, float *lse, const float *inp,
                                       int B, int T, int C, int NH)
@@ -554,76 +542,122 @@ static inline int ddp__att_grid(long B, long NH, long T, int rows, unsigned *gx,
 }
 
 #define DDP__ATT_KV 2048 /* floats in each per-block key/value buffer */
-#define DDP__ATT_QB 32   /* queries per work item of the forward */
+#define DDP__ATT_QB 32   /* queries per work item of the forward, per block of the backward */
+
+/* Keys per block for head size hs: a multiple of 16 (the register tile's width) such that
+   a block of keys, padded to 16 dimensions, fits a DDP__ATT_KV buffer; 0 for heads too large. */
+static inline int ddp__att_keys(int hs)
+{
+    const int kb = DDP__ATT_KV / ((hs + 15) / 16 * 16) / 16 * 16;
+    return kb < DDP__ATT_BLOCK ? kb : DDP__ATT_BLOCK;
+}
+
+/* The packed panels that ddp__gemm_tile reads (16 columns per row of a panel), zero past
+   the last column. Rows of src as columns: dst[(p depth + d) 16 + j] = src[(16 p + j) ld + d]
+   (keys become the columns of a score tile). */
+static inline void ddp__att_pack_rows(float *dst, const float *src, size_t ld, int rows, int depth)
+{
+    for (int p = 0; p * 16 < rows; p++)
+        for (int j = 0; j < 16; j++) {
+            const int r = p * 16 + j;
+            for (int d = 0; d < depth; d++) dst[((size_t)p * depth + d) * 16 + j] = r < rows ? src[r * ld + d] : 0.0f;
+        }
+}
+
+/* Columns of src in panels of 16: dst[p stride + r 16 + j] = src[r ld + 16 p + j]. */
+static inline void ddp__att_pack_cols(float *dst, size_t stride, const float *src, size_t ld, int rows, int cols)
+{
+    for (int p = 0; p * 16 < cols; p++)
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < 16; j++)
+                dst[p * stride + (size_t)r * 16 + j] = p * 16 + j < cols ? src[r * ld + p * 16 + j] : 0.0f;
+}
+
+/* c (m, n) (+)= a (m, kc) @ b (kc, n) with b in panels of 16 columns, `stride` floats
+   apart, through ddp__gemm_tile: a(i,k) = a[i am + k ak]; start: c = the product. */
+static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t am, size_t ak, const float *bp,
+                                    size_t stride, int m, int n, int kc, int start)
+{
+    for (int i = 0; i < m; i += DDP__MR)
+        for (int p = 0; p * 16 < n; p++)
+            ddp__gemm_tile(c + (size_t)i * ldc + p * 16, ldc, m - i < DDP__MR ? m - i : DDP__MR,
+                           n - p * 16 < 16 ? n - p * 16 : 16, a + (size_t)i * am, am, ak, bp + p * stride, kc, start,
+                           NULL);
+}
 
 /* out (B,T,C); lse (B,NH,T) log-sum-exp of each softmax row, saved for backward;
    inp (B,T,3C) = [q | k | v] per token, head h at channels h*hs .. h*hs+hs-1 of each.
    Work items are blocks of DDP__ATT_QB queries of one (b,h); keys go in blocks of kb
-   (fixed by hs) whose k rows (transposed, for ddp__att_scores) and v rows are first
-   copied to contiguous buffers (the rows of inp sit 12 C bytes apart, which maps them
-   to few cache sets). Every query row sees
-   the same key blocks in the same order whatever the work split. */
+   (fixed by hs), packed into panels, and each block is two register-tiled products
+   (ddp__gemm_tile, as the matmuls): scores q k^T for DDP__MR queries at a time over the
+   keys the last of them sees, then out += p v. In between each row's online softmax:
+   its max, exp, sum, and zeros for the keys it must not see (they add exactly nothing).
+   Every query row sees the same key blocks in the same order whatever the work split. */
 static inline void ddp_attention_forward_cpu(float *out, float *lse, const float *inp,
                                       int B, int T, int C, int NH)
 {
-    const int hs = C / NH, C3 = 3 * C;
-    const int kb = DDP__ATT_KV / hs < DDP__ATT_BLOCK ? DDP__ATT_KV / hs : DDP__ATT_BLOCK;
+    const int hs = C / NH, C3 = 3 * C, kb = ddp__att_keys(hs);
     const int nq = (T + DDP__ATT_QB - 1) / DDP__ATT_QB;
     const float scale = 1.0f / sqrtf((float)hs);
-    if (kb < 4) {
+    if (kb < 16) {
         ddp__attention_forward_rows(out, lse, inp, B, T, C, NH);
         return;
     }
     DDP__OMP(parallel for schedule(static))
     for (int i = 0; i < B * NH * nq; i++) {
         const int qb = i % nq, h = (i / nq) % NH, b = i / (nq * NH);
-        const int t0 = qb * DDP__ATT_QB, t1 = t0 + DDP__ATT_QB < T ? t0 + DDP__ATT_QB : T;
-        const float *kin = inp + (size_t)b * T * C3 + C + h * hs; /* key of token 0 */
-        float s[DDP__ATT_BLOCK], m[DDP__ATT_QB], l[DDP__ATT_QB];
-        float kT[DDP__ATT_KV], vbuf[DDP__ATT_KV]; /* keys transposed (hs, kb), values (kb, hs) */
-        for (int t = t0; t < t1; t++) {
-            float *o = out + ((size_t)b * T + t) * C + h * hs;
-            for (int d = 0; d < hs; d++) o[d] = 0.0f;
-            m[t - t0] = -INFINITY;
-            l[t - t0] = 0.0f;
+        const int t0 = qb * DDP__ATT_QB, nr = T - t0 < DDP__ATT_QB ? T - t0 : DDP__ATT_QB;
+        const float *q0 = inp + (size_t)b * T * C3 + h * hs, *k0 = q0 + C; /* token 0's q, k; v follows k */
+        float *o0 = out + ((size_t)b * T + t0) * C + h * hs;                 /* row t0 of this head */
+        float s[DDP__ATT_QB * DDP__ATT_BLOCK], m[DDP__ATT_QB], l[DDP__ATT_QB];
+        float kp[DDP__ATT_KV], vp[DDP__ATT_KV]; /* keys as columns (hs, kb), values (kb, hs) in panels */
+        for (int r = 0; r < nr; r++) {
+            for (int d = 0; d < hs; d++) o0[(size_t)r * C + d] = 0.0f;
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
         }
-        for (int j0 = 0; j0 < t1; j0 += kb) {
-            const int nb = t1 - j0 < kb ? t1 - j0 : kb;
-            for (int j = 0; j < nb; j++) {
-                const float *k = kin + (size_t)(j0 + j) * C3;
-                for (int d = 0; d < hs; d++) {
-                    kT[d * kb + j] = k[d];
-                    vbuf[j * hs + d] = k[C + d];
-                }
+        for (int j0 = 0; j0 < t0 + nr; j0 += kb) {
+            const int nb = t0 + nr - j0 < kb ? t0 + nr - j0 : kb, r0 = j0 > t0 ? j0 - t0 : 0;
+            ddp__att_pack_rows(kp, k0 + (size_t)j0 * C3, (size_t)C3, nb, hs);
+            ddp__att_pack_cols(vp, (size_t)kb * 16, k0 + (size_t)j0 * C3 + C, (size_t)C3, nb, hs);
+            for (int r = r0; r < nr; r += DDP__MR) { /* s = q k^T, the keys the tile's last row sees */
+                const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
+                ddp__att_product(s + r * kb, (size_t)kb, q0 + (size_t)(t0 + r) * C3, (size_t)C3, 1, kp, (size_t)hs * 16,
+                                 mv, n, hs, 1);
             }
-            for (int t = j0 > t0 ? j0 : t0; t < t1; t++) {
-                const float *q = inp + ((size_t)b * T + t) * C3 + h * hs;
-                float *o = out + ((size_t)b * T + t) * C + h * hs;
-                const int n = t + 1 - j0 < nb ? t + 1 - j0 : nb;
-                float mb = -INFINITY, lb = 0.0f, mt = m[t - t0];
-                ddp__att_scores(s, q, kT, kb, n, hs, scale);
-                for (int j = 0; j < n; j++) mb = s[j] > mb ? s[j] : mb;
+            for (int r = r0; r < nr; r++) {
+                const int n = t0 + r + 1 - j0 < nb ? t0 + r + 1 - j0 : nb;
+                float *sr = s + r * kb, *o = o0 + (size_t)r * C, mb = -INFINITY, lb = 0.0f;
+                for (int j = 0; j < n; j++) {
+                    sr[j] *= scale;
+                    mb = sr[j] > mb ? sr[j] : mb;
+                }
                 /* softmax over blocks: o and l are rescaled whenever the running max grows */
-                if (mb > mt) {
-                    if (mt != -INFINITY) {
-                        float r = mt - mb < -80.0f ? 0.0f : ddp__exp(mt - mb);
-                        l[t - t0] *= r;
-                        for (int d = 0; d < hs; d++) o[d] *= r;
+                if (mb > m[r]) {
+                    if (m[r] != -INFINITY) {
+                        const float f = m[r] - mb < -80.0f ? 0.0f : ddp__exp(m[r] - mb);
+                        l[r] *= f;
+                        for (int d = 0; d < hs; d++) o[d] *= f;
                     }
-                    mt = m[t - t0] = mb;
+                    m[r] = mb;
                 }
-                for (int j = 0; j < n; j++) s[j] -= mt;
-                ddp__att_floor(s, n);
-                ddp__att_exp(s, n);
-                for (int j = 0; j < n; j++) lb += s[j];
-                l[t - t0] += lb;
-                ddp__att_accum(o, s, vbuf, (size_t)hs, n, hs);
+                for (int j = 0; j < n; j++) sr[j] -= m[r];
+                ddp__att_floor(sr, n);
+                ddp__att_exp(sr, n);
+                for (int j = 0; j < n; j++) lb += sr[j];
+                for (int j = n; j < nb; j++) sr[j] = 0.0f;
+                l[r] += lb;
+            }
+            for (int r = r0; r < nr; r += DDP__MR) { /* o += p v */
+                const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
+                ddp__att_product(o0 + (size_t)r * C, (size_t)C, s + r * kb, (size_t)kb, 1, vp, (size_t)kb * 16, mv, hs,
+                                 n, 0);
             }
         }
-        for (int t = t0; t < t1; t++) {
-            float *o = out + ((size_t)b * T + t) * C + h * hs;
-            for (int d = 0; d < hs; d++) o[d] /= l[t - t0];
-            lse[((size_t)b * NH + h) * T + t] = m[t - t0] + logf(l[t - t0]);
+        for (int r = 0; r < nr; r++) {
+            float *o = o0 + (size_t)r * C;
+            for (int d = 0; d < hs; d++) o[d] /= l[r];
+            lse[((size_t)b * NH + h) * T + t0 + r] = m[r] + logf(l[r]);
         }
     }
 }
@@ -672,68 +706,77 @@ static inline void ddp__attention_backward_rows(float *dinp, const float *dout, 
 }
 
 /* dinp (B,T,3C) += (NULL: nothing to do); dout, out (B,T,C); inp (B,T,3C); lse (B,NH,T)
-   from the forward. Keys go in blocks of kb: the block's k rows are copied to contiguous
-   buffers (k as rows and transposed, v transposed, for ddp__att_scores) and its dk and dv
-   are summed in buffers (over queries t in increasing order) and added to dinp at the
-   end, so the inner loops stay in L1 (the rows of inp sit 12 C bytes apart, which maps
-   them to few cache sets). dq of query t is summed over key blocks in order. */
+   from the forward. Each (b,h) owns disjoint slices of dinp, so heads run in parallel.
+   Keys go in blocks of kb, packed into panels, with their dk and dv summed in buffers
+   and added to dinp at the end; the queries that see a block come DDP__ATT_QB at a time,
+   and every product is register-tiled (ddp__gemm_tile): scores q k^T and dp = dout v^T,
+   then per row p = exp(s - lse) and ds = p (dp - D), then dq += ds k, dk += ds^T q and
+   dv += p^T dout. Keys a query must not see have p = ds = 0: they add exactly nothing.
+   dq of query t sums over key blocks in order, dk and dv over queries in order. */
 static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, const float *inp,
                                        const float *out, const float *lse,
                                        int B, int T, int C, int NH)
 {
-    const int hs = C / NH, C3 = 3 * C;
-    const int kb = DDP__ATT_KV / hs < DDP__ATT_BLOCK ? DDP__ATT_KV / hs : DDP__ATT_BLOCK;
+    const int hs = C / NH, C3 = 3 * C, kb = ddp__att_keys(hs);
     const float scale = 1.0f / sqrtf((float)hs);
     if (!dinp) return;
-    if (kb < 4) {
+    if (kb < 16) {
         ddp__attention_backward_rows(dinp, dout, inp, out, lse, B, T, C, NH);
         return;
     }
-    /* each (b,h) owns disjoint slices of dinp, so heads run in parallel */
     DDP__OMP(parallel for schedule(static))
     for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        float p[DDP__ATT_BLOCK], ds[DDP__ATT_BLOCK];
-        float kbuf[DDP__ATT_KV], kT[DDP__ATT_KV], vT[DDP__ATT_KV], dkbuf[DDP__ATT_KV], dvbuf[DDP__ATT_KV];
-        const float *kin = inp + (size_t)b * T * C3 + C + h * hs; /* key of token 0 */
-        float *dkin = dinp + (size_t)b * T * C3 + C + h * hs;
+        const int b = bh / NH, h = bh % NH;
+        const float *q0 = inp + (size_t)b * T * C3 + h * hs, *k0 = q0 + C; /* token 0's q, k; v follows k */
+        const float *do0 = dout + (size_t)b * T * C + h * hs, *out0 = out + (size_t)b * T * C + h * hs;
+        float *dq0 = dinp + (size_t)b * T * C3 + h * hs, *dk0 = dq0 + C;
+        float p[DDP__ATT_QB * DDP__ATT_BLOCK], ds[DDP__ATT_QB * DDP__ATT_BLOCK];
+        float kp[DDP__ATT_KV], vp[DDP__ATT_KV], kc[DDP__ATT_KV], dk[DDP__ATT_KV], dv[DDP__ATT_KV];
+        float qc[DDP__ATT_QB * 128], doc[DDP__ATT_QB * 128]; /* this block's q and dout rows, in panels */
         for (int j0 = 0; j0 < T; j0 += kb) {
             const int nb = T - j0 < kb ? T - j0 : kb;
-            for (int j = 0; j < nb; j++) {
-                const float *k = kin + (size_t)(j0 + j) * C3;
+            const float *k = k0 + (size_t)j0 * C3;
+            ddp__att_pack_rows(kp, k, (size_t)C3, nb, hs);                      /* for s = q k^T */
+            ddp__att_pack_rows(vp, k + C, (size_t)C3, nb, hs);                  /* for dp = dout v^T */
+            ddp__att_pack_cols(kc, (size_t)kb * 16, k, (size_t)C3, nb, hs);     /* for dq += ds k */
+            for (int e = 0; e < nb * hs; e++) dk[e] = dv[e] = 0.0f;
+            for (int t0 = j0; t0 < T; t0 += DDP__ATT_QB) {
+                const int nr = T - t0 < DDP__ATT_QB ? T - t0 : DDP__ATT_QB;
+                for (int r = 0; r < nr; r += DDP__MR) {
+                    const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
+                    ddp__att_product(p + r * kb, (size_t)kb, q0 + (size_t)(t0 + r) * C3, (size_t)C3, 1, kp,
+                                     (size_t)hs * 16, mv, n, hs, 1);
+                    ddp__att_product(ds + r * kb, (size_t)kb, do0 + (size_t)(t0 + r) * C, (size_t)C, 1, vp,
+                                     (size_t)hs * 16, mv, n, hs, 1);
+                }
+                for (int r = 0; r < nr; r++) {
+                    const size_t t = (size_t)t0 + r;
+                    const int n = (int)t + 1 - j0 < nb ? (int)t + 1 - j0 : nb;
+                    /* D = sum_j P_j dP_j = dout . out, the softmax backward's shared term */
+                    const float D = ddp__dot(do0 + t * C, out0 + t * C, hs), L = lse[(size_t)bh * T + t];
+                    float *pr = p + r * kb, *dsr = ds + r * kb;
+                    for (int j = 0; j < n; j++) pr[j] = pr[j] * scale - L; /* <= 0 up to rounding */
+                    ddp__att_floor(pr, n);
+                    for (int j = 0; j < n; j++) pr[j] = pr[j] > 0.0f ? 0.0f : pr[j];
+                    ddp__att_exp(pr, n);
+                    for (int j = 0; j < n; j++) dsr[j] = pr[j] * (dsr[j] - D) * scale;
+                    for (int j = n; j < nb; j++) pr[j] = dsr[j] = 0.0f;
+                }
+                ddp__att_pack_cols(qc, DDP__ATT_QB * 16, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs);
+                ddp__att_pack_cols(doc, DDP__ATT_QB * 16, do0 + (size_t)t0 * C, (size_t)C, nr, hs);
+                for (int r = 0; r < nr; r += DDP__MR) { /* dq += ds k */
+                    const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
+                    ddp__att_product(dq0 + (size_t)(t0 + r) * C3, (size_t)C3, ds + r * kb, (size_t)kb, 1, kc,
+                                     (size_t)kb * 16, mv, hs, n, 0);
+                }
+                ddp__att_product(dk, (size_t)hs, ds, 1, (size_t)kb, qc, DDP__ATT_QB * 16, nb, hs, nr, 0);
+                ddp__att_product(dv, (size_t)hs, p, 1, (size_t)kb, doc, DDP__ATT_QB * 16, nb, hs, nr, 0);
+            }
+            for (int j = 0; j < nb; j++)
                 for (int d = 0; d < hs; d++) {
-                    kbuf[j * hs + d] = kT[d * kb + j] = k[d];
-                    vT[d * kb + j] = k[C + d];
+                    dk0[(size_t)(j0 + j) * C3 + d] += dk[j * hs + d];
+                    dk0[(size_t)(j0 + j) * C3 + C + d] += dv[j * hs + d];
                 }
-            }
-            for (int d = 0; d < nb * hs; d++) dkbuf[d] = dvbuf[d] = 0.0f;
-            for (int t = j0; t < T; t++) {
-                const size_t row = (size_t)b * T + t;
-                const float *q = inp + row * C3 + h * hs, *dO = dout + row * C + h * hs;
-                float *dq = dinp + row * C3 + h * hs;
-                /* D = sum_j P_j dP_j = dout . out, the softmax backward's shared term */
-                const float D = ddp__dot(dO, out + row * C + h * hs, hs), L = lse[(size_t)bh * T + t];
-                const int n = t + 1 - j0 < nb ? t + 1 - j0 : nb;
-                ddp__att_scores(p, q, kT, kb, n, hs, scale);
-                ddp__att_scores(ds, dO, vT, kb, n, hs, 1.0f);
-                for (int j = 0; j < n; j++) p[j] = p[j] - L; /* <= 0 up to rounding */
-                ddp__att_floor(p, n);
-                for (int j = 0; j < n; j++) p[j] = p[j] > 0.0f ? 0.0f : p[j];
-                ddp__att_exp(p, n);
-                for (int j = 0; j < n; j++) ds[j] = p[j] * (ds[j] - D) * scale;
-                ddp__att_accum(dq, ds, kbuf, (size_t)hs, n, hs);
-                for (int j = 0; j < n; j++) {
-                    ddp__axpy(dvbuf + j * hs, p[j], dO, hs);
-                    ddp__axpy(dkbuf + j * hs, ds[j], q, hs);
-                }
-            }
-            for (int j = 0; j < nb; j++) {
-                float *dk = dkin + (size_t)(j0 + j) * C3;
-                for (int d = 0; d < hs; d++) {
-                    dk[d] += dkbuf[j * hs + d];
-                    dk[C + d] += dvbuf[j * hs + d];
-                }
-            }
         }
     }
 }

@@ -329,6 +329,29 @@ static void test_attention(void)
         for (size_t i = 0; i < n3; i++) { ed = fmax(ed, fabs(d1[i] - d2[i])); md = fmax(md, fabs(d2[i])); }
         CHECK("kernels.attention.blocked_vs_rows", eo < 1e-5 && el < 1e-5 && ed < 1e-5 * md,
               "max diff out %g lse %g dinp %g (max |dinp| %g)", eo, el, ed, md);
+        /* bitwise: the second sequence alone as in the batch, and 1 thread as many */
+        {
+            const size_t s3 = n3 / AB, s1 = n / AB, sl = nl / AB;
+            int same_alone, same_threads = 1;
+            memset(d2, 0, n3 * sizeof(float));
+            ddp_attention_forward_cpu(o2, l2, x + s3, 1, AT, AC, ANH);
+            ddp_attention_backward_cpu(d2, dy + s1, x + s3, o2, l2, 1, AT, AC, ANH);
+            memset(d1, 0, n3 * sizeof(float));
+            ddp_attention_backward_cpu(d1, dy, x, o1, l1, AB, AT, AC, ANH);
+            same_alone = !memcmp(o2, o1 + s1, s1 * sizeof(float)) && !memcmp(l2, l1 + sl, sl * sizeof(float)) &&
+                         !memcmp(d2, d1 + s3, s3 * sizeof(float));
+#ifdef _OPENMP
+            omp_set_num_threads(1);
+            memset(d2, 0, n3 * sizeof(float));
+            ddp_attention_forward_cpu(o2, l2, x, AB, AT, AC, ANH);
+            ddp_attention_backward_cpu(d2, dy, x, o2, l2, AB, AT, AC, ANH);
+            omp_set_num_threads(omp_get_num_procs());
+            same_threads = !memcmp(o2, o1, n * sizeof(float)) && !memcmp(d2, d1, n3 * sizeof(float));
+#endif
+            CHECK("kernels.attention.bitwise", same_alone && same_threads,
+                  "a sequence alone %s, one thread %s", same_alone ? "agrees" : "differs",
+                  same_threads ? "agrees" : "differs");
+        }
         free(x); free(dy); free(o1); free(o2); free(l1); free(l2); free(d1); free(d2);
     }
 }
