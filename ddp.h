@@ -27,7 +27,7 @@
          int status = ddp_launch(&argc, argv);    // "./prog --nproc 4" starts 4 ranks
          if (status != DDP_WORKER) return status; // the launcher: job finished
          ddp_ctx ctx;
-         ddp_desc desc = {0};                     // zero means default
+         ddp_desc desc = {0};                     // zero means default (C++: = {})
          desc.argc = &argc;                       // lets init take --local_rank N
          desc.argv = argv;
          if (ddp_init(&ctx, &desc) != DDP_OK) return 1; // the reason went to stderr
