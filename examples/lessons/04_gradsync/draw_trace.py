@@ -1,0 +1,61 @@
+# draw_trace.py - one training step of a Chrome trace written by ddp.h (ddp_trace_save,
+# gradsync --trace, train_gpt --trace) as a PNG: a row per rank for its own work and one
+# for its collectives, so the buckets' all-reduces can be seen overlapping the backward.
+#   python3 draw_trace.py trace.json trace.png [STEP]
+# STEP counts the "forward" spans of rank 0 (default: the middle one).
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+COLORS = [("forward", "#4c72b0"), ("backward", "#55a868"), ("bucket", "#dd8452"), ("wait", "#c44e52"),
+          ("optimizer", "#8172b3")]
+
+
+def color(name):
+    return next((c for key, c in COLORS if key in name), "#bbbbbb")
+
+
+trace = json.load(open(sys.argv[1]))
+spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+ranks = sorted({e["pid"] for e in spans})
+
+# Each rank's times count from the end of ddp_trace_start's barrier, which ranks leave
+# up to a millisecond apart on a busy machine. An all-reduce ends on every rank at
+# nearly the same moment (when the last rank's data is in), so shift each rank by the
+# median difference of its all-reduce ends from rank 0's.
+ends = {r: [e["ts"] + e["dur"] for e in spans if e["pid"] == r and "all_reduce" in e["name"]] for r in ranks}
+for r in ranks:
+    d = sorted(a - b for a, b in zip(ends[r], ends[ranks[0]]))
+    shift = d[len(d) // 2] if d else 0
+    for e in spans:
+        if e["pid"] == r:
+            e["ts"] -= shift
+starts = sorted(e["ts"] for e in spans if e["pid"] == 0 and e["name"] == "forward")
+k = int(sys.argv[3]) if len(sys.argv) > 3 else len(starts) // 2
+t0, t1 = starts[k], starts[k + 1] if k + 1 < len(starts) else max(e["ts"] + e["dur"] for e in spans)
+
+fig, ax = plt.subplots(figsize=(10, 0.9 + 0.8 * len(ranks)), dpi=90)
+for e in spans:
+    if e["ts"] + e["dur"] < t0 or e["ts"] > t1 or e["dur"] < 0.5:
+        continue
+    row = 2 * ranks.index(e["pid"]) + e["tid"]
+    x, w = (e["ts"] - t0) / 1000, e["dur"] / 1000
+    ax.broken_barh([(x, w)], (row - 0.4, 0.8), facecolors=color(e["name"]), edgecolor="white", linewidth=0.5)
+    label = e["name"].replace("backward layer ", "bwd ").replace(" all_reduce", "").split(" ")
+    label = " ".join(label[:2])
+    if w > (t1 - t0) / 1000 / 18:
+        ax.text(x + w / 2, row, label, ha="center", va="center", fontsize=6, color="white", clip_on=True)
+ax.set_yticks(range(2 * len(ranks)))
+ax.set_yticklabels([f"rank {r} {row}" for r in ranks for row in ("main", "collectives")], fontsize=8)
+ax.invert_yaxis()
+ax.set_xlim(0, (t1 - t0) / 1000)
+ax.set_xlabel("ms since the step began")
+ax.set_title("one step: each bucket's all-reduce starts as soon as backward finishes its layer", fontsize=9)
+ax.legend(handles=[matplotlib.patches.Patch(color=c, label=key) for key, c in COLORS], fontsize=7, ncol=5,
+          loc="upper right", bbox_to_anchor=(1, -0.25 - 0.1 / len(ranks)), frameon=False)
+fig.tight_layout()
+fig.savefig(sys.argv[2])
