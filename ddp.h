@@ -45,6 +45,7 @@
      torchrun --no_python --nproc_per_node=4 ./prog args   (RANK, WORLD_SIZE, ...)
      mpirun -np 4 ./prog                      one host: MASTER_ADDR defaults to 127.0.0.1
      srun -n 4 ./prog                         MASTER_ADDR: the step's first host
+     mpirun -np 8 --host a:4,b:4 ./prog       CPU across hosts: build with mpicc -DDDP_MPI
    Without MASTER_PORT the port comes from the launch's own id (torchrun's run id,
    Slurm's job and step, Open MPI's namespace), so two jobs on a host never meet;
    without any id it is 29500. --nproc inside a launched job is refused.
@@ -55,7 +56,8 @@
      SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_NODEID      Slurm
      OMPI_COMM_WORLD_RANK _SIZE _LOCAL_RANK _LOCAL_SIZE           Open MPI
      PMI_RANK PMI_SIZE MPI_LOCALRANKID                            MPICH / Hydra
-     DDP_BACKEND=cpu|nccl   force a backend (default: nccl if a GPU is visible)
+     DDP_BACKEND=cpu|nccl|mpi  force a backend (default: nccl if a GPU is visible;
+                            mpi if built with -DDDP_MPI and mpirun's job spans hosts)
      DDP_TIMEOUT=seconds    how long any wait may take (default 300, at least 0.001)
      DDP_JOB_ID             this launch's id (default: the launcher's); the store
                             refuses ranks of other jobs
@@ -77,7 +79,9 @@
      that calls ddp_destroy while others wait in a collective is named at once.
 
    DOES NOT
-     - run the CPU backend across hosts (one host; NCCL spans hosts)
+     - run the CPU backend across hosts (one host; NCCL and the MPI backend span hosts)
+     - abort an MPI collective on one rank: a timed-out rank returns the error and
+       the MPI launcher ends the job when it exits
      - compare NCCL collectives unless asked (DDP_CHECK=1: one store round trip each)
      - encrypt anything: the secret authenticates who joins the store; the data of
        the collectives and NCCL's own traffic are not protected from the network
@@ -91,7 +95,8 @@
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
-                      memory on NCCL, an NCCL watchdog, one list per concept
+                      memory on NCCL, an NCCL watchdog, one list per concept, the
+                      MPI backend, tracing (ddp_trace_*), ddp_thread_share
      0.1 (2026-12-02) process group, launcher, TCP store, CPU + NCCL collectives,
                       sampler, gradient sync, metrics
 */
