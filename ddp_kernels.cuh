@@ -74,7 +74,9 @@
    branches sum for free. The one exception is the cross-entropy, which starts the
    backward pass and overwrites dlogits. An input gradient that is not needed (the
    first layer's dinp) may be NULL in every backward, CPU and GPU; the work for it is
-   skipped. On the GPU, parameter gradients (dweight, dbias, dwte, dwpe, and the grads
+   skipped. So may the parameter gradients of matmul and layernorm (dweight, dbias),
+   for a caller that sums them its own way (train_gpt.c: sequence by sequence, the
+   input gradients over the whole batch). On the GPU, parameter gradients (dweight, dbias, dwte, dwpe, and the grads
    AdamW reads) are always float*, whatever F is; activations and their gradients are F.
 
    LOSS ACROSS RANKS
@@ -280,8 +282,8 @@ static inline void ddp_layernorm_forward_cpu(float *out, float *mean, float *rst
     }
 }
 
-/* dinp (B,T,C) += (or NULL: not needed), dweight (C) +=, dbias (C) +=; dout, inp (B,T,C);
-   weight (C); mean, rstd (B,T). */
+/* dinp (B,T,C) += (or NULL: not needed), dweight (C) +=, dbias (C) += (both or neither NULL);
+   dout, inp (B,T,C); weight (C); mean, rstd (B,T). */
 static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float *dbias,
                                        const float *dout, const float *inp, const float *weight,
                                        const float *mean, const float *rstd, int B, int T, int C)
@@ -305,7 +307,7 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
     }
     /* parameter gradients: parallel over channels, rows summed in order */
     DDP__OMP(parallel for schedule(static))
-    for (int c = 0; c < C; c++) {
+    for (int c = 0; c < (dweight ? C : 0); c++) {
         float dw = 0.0f, db = 0.0f;
         for (int bt = 0; bt < B * T; bt++) {
             float d = dout[(size_t)bt * C + c];
@@ -431,9 +433,9 @@ static inline void ddp_matmul_forward_cpu(float *out, const float *inp, const fl
     ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C);
 }
 
-/* dinp (B,T,C) += (or NULL: not needed), dweight (OC,C) +=, dbias (OC) += (or NULL); dout (B,T,OC);
-   inp (B,T,C); weight (OC,C). dweight and dbias add the rows in row order. The three
-   products share one parallel region. */
+/* dinp (B,T,C) +=, dweight (OC,C) +=, dbias (OC) += (each may be NULL: not needed);
+   dout (B,T,OC); inp (B,T,C); weight (OC,C). dweight and dbias add the rows in row
+   order. The three products share one parallel region. */
 static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout,
                                     const float *inp, const float *weight, int B, int T, int C, int OC)
 {
@@ -441,7 +443,7 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
     DDP__OMP(parallel)
     {
         if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC);
-        ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT);
+        if (dweight) ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT);
         if (dbias) {
             DDP__OMP(for schedule(static) nowait)
             for (int o0 = 0; o0 < OC; o0 += 64) {
@@ -1471,8 +1473,8 @@ static __global__ void ddp__layernorm_param_partial_kernel(float *part, const F 
         }
 }
 
-/* dinp (B,T,C) += (or NULL: not needed), dweight (C) +=, dbias (C) += (fp32); dout, inp (B,T,C);
-   weight (C); mean, rstd (B,T). */
+/* dinp (B,T,C) += (or NULL: not needed), dweight (C) +=, dbias (C) += (fp32; both or neither
+   NULL); dout, inp (B,T,C); weight (C); mean, rstd (B,T). */
 template <typename F>
 static inline cudaError_t ddp_layernorm_backward_gpu(ddp_kernels_ctx *ctx, typename ddp__same<F>::type *dinp,
                                               float *dweight, float *dbias,
@@ -1493,6 +1495,7 @@ static inline cudaError_t ddp_layernorm_backward_gpu(ddp_kernels_ctx *ctx, typen
                                                                                  rows, C, vec);
         DDP__TRY(cudaGetLastError());
     }
+    if (!dweight) return cudaSuccess;
     dim3 grid(ddp__blocks(C, 128 * n), chunks);
     ddp__layernorm_param_partial_kernel<<<grid, 128, 0, stream>>>((float *)part, dout, inp, mean, rstd, rows, C, rpc, vec);
     DDP__TRY(cudaGetLastError());
@@ -1670,7 +1673,8 @@ static inline cudaError_t ddp_matmul_backward_gpu(ddp_kernels_ctx *ctx, typename
     if (dinp) s = ddp__lt_matmul(ctx, dinp, weight, dout, (const F *)NULL, C, BT, OC, false, false, C, OC, 1.0f, stream);
     if (s != CUBLAS_STATUS_SUCCESS) return ddp__lt_error(ctx, s, "matmul backward dinp", C, BT, OC);
     /* dweight^T (C,OC) += inp^T (C,BT) x dout (BT,OC) */
-    s = ddp__lt_matmul(ctx, dweight, inp, dout, (const float *)NULL, C, OC, BT, false, true, C, OC, 1.0f, stream);
+    if (dweight)
+        s = ddp__lt_matmul(ctx, dweight, inp, dout, (const float *)NULL, C, OC, BT, false, true, C, OC, 1.0f, stream);
     if (s != CUBLAS_STATUS_SUCCESS || !dbias) return ddp__lt_error(ctx, s, "matmul backward dweight", C, OC, BT);
     const int rpc = ddp__rows_per_chunk(BT), chunks = (BT + rpc - 1) / rpc;
     const bool vec = OC % n == 0 && ddp__aligned16(dout);

@@ -101,9 +101,8 @@ typedef struct tensor {
 /* Activations of a micro-batch, kept for the backward pass, one row each: type, name,
    slices (L: one per block; L + 1 for the residual stream: x[l] enters block l, x[L]
    leaves the last; 1: one for the model), elements of one slice. BT is B T (B: the
-   sequences there is room for), S the rows of the backward scratch: one sequence (T)
-   on the CPU, which differentiates sequence by sequence, the whole micro-batch (B T)
-   on the GPU. */
+   sequences there is room for), S the rows of the backward scratch: the whole
+   micro-batch (B T), or none for the host side of a GPU run. */
 #define GPT_ACTIVATIONS(X)                                                                   \
     X(int, tokens, 1, BT)                                                                    \
     X(int, targets, 1, BT)                                                                   \
@@ -247,9 +246,10 @@ static int gpt_alloc_training(gpt *g, int on_gpu)
     config host = g->cfg;
     size_t bytes;
     if (on_gpu) host.layers = 0;
-    bytes = layout_activations(NULL, NULL, host, (size_t)g->B, (size_t)(on_gpu ? 0 : host.ctx));
+    const size_t S = on_gpu ? 0 : (size_t)g->B * host.ctx;
+    bytes = layout_activations(NULL, NULL, host, (size_t)g->B, S);
     if (!(g->act_memory = calloc(1, bytes))) return 0;
-    layout_activations(&g->a, (char *)g->act_memory, host, (size_t)g->B, (size_t)(on_gpu ? 0 : host.ctx));
+    layout_activations(&g->a, (char *)g->act_memory, host, (size_t)g->B, S);
     if (on_gpu) return 1;
     g->grads = (float *)calloc(g->num_params, sizeof(float));
     g->grad_sum = (double *)calloc(g->num_params, sizeof(double));
@@ -343,11 +343,13 @@ static void span(ddp_ctx *ctx, const char *fmt, ...)
 }
 
 /* ---- backward -----------------------------------------------------------------------
-   Layer by layer from the top, and within a layer sequence by sequence: each
-   sequence's parameter gradient lands in g->grads (fp32, zero before) and is moved
-   into the double sum g->grad_sum at once. When a layer is done for every sequence
-   its region of grad_sum is final for this micro-step: ddp_grad_ready hands it to the
-   all-reduce, which runs while the layers below are still being differentiated. */
+   Layer by layer from the top. The gradients of the activations are computed for the
+   whole micro-batch at once (every row on its own, so a sequence gets the same bits in
+   any batch); a parameter's gradient is computed sequence by sequence instead: each
+   sequence's lands in g->grads (fp32, zero before) and is moved into the double sum
+   g->grad_sum at once (add_sequence_grad). When a layer is done its region of grad_sum
+   is final for this micro-step: ddp_grad_ready hands it to the all-reduce, which runs
+   while the layers below are still being differentiated. */
 static void add_sequence_grad(gpt *g, const tensor *first, const tensor *last)
 {
     size_t i, end = last->offset + last->numel;
@@ -363,69 +365,81 @@ static ddp_result allreduce_tensors(ddp_grad *sync, const tensor *first, const t
     return ddp_grad_ready(sync, first->offset, last->offset + last->numel - first->offset);
 }
 
+/* A matmul's backward (shapes as ddp_matmul_backward_cpu's): dinp for the B sequences
+   together, then the gradients of weight w and bias (w + 1, or none) one sequence at a time. */
+static void matmul_backward(gpt *g, float *dinp, const tensor *w, int has_bias, const float *dout, const float *inp,
+                            int B, int C, int OC)
+{
+    const int T = g->cfg.ctx;
+    int b;
+    ddp_matmul_backward_cpu(dinp, NULL, NULL, dout, inp, param(g, w), B, T, C, OC);
+    for (b = 0; b < B; b++) {
+        ddp_matmul_backward_cpu(NULL, param_grad(g, w), has_bias ? param_grad(g, w + 1) : NULL,
+                                dout + (size_t)b * T * OC, inp + (size_t)b * T * C, param(g, w), 1, T, C, OC);
+        add_sequence_grad(g, w, w + has_bias);
+    }
+}
+
+/* The same for a layernorm (weight w, bias w + 1). */
+static void layernorm_backward(gpt *g, float *dinp, const tensor *w, const float *dout, const float *inp,
+                               const float *mean, const float *rstd, int B)
+{
+    const int T = g->cfg.ctx, C = g->cfg.dim;
+    int b;
+    ddp_layernorm_backward_cpu(dinp, NULL, NULL, dout, inp, param(g, w), mean, rstd, B, T, C);
+    for (b = 0; b < B; b++) {
+        const size_t o = (size_t)b * T;
+        ddp_layernorm_backward_cpu(NULL, param_grad(g, w), param_grad(g, w + 1), dout + o * C, inp + o * C,
+                                   param(g, w), mean + o, rstd + o, 1, T, C);
+        add_sequence_grad(g, w, w + 1);
+    }
+}
+
 static ddp_result gpt_backward(gpt *g, int B, ddp_grad *sync)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
-    const size_t TC = (size_t)T * C, LBTC = (size_t)g->B * T * C;
+    const size_t BTC = (size_t)B * T * C, LBTC = (size_t)g->B * T * C, fsize = sizeof(float);
     activations *a = &g->a;
     ddp_result r;
     int l, b;
-    memset(a->dx, 0, (size_t)B * TC * sizeof(float));
+    memset(a->dx, 0, BTC * fsize);
+    memset(a->dln, 0, BTC * fsize);
 
-    /* lm_head (tied to wte) and the final layernorm */
+    /* lm_head (tied to wte, no bias) and the final layernorm */
     span(sync->ctx, "backward lm_head, ln_f");
-    for (b = 0; b < B; b++) {
-        memset(a->dln, 0, TC * sizeof(float));
-        ddp_matmul_backward_cpu(a->dln, param_grad(g, WTE(g)), NULL, a->logits + (size_t)b * T * V, a->lnf + b * TC,
-                                param(g, WTE(g)), 1, T, C, V);
-        ddp_layernorm_backward_cpu(a->dx + b * TC, param_grad(g, LNFW(g)), param_grad(g, LNFB(g)), a->dln,
-                                   a->x + L * LBTC + b * TC, param(g, LNFW(g)), a->lnf_mean + b * T,
-                                   a->lnf_rstd + b * T, 1, T, C);
-        add_sequence_grad(g, WTE(g), WTE(g));
-        add_sequence_grad(g, LNFW(g), LNFB(g));
-    }
+    matmul_backward(g, a->dln, WTE(g), 0, a->logits, a->lnf, B, C, V);
+    layernorm_backward(g, a->dx, LNFW(g), a->dln, a->x + L * LBTC, a->lnf_mean, a->lnf_rstd, B);
     ddp_trace_end(sync->ctx);
     if ((r = allreduce_tensors(sync, LNFW(g), LNFB(g))) != DDP_OK) return r;
 
     for (l = L - 1; l >= 0; l--) {
-        const tensor *first = block_tensor(g, l, 0), *last = block_tensor(g, l, PER_BLOCK - 1);
+        /* dx holds d loss / d (block output), and becomes d loss / d (block input) as the
+           residual branches add into it */
         const activations s = block_slices(a, g->cfg, (size_t)g->B, l);
-#define P(k) param(g, block_tensor(g, l, k))
-#define G(k) param_grad(g, block_tensor(g, l, k))
+#define W(k) block_tensor(g, l, k)
         span(sync->ctx, "backward block %d", l);
-        for (b = 0; b < B; b++) {
-            /* sequence b of block l; dx holds d loss / d (block output), and becomes
-               d loss / d (block input) as the residual branches add into it */
-            const size_t o = (size_t)b * TC, ot = (size_t)b * T; /* sequence b's rows */
-            float *dx = a->dx + o;
-            memset(a->dfch_gelu, 0, 4 * TC * sizeof(float));
-            memset(a->dfch, 0, 4 * TC * sizeof(float));
-            memset(a->dln, 0, TC * sizeof(float));
-            memset(a->datty, 0, TC * sizeof(float));
-            memset(a->dqkv, 0, 3 * TC * sizeof(float));
-            ddp_matmul_backward_cpu(a->dfch_gelu, G(FCPROJW), G(FCPROJB), dx, s.fch_gelu + 4 * o, P(FCPROJW), 1, T,
-                                    4 * C, C);
-            ddp_gelu_backward_cpu(a->dfch, s.fch + 4 * o, a->dfch_gelu, 4 * TC);
-            ddp_matmul_backward_cpu(a->dln, G(FCW), G(FCB), a->dfch, s.ln2 + o, P(FCW), 1, T, C, 4 * C);
-            ddp_layernorm_backward_cpu(dx, G(LN2W), G(LN2B), a->dln, s.xmid + o, P(LN2W), s.ln2_mean + ot,
-                                       s.ln2_rstd + ot, 1, T, C);
-            ddp_matmul_backward_cpu(a->datty, G(ATTPROJW), G(ATTPROJB), dx, s.atty + o, P(ATTPROJW), 1, T, C, C);
-            ddp_attention_backward_cpu(a->dqkv, a->datty, s.qkv + 3 * o, s.atty + o, s.lse + ot * NH, 1, T, C, NH);
-            memset(a->dln, 0, TC * sizeof(float));
-            ddp_matmul_backward_cpu(a->dln, G(QKVW), G(QKVB), a->dqkv, s.ln1 + o, P(QKVW), 1, T, C, 3 * C);
-            ddp_layernorm_backward_cpu(dx, G(LN1W), G(LN1B), a->dln, s.x + o, P(LN1W), s.ln1_mean + ot,
-                                       s.ln1_rstd + ot, 1, T, C);
-            add_sequence_grad(g, first, last);
-        }
-#undef P
-#undef G
+        memset(a->dfch_gelu, 0, 4 * BTC * fsize);
+        memset(a->dfch, 0, 4 * BTC * fsize);
+        memset(a->dln, 0, BTC * fsize);
+        memset(a->datty, 0, BTC * fsize);
+        memset(a->dqkv, 0, 3 * BTC * fsize);
+        matmul_backward(g, a->dfch_gelu, W(FCPROJW), 1, a->dx, s.fch_gelu, B, 4 * C, C);
+        ddp_gelu_backward_cpu(a->dfch, s.fch, a->dfch_gelu, 4 * BTC);
+        matmul_backward(g, a->dln, W(FCW), 1, a->dfch, s.ln2, B, C, 4 * C);
+        layernorm_backward(g, a->dx, W(LN2W), a->dln, s.xmid, s.ln2_mean, s.ln2_rstd, B);
+        matmul_backward(g, a->datty, W(ATTPROJW), 1, a->dx, s.atty, B, C, C);
+        ddp_attention_backward_cpu(a->dqkv, a->datty, s.qkv, s.atty, s.lse, B, T, C, NH);
+        memset(a->dln, 0, BTC * fsize);
+        matmul_backward(g, a->dln, W(QKVW), 1, a->dqkv, s.ln1, B, C, 3 * C);
+        layernorm_backward(g, a->dx, W(LN1W), a->dln, s.x, s.ln1_mean, s.ln1_rstd, B);
         ddp_trace_end(sync->ctx);
-        if ((r = allreduce_tensors(sync, first, last)) != DDP_OK) return r;
+        if ((r = allreduce_tensors(sync, W(0), W(PER_BLOCK - 1))) != DDP_OK) return r;
+#undef W
     }
 
     span(sync->ctx, "backward embedding");
     for (b = 0; b < B; b++) {
-        ddp_embedding_backward_cpu(param_grad(g, WTE(g)), param_grad(g, WPE(g)), a->dx + b * TC,
+        ddp_embedding_backward_cpu(param_grad(g, WTE(g)), param_grad(g, WPE(g)), a->dx + b * (size_t)T * C,
                                    a->tokens + (size_t)b * T, 1, T, C);
         add_sequence_grad(g, WTE(g), WPE(g));
     }

@@ -628,7 +628,8 @@ static void test_crossentropy_accuracy(void)
 }
 
 /* A backward given NULL for an input gradient (the first layer's) computes the same
-   parameter gradients and touches nothing else. */
+   parameter gradients and touches nothing else; given NULL parameter gradients, the
+   same input gradient. */
 static void test_null_dinp(void)
 {
     const int N = B * T * C;
@@ -643,11 +644,19 @@ static void test_null_dinp(void)
     ddp_matmul_backward_cpu(NULL, dw2, db2, dout, x, w, B, T, C, OC);
     CHECK("kernels.null_dinp.matmul", !memcmp(dw1, dw2, (size_t)OC * C * sizeof(float)) &&
           !memcmp(db1, db2, OC * sizeof(float)), "dweight or dbias differ without dinp");
+    float *dx2 = alloc(N);
+    ddp_matmul_backward_cpu(dx2, NULL, NULL, dout, x, w, B, T, C, OC);
+    CHECK("kernels.null_dweight.matmul", !memcmp(dx, dx2, N * sizeof(float)), "dinp differs without dweight");
     ddp_layernorm_forward_cpu(ln, mean, rstd, x, lw, lb, B, T, C);
     ddp_layernorm_backward_cpu(dx, ldw1, ldb1, g, x, lw, mean, rstd, B, T, C);
     ddp_layernorm_backward_cpu(NULL, ldw2, ldb2, g, x, lw, mean, rstd, B, T, C);
     CHECK("kernels.null_dinp.layernorm", !memcmp(ldw1, ldw2, C * sizeof(float)) && !memcmp(ldb1, ldb2, C * sizeof(float)),
           "dweight or dbias differ without dinp");
+    memcpy(dx2, dx, N * sizeof(float));
+    ddp_layernorm_backward_cpu(dx, ldw1, ldb1, g, x, lw, mean, rstd, B, T, C);
+    ddp_layernorm_backward_cpu(dx2, NULL, NULL, g, x, lw, mean, rstd, B, T, C);
+    CHECK("kernels.null_dweight.layernorm", !memcmp(dx, dx2, N * sizeof(float)), "dinp differs without dweight");
+    free(dx2);
     /* the rest have no parameters: NULL is a no-op that must not crash */
     ddp_attention_forward_cpu(att, lse, qkv, B, T, C, NH);
     ddp_attention_backward_cpu(NULL, g, qkv, att, lse, B, T, C, NH);
