@@ -309,7 +309,11 @@ DDPDEF uint16_t ddp_f32_to_f16(float f);
    the rest padding (count only the real ones in metrics). The shuffle for epoch e is
    torch.randperm(N) of a generator seeded with seed + e: the same order as PyTorch
    (from 214,748,364 samples on, that of torch 2.7 and later, which changed it there).
-   There is no set_epoch to forget: every call that returns indices takes the epoch. */
+   There is no set_epoch to forget: every call that returns indices takes the epoch.
+   With a context (and desc.world_size 0) init is collective: every rank calls it, and
+   ranks whose size, seed, shuffle, drop_last or batch settings differ (which would
+   train on overlapping samples or step a different number of times) get
+   DDP_ERR_MISMATCH naming the field. */
 typedef struct ddp_sampler_desc {
     size_t dataset_size;  /* N, number of samples; 0 is allowed */
     size_t batch_size;    /* per rank, for ddp_sampler_batch (as in the template); default 1 */
@@ -346,7 +350,7 @@ typedef struct ddp_batch {
 } ddp_batch;
 
 /* ctx gives rank and world size (or desc->world_size; with neither, a world of one). */
-DDPDEF ddp_result ddp_sampler_init(ddp_sampler *s, const ddp_ctx *ctx, const ddp_sampler_desc *desc);
+DDPDEF ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc *desc);
 DDPDEF void ddp_sampler_destroy(ddp_sampler *s);
 /* set_epoch and iter() in one: this rank's num_samples indices for `epoch`. */
 DDPDEF const size_t *ddp_sampler_epoch(ddp_sampler *s, uint64_t epoch);
@@ -446,7 +450,7 @@ DDPDEF ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path);
 #ifdef __cplusplus
 } /* extern "C" */
 inline ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc &desc) { return ddp_init(ctx, &desc); }
-inline ddp_result ddp_sampler_init(ddp_sampler *s, const ddp_ctx *ctx, const ddp_sampler_desc &desc)
+inline ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc &desc)
 {
     return ddp_sampler_init(s, ctx, &desc);
 }
@@ -4030,7 +4034,35 @@ static void ddp__randperm(size_t *perm, size_t n, uint64_t seed)
     }
 }
 
-ddp_result ddp_sampler_init(ddp_sampler *s, const ddp_ctx *ctx, const ddp_sampler_desc *desc)
+/* Ranks that shuffle differently would train on overlapping or missing samples, and
+   ranks with different batch counts would stop stepping together: with a context the
+   sampler's settings are compared in one all-reduce (the max of each value and of its
+   negation gives the largest and smallest across ranks). */
+static ddp_result ddp__sampler_agree(const ddp_sampler *s, ddp_ctx *ctx)
+{
+    static const char *const names[] = {"dataset_size", "seed (low 32 bits)", "seed (high 32 bits)", "no_shuffle",
+                                        "drop_last", "batch_size", "drop_last_batch"};
+    int64_t v[14], mine[7];
+    ddp_result r;
+    int i;
+    v[0] = (int64_t)(s->dataset_size & (((uint64_t)1 << 62) - 1)); /* sizes past 2^62 cannot be allocated anyway */
+    v[1] = (int64_t)(s->seed & 0xffffffffu);
+    v[2] = (int64_t)(s->seed >> 32);
+    v[3] = !s->shuffle;
+    v[4] = s->drop_last;
+    v[5] = (int64_t)(s->batch_size & (((uint64_t)1 << 62) - 1));
+    v[6] = s->drop_last_batch;
+    for (i = 0; i < 7; i++) v[7 + i] = -(mine[i] = v[i]);
+    if ((r = ddp_all_reduce(ctx, v, v, 14, DDP_I64, DDP_MAX, NULL)) != DDP_OK) return r;
+    for (i = 0; i < 7; i++)
+        if (v[i] != -v[7 + i])
+            return ddp__fail(ctx, DDP_ERR_MISMATCH,
+                             "ddp_sampler_init: ranks disagree on %s: from %lld to %lld across ranks (this rank: %lld)",
+                             names[i], -(long long)v[7 + i], (long long)v[i], (long long)mine[i]);
+    return DDP_OK;
+}
+
+ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc *desc)
 {
     size_t n, w;
     if (!s) return DDP_ERR_ARG;
@@ -4064,6 +4096,10 @@ ddp_result ddp_sampler_init(ddp_sampler *s, const ddp_ctx *ctx, const ddp_sample
     s->batch_size = desc->batch_size ? desc->batch_size : 1;
     s->num_batches = s->drop_last_batch ? s->num_samples / s->batch_size
                                         : (s->num_samples + s->batch_size - 1) / s->batch_size;
+    if (desc->world_size <= 0 && ctx && ctx->st && ctx->world_size > 1) {
+        ddp_result r = ddp__sampler_agree(s, ctx);
+        if (r != DDP_OK) return r;
+    }
     s->indices = (size_t *)DDP_MALLOC((s->num_samples ? s->num_samples : 1) * sizeof(size_t));
     if (s->shuffle) s->perm_ = (size_t *)DDP_MALLOC((n ? n : 1) * sizeof(size_t));
     if (!s->indices || (s->shuffle && !s->perm_)) {
