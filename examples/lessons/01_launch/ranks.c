@@ -5,6 +5,7 @@
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include <stdio.h>
+#include <stdlib.h>
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #endif
@@ -16,6 +17,7 @@ int main(int argc, char **argv)
     ddp_ctx ctx;
     ddp_desc desc = {0};
     float host[N], *data = host; /* `data` is where the numbers live: host or GPU */
+    const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
     int i, status;
 
     /* template: python -m torch.distributed.launch --nproc_per_node=4 xxx.py.
@@ -36,6 +38,7 @@ int main(int argc, char **argv)
        machine; device: my GPU (= local_rank), or -1 when the ranks run on the CPU. */
     ddp_log(&ctx, "rank %d of %d, local rank %d on node %d, device %d, backend %s\n", ctx.rank, ctx.world_size,
             ctx.local_rank, ctx.node_rank, ctx.device, ddp_backend_name(ctx.backend));
+    ddp_print(&ctx, "the store: rank 0 at %s:%s\n", addr ? addr : "-", port ? port : "- (a world of one)");
 
     for (i = 0; i < N; i++) host[i] = (float)ctx.rank; /* my own data: my rank number */
 #ifdef __CUDACC__
