@@ -3309,42 +3309,52 @@ static int ddp__trace_write(FILE *f, const ddp__event *all, const int64_t *count
     return ferror(f) ? -1 : 0;
 }
 
+/* Every rank's worst problem (0 none, 1 this one, 2 that one, ...): the same on every
+   rank, so that all of them take the same path through a save. */
+static ddp_result ddp__trace_worst(ddp_ctx *ctx, int64_t *problem)
+{
+    return ddp_all_reduce(ctx, problem, problem, 1, DDP_I64, DDP_MAX, NULL);
+}
+
 ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
 {
-    struct ddp__trace *t;
-    int64_t mine[2], *counts = NULL, bad = 0, max = 0;
+    struct ddp__trace none, *t;
+    int64_t mine[2], *counts = NULL, problem = 0, max = 0;
     ddp__event *all = NULL;
     char tmp[4096 + 16];
     FILE *f = NULL;
     ddp_result r;
     size_t i;
-    int k, err = 0;
+    int k, err = 0, made = 0;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
-    t = ctx->st->trace;
-    if (!t) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: tracing was not started (ddp_trace_start)");
-    /* every rank learns whether rank 0 can write the file before anything is sent */
-    if (ctx->rank == 0) {
-        if (!path || !*path || strlen(path) > 4096) bad = 1;
-        else {
-            snprintf(tmp, sizeof tmp, "%s.tmp", path);
-            if (!(f = fopen(tmp, "w"))) bad = 1;
-            err = errno;
-        }
-    }
+    /* a rank that never started still takes part, so that nobody waits for it */
+    memset(&none, 0, sizeof none);
+    t = ctx->st->trace ? ctx->st->trace : &none;
     t->saving = 1; /* the save's own collectives are not recorded */
     for (i = 0; i < t->n; i++)
         if (t->ev[i].t1 < 0) t->ev[i].t1 = ddp__now_ns() - t->zero; /* still open: ends here */
     mine[0] = (int64_t)t->n;
     mine[1] = (int64_t)t->dropped;
-    r = ddp_all_reduce(ctx, &bad, &bad, 1, DDP_I64, DDP_MAX, NULL);
-    if (r == DDP_OK && bad) {
-        r = ctx->rank == 0 ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: cannot write '%s': %s", path ? path : "(null)",
-                                       path && *path ? strerror(err) : "no path")
-                           : ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: rank 0 cannot write the trace file");
+    counts = DDP__CAST(int64_t *, DDP_MALLOC(sizeof(int64_t) * 2 * (size_t)ctx->world_size));
+    if (!ctx->st->trace) problem = 3;
+    else if (!counts) problem = 2;
+    else if (ctx->rank == 0) { /* whether rank 0 can write the file, before anything is sent */
+        if (!path || !*path || strlen(path) > 4096) problem = 1;
+        else {
+            snprintf(tmp, sizeof tmp, "%s.tmp", path);
+            if (!(f = fopen(tmp, "w"))) problem = 1;
+            err = errno;
+            made = f != NULL;
+        }
     }
-    if (r == DDP_OK) {
-        counts = DDP__CAST(int64_t *, DDP_MALLOC(sizeof(int64_t) * 2 * (size_t)ctx->world_size));
-        if (!counts) r = ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_save: out of memory");
+    if ((r = ddp__trace_worst(ctx, &problem)) == DDP_OK && problem) {
+        if (problem == 3) r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: tracing was not started on every rank "
+                                                          "(ddp_trace_start, a collective)");
+        else if (problem == 2) r = ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_save: out of memory on some rank");
+        else if (ctx->rank == 0)
+            r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: cannot write '%s': %s", path ? path : "(null)",
+                          path && *path ? strerror(err) : "no path");
+        else r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: rank 0 cannot write the trace file");
     }
     if (r == DDP_OK) r = ddp_all_gather(ctx, mine, counts, 2, DDP_I64, NULL);
     if (r == DDP_OK) {
@@ -3352,29 +3362,31 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
             if (counts[2 * k] > max) max = counts[2 * k];
         /* every rank sends max events (the same count everywhere), its own first */
         all = DDP__CAST(ddp__event *, DDP_MALLOC(((size_t)ctx->world_size + 1) * (size_t)(max ? max : 1) * sizeof *all));
-        if (!all) r = ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_save: out of memory for %lld events", (long long)max);
+        problem = !all;
+        if ((r = ddp__trace_worst(ctx, &problem)) == DDP_OK && problem)
+            r = ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_save: out of memory for %lld events on some rank", (long long)max);
     }
     if (r == DDP_OK) {
         ddp__event *send = all + (size_t)ctx->world_size * (size_t)max;
         memset(send, 0, (size_t)max * sizeof *send);
-        memcpy(send, t->ev, t->n * sizeof *send);
+        if (t->n) memcpy(send, t->ev, t->n * sizeof *send);
         r = ddp_all_gather(ctx, send, all, (size_t)max * sizeof *send / 8, DDP_I64, NULL);
     }
     if (r == DDP_OK) { /* and whether it worked */
         if (ctx->rank == 0) {
-            bad = ddp__trace_write(f, all, counts, (size_t)max, ctx->world_size) != 0;
-            bad |= fclose(f) != 0;
+            problem = ddp__trace_write(f, all, counts, (size_t)max, ctx->world_size) != 0;
+            problem |= fclose(f) != 0;
             f = NULL;
-            bad |= rename(tmp, path) != 0;
+            problem |= rename(tmp, path) != 0;
             err = errno;
         }
-        r = ddp_all_reduce(ctx, &bad, &bad, 1, DDP_I64, DDP_MAX, NULL);
-        if (r == DDP_OK && bad)
+        r = ddp__trace_worst(ctx, &problem);
+        if (r == DDP_OK && problem)
             r = ctx->rank == 0 ? ddp__fail(ctx, DDP_ERR_SYSTEM, "ddp_trace_save: writing '%s' failed: %s", path, strerror(err))
                                : ddp__fail(ctx, DDP_ERR_SYSTEM, "ddp_trace_save: rank 0 could not write the trace file");
     }
     if (f) fclose(f);
-    if (ctx->rank == 0 && r != DDP_OK && path && *path && strlen(path) <= 4096) remove(tmp);
+    if (made && r != DDP_OK) remove(tmp);
     DDP_FREE(all);
     DDP_FREE(counts);
     ddp__trace_free(ctx->st); /* recording stops, whatever happened */

@@ -79,7 +79,7 @@ static int work(int *argc, char **argv)
     float *grads = (float *)calloc(COUNT, sizeof *grads);
     char name[160], cmd[512], path[256];
     long long dropped[8] = {0};
-    int s, l, i, n, ranks, W;
+    int s, l, i, k, n, ranks, W;
     desc.argc = argc;
     desc.argv = argv;
     desc.log = capture;
@@ -95,7 +95,16 @@ static int work(int *argc, char **argv)
     ddp_trace_end(&ctx);
     ddp_trace_end(&ctx);
     s = ddp_trace_save(&ctx, path);
-    if (ctx.rank == 0) CHECK("trace: save before start is an error with a message", s == DDP_ERR_ARG && strstr(last_error, "ddp_trace_start"), "got %d '%s'", s, last_error);
+    snprintf(name, sizeof name, "trace W=%d: save before start is an error on every rank, nobody waits", W);
+    if (ctx.rank == 0) CHECK(name, s == DDP_ERR_ARG && strstr(last_error, "ddp_trace_start"), "got %d '%s'", s, last_error);
+    if (W > 1) { /* only rank 1 forgot to start: every rank hears it at once */
+        if (ctx.rank != 1 && ddp_trace_start(&ctx, 0) != DDP_OK) return 3;
+        if (ctx.rank == 1 && ddp_barrier(&ctx) != DDP_OK) return 3; /* the start's barrier */
+        s = ddp_trace_save(&ctx, path);
+        snprintf(name, sizeof name, "trace W=%d: one rank that did not start fails every rank's save", W);
+        k = all_ok(&ctx, s == DDP_ERR_ARG && strstr(last_error, "not started on every rank"));
+        if (ctx.rank == 0) CHECK(name, k, "got %d '%s' (or another rank did not get the error)", s, last_error);
+    }
 
     if (ddp_trace_start(&ctx, 0) != DDP_OK) return 3;
     for (s = 0; s < STEPS; s++) {
