@@ -4,6 +4,7 @@
 #   python3 draw_trace.py trace.json trace.png [STEP]
 # STEP counts the "forward" spans of rank 0 (default: the middle one).
 import json
+import re
 import sys
 
 import matplotlib
@@ -38,17 +39,21 @@ starts = sorted(e["ts"] for e in spans if e["pid"] == 0 and e["name"] == "forwar
 k = int(sys.argv[3]) if len(sys.argv) > 3 else len(starts) // 2
 t0, t1 = starts[k], starts[k + 1] if k + 1 < len(starts) else max(e["ts"] + e["dur"] for e in spans)
 
+# spans nest ("step" > "backward" > "backward block 3"): longest first, so that the
+# inner ones are drawn over their parents
+shown = [e for e in spans if e["ts"] + e["dur"] >= t0 and e["ts"] <= t1 and e["dur"] >= 0.5]
+shown.sort(key=lambda e: -e["dur"])
+
 fig, ax = plt.subplots(figsize=(10, 0.9 + 0.8 * len(ranks)), dpi=90)
-for e in spans:
-    if e["ts"] + e["dur"] < t0 or e["ts"] > t1 or e["dur"] < 0.5:
-        continue
+for z, e in enumerate(shown):
     row = 2 * ranks.index(e["pid"]) + e["tid"]
     x, w = (e["ts"] - t0) / 1000, e["dur"] / 1000
-    ax.broken_barh([(x, w)], (row - 0.4, 0.8), facecolors=color(e["name"]), edgecolor="white", linewidth=0.5)
-    label = e["name"].replace("backward layer ", "bwd ").replace(" all_reduce", "").split(" ")
-    label = " ".join(label[:2])
+    ax.broken_barh([(x, w)], (row - 0.4, 0.8), facecolors=color(e["name"]), edgecolor="white", linewidth=0.5,
+                   zorder=2 * z)
+    label = re.sub(r" all_reduce.*", "", e["name"]).replace("backward layer ", "bwd ").replace("backward block ", "bwd ")
     if w > (t1 - t0) / 1000 / 18:
-        ax.text(x + w / 2, row, label, ha="center", va="center", fontsize=6, color="white", clip_on=True)
+        ax.text(x + w / 2, row, label, ha="center", va="center", fontsize=6, color="white", clip_on=True,
+                zorder=2 * z + 1)
 ax.set_yticks(range(2 * len(ranks)))
 ax.set_yticklabels([f"rank {r} {row}" for r in ranks for row in ("main", "collectives")], fontsize=8)
 ax.invert_yaxis()
