@@ -910,7 +910,7 @@ typedef struct options {
     config cfg;
     const char *data, *log, *save, *resume, *prompt, *trace, *compare[3];
     int batch_size, grad_accum, steps, stop_after, warmup, val_every, save_every, sample_len, bucket_kb, nproc;
-    int bench_no_sync, device_info;
+    int bench_no_sync, bench_matmul, device_info;
     float lr, min_lr_frac, weight_decay, clip, temperature;
     int top_k, stride;
     uint64_t seed;
@@ -937,6 +937,8 @@ static const char usage[] =
     "  compare:  train_gpt --compare A.safetensors B.safetensors [PREFIX] (max relative difference,\n"
     "            of the tensors whose names start with PREFIX, e.g. opt.m.)\n"
     "  --device-info: says whether this build trains on a GPU here, or why not (exit 0: it does)\n"
+    "  --bench-matmul: the CPU matmuls' GFLOP/s at this model's shapes, forward and backward, all\n"
+    "            threads (the ceiling examples/bench_train_gpt.py measures against)\n"
     "  device:   the nvcc build (train_gpt_gpu) trains on the GPUs, one per rank, when it\n"
     "            sees them (NCCL backend, fp32); without one, or with DDP_BACKEND=cpu, on the CPU\n";
 
@@ -992,6 +994,10 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         }
         if (strcmp(a, "--device-info") == 0) {
             o->device_info = 1;
+            continue;
+        }
+        if (strcmp(a, "--bench-matmul") == 0) {
+            o->bench_matmul = 1;
             continue;
         }
         if (strncmp(a, "--", 2) != 0) {
@@ -1076,6 +1082,41 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* --bench-matmul: each weight's forward and backward products (the model's matmul
+   shapes, --batch-size x --ctx rows) on the CPU with all threads, the best of 5 rounds. */
+static int bench_matmul(const options *o)
+{
+    const int C = o->cfg.dim, T = o->cfg.ctx, B = o->batch_size, shapes[5][2] = {
+        {3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}, {o->cfg.vocab, C}}; /* (out, in): qkv, proj, fc, proj, lm_head */
+    const size_t M = (size_t)B * T, most = (size_t)4 * C > (size_t)o->cfg.vocab ? (size_t)4 * C : (size_t)o->cfg.vocab;
+    float *x = (float *)calloc(3 * M * most + 2 * most * C, sizeof(float)); /* then y, dx, w, dw */
+    float *y = x + M * most, *dx = y + M * most, *w = dx + M * most, *dw = w + most * C;
+    double best = INFINITY, flops = 0;
+    int round, k;
+    if (!x) {
+        fprintf(stderr, PROG ": out of memory for --bench-matmul\n");
+        return 1;
+    }
+    for (k = 0; k < 5; k++) flops += 3 * 2.0 * (double)M * shapes[k][0] * shapes[k][1];
+    for (round = 0; round < 5; round++) {
+        const double t0 = now_s();
+        for (k = 0; k < 5; k++) {
+            const int OC = shapes[k][0], IC = shapes[k][1];
+            ddp_matmul_forward_cpu(y, x, w, NULL, B, T, IC, OC);
+            ddp_matmul_backward_cpu(dx, dw, NULL, y, x, w, B, T, IC, OC);
+        }
+        best = fmin(best, now_s() - t0);
+    }
+#ifdef _OPENMP
+    printf("matmul: %.1f GFLOP/s (ddp_kernels.cuh, %d threads, %zu rows, dim %d)\n", flops / best / 1e9,
+           omp_get_max_threads(), M, C);
+#else
+    printf("matmul: %.1f GFLOP/s (ddp_kernels.cuh, 1 thread, %zu rows, dim %d)\n", flops / best / 1e9, M, C);
+#endif
+    free(x);
+    return 0;
 }
 
 /* Linear warmup to lr, then cosine decay to lr * min_lr_frac at the last step. */
@@ -1554,6 +1595,7 @@ int main(int argc, char **argv)
     }
     if (t.o.compare[0]) return compare_checkpoints(t.o.compare[0], t.o.compare[1], t.o.compare[2]);
     if (t.o.device_info) return device_info();
+    if (t.o.bench_matmul) return bench_matmul(&t.o);
     status = prepare(&t, argv[0], err, sizeof err);
     if (status < 0) {
         printf(PROG ": %s\n", err);

@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""bench_train_gpt.py - train_gpt on the CPU against PyTorch, the same model and batch.
+
+    python3 examples/bench_train_gpt.py                 # the benchmark shape, 3 rounds
+    python3 examples/bench_train_gpt.py --shape large   # 6 layers, dim 384, ctx 256
+    python3 examples/bench_train_gpt.py --rounds 5 --steps 30 --forms ddp2,torch_ddp
+
+Runs every form once per round, the forms alternating (A, B, C, A, B, C, ...), so that
+a machine that slows down or speeds up meanwhile touches all of them alike, and prints
+one table: tokens/s as the median of the rounds with the slowest and fastest in
+brackets, the achieved GFLOP/s as a fraction of the measured matmul ceiling, and each
+form against the best PyTorch one. A run's tokens/s counts the steps after the first
+--warmup (page faults, torch.compile's compilation), over their total time.
+
+The forms (--forms, comma-separated; the default: all that can run here):
+  ddp2        examples/train_gpt --nproc 2, batch 8 per rank (two processes)
+  ddp1        examples/train_gpt --nproc 1, batch 16, one process with OpenMP threads
+  ddp4        examples/train_gpt --nproc 4, batch 4 per rank (more processes than cores)
+  torch       PyTorch eager, attention by F.scaled_dot_product_attention, all threads
+  torch_ddp   PyTorch DistributedDataParallel on gloo, two processes, one thread each
+  torch_compile  torch.compile of the eager model, all threads
+The PyTorch forms run where `import torch` works, and are the model train_gpt trains:
+token + position embedding, pre-LN blocks (fused qkv, causal attention, GELU tanh MLP),
+tied lm_head, AdamW (0.9, 0.95, eps 1e-8, weight decay 0.1 on matrices), clipping at 1.
+
+FLOPs per token: 6 N + 12 L T C (N: the weights of the matmuls, lm_head included; the
+attention term as nanoGPT and PaLM count it). The ceiling: the best of sgemm through
+PyTorch (MKL/oneDNN) and ddp_kernels.cuh's own CPU matmul (train_gpt --bench-matmul)
+on the model's matmul shapes with all cores, measured once per round (the best round
+counts: other work on the machine only lowers it), divided by FLOPs per token.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAIN_GPT = os.path.join(HERE, "train_gpt")
+SHAPES = {  # layers, heads, dim, ctx
+    "bench": (4, 4, 128, 128),
+    "large": (6, 6, 384, 256),
+}
+VOCAB = 256
+ALL_FORMS = ["ddp2", "ddp1", "ddp4", "torch", "torch_ddp", "torch_compile"]
+
+
+def flops_per_token(L, C, T, V=VOCAB):
+    return 6 * (L * 12 * C * C + V * C) + 12 * L * T * C
+
+
+def matmul_shapes(C, V=VOCAB):
+    """(out, in) of each weight: qkv, attention proj, fc, mlp proj, lm_head"""
+    return [(3 * C, C), (C, C), (4 * C, C), (C, 4 * C), (V, C)]
+
+
+# ---- the PyTorch forms --------------------------------------------------------------------
+def torch_worker(args):
+    """One PyTorch run (or one rank of torch_ddp); prints 'tokens/s X' (rank 0)."""
+    import math
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    L, NH, C, T = args.layers, args.heads, args.dim, args.ctx
+    ddp = args.worker == "torch_ddp"
+    if ddp:
+        import torch.distributed as dist
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        torch.set_num_threads(args.threads)
+        rank, world = 0, 1
+    torch.manual_seed(rank)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.c_attn, self.c_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+        def forward(self, x):
+            B = x.shape[0]
+            q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+            q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(VOCAB, C), nn.Embedding(T, C)
+            self.h = nn.ModuleList(Block() for _ in range(L))
+            self.ln_f = nn.LayerNorm(C)
+            for name, p in self.named_parameters():
+                if p.dim() == 2:
+                    std = 0.02 / math.sqrt(2 * L) if name.endswith("c_proj.weight") or "mlp_proj" in name else 0.02
+                    nn.init.normal_(p, 0.0, std)
+                elif name.endswith("bias"):
+                    nn.init.zeros_(p)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(T))
+            for block in self.h:
+                x = block(x)
+            logits = self.ln_f(x) @ self.wte.weight.t()  # tied lm_head
+            return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
+
+    model = GPT()
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+    if ddp:
+        model = nn.parallel.DistributedDataParallel(model)
+    step_fn = model
+    if args.worker == "torch_compile":
+        step_fn = torch.compile(model)
+    batch = args.batch // world
+    data = torch.randint(0, VOCAB, (batch * (args.steps + 1), T + 1), generator=torch.Generator().manual_seed(rank))
+    times = []
+    for step in range(args.steps):
+        x = data[step * batch:(step + 1) * batch]
+        t0 = time.perf_counter()
+        loss = step_fn(x[:, :-1].contiguous(), x[:, 1:].contiguous())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if ddp:
+            dist.all_reduce(loss)  # what train_gpt does: the loss averaged over ranks, every step
+        times.append(time.perf_counter() - t0)
+    timed = times[args.warmup:]
+    if rank == 0:
+        print("tokens/s %.1f" % (args.batch * T * len(timed) / sum(timed)))
+    if ddp:
+        dist.destroy_process_group()
+
+
+def torch_run(form, args, L, NH, C, T):
+    base = [sys.executable, os.path.abspath(__file__), "--worker", form, "--layers", str(L), "--heads", str(NH),
+            "--dim", str(C), "--ctx", str(T), "--batch", str(args.batch), "--steps", str(args.steps),
+            "--warmup", str(args.warmup), "--threads", str(args.threads)]
+    if form != "torch_ddp":
+        out = subprocess.run(base, capture_output=True, text=True, timeout=args.timeout)
+        return parse_torch(out)
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 20000),
+               WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(base, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=args.timeout) for p in procs]
+    rank0 = subprocess.CompletedProcess(base, procs[0].returncode, outs[0][0], outs[0][1] + outs[1][1])
+    if procs[1].returncode:
+        rank0.returncode = procs[1].returncode
+    return parse_torch(rank0)
+
+
+def parse_torch(out):
+    m = re.search(r"^tokens/s ([0-9.]+)", out.stdout, re.M)
+    if out.returncode or not m:
+        raise RuntimeError("exit %d: %s" % (out.returncode, (out.stderr or out.stdout).strip()[-400:]))
+    return float(m.group(1))
+
+
+# ---- train_gpt ----------------------------------------------------------------------------
+def ddp_run(form, args, L, NH, C, T):
+    nproc = {"ddp1": 1, "ddp2": 2, "ddp4": 4}[form]
+    cmd = [TRAIN_GPT, "--nproc", str(nproc), "--batch-size", str(args.batch // nproc), "--layers", str(L),
+           "--heads", str(NH), "--dim", str(C), "--ctx", str(T), "--steps", str(args.steps), "--val-every", "0",
+           "--sample-len", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    rates = [float(r) for r in re.findall(r"^step .*\| ([0-9.]+) tok/s", out.stdout, re.M)]
+    if out.returncode or len(rates) != args.steps:
+        raise RuntimeError("exit %d: %s" % (out.returncode, (out.stderr or out.stdout).strip()[-400:]))
+    timed = rates[args.warmup:]  # every step has the same tokens: their total over their total time
+    return len(timed) / sum(1.0 / r for r in timed)
+
+
+def command_of(form, args, L, NH, C, T):
+    if form.startswith("ddp"):
+        n = {"ddp1": 1, "ddp2": 2, "ddp4": 4}[form]
+        return "train_gpt --nproc %d --batch-size %d" % (n, args.batch // n)
+    return {"torch": "PyTorch eager, SDPA, %d threads" % args.threads,
+            "torch_ddp": "PyTorch DDP (gloo), 2 processes x 1 thread",
+            "torch_compile": "PyTorch torch.compile, %d threads" % args.threads}[form]
+
+
+# ---- the matmul ceiling -------------------------------------------------------------------
+def ceiling(args, C, T):
+    """[(GFLOP/s, what measured it)]: sgemm rates at the model's shapes, all cores"""
+    found = []
+    out = subprocess.run([TRAIN_GPT, "--bench-matmul", "--dim", str(C), "--ctx", str(T), "--batch-size",
+                          str(args.batch)], capture_output=True, text=True, timeout=args.timeout)
+    m = re.search(r"([0-9.]+) GFLOP/s", out.stdout)
+    if out.returncode == 0 and m:
+        found.append((float(m.group(1)), "ddp_kernels.cuh matmul"))
+    try:
+        import torch
+        torch.set_num_threads(args.threads)
+        M, flops, best = args.batch * T, 0.0, 0.0
+        for _ in range(3):
+            seconds = 0.0
+            for oc, ic in matmul_shapes(C):
+                x, w, dy = torch.randn(M, ic), torch.randn(oc, ic), torch.randn(M, oc)
+                for _ in range(2):  # warm
+                    x @ w.t()
+                t0 = time.perf_counter()
+                for _ in range(5):  # forward, and the two products of the backward
+                    x @ w.t(), dy @ w, dy.t() @ x
+                seconds += time.perf_counter() - t0
+            flops = sum(5 * 3 * 2.0 * M * oc * ic for oc, ic in matmul_shapes(C))
+            best = max(best, flops / seconds / 1e9)
+        found.append((best, "PyTorch %s sgemm" % torch.__version__))
+    except ImportError:
+        pass
+    return found
+
+
+def torch_importable():
+    return subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="bench")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3, help="first steps of each run not timed")
+    ap.add_argument("--batch", type=int, default=16, help="global batch, sequences")
+    ap.add_argument("--forms", default="", help="comma-separated, of " + ",".join(ALL_FORMS))
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--layers", type=int)  # the rest: a PyTorch worker's own flags
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--dim", type=int)
+    ap.add_argument("--ctx", type=int)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return torch_worker(args)
+    if args.steps <= args.warmup or args.rounds < 1 or args.batch % 4:
+        ap.error("need --steps > --warmup, --rounds >= 1, and a --batch that 1, 2 and 4 ranks divide")
+    if not os.access(TRAIN_GPT, os.X_OK):
+        sys.exit("bench_train_gpt.py: %s is not built (make examples/train_gpt)" % TRAIN_GPT)
+    L, NH, C, T = SHAPES[args.shape]
+    have_torch = torch_importable()
+    forms = [f for f in args.forms.split(",") if f] or [f for f in ALL_FORMS if have_torch or f.startswith("ddp")]
+    for f in forms:
+        if f not in ALL_FORMS:
+            ap.error("unknown form '%s' (of %s)" % (f, ",".join(ALL_FORMS)))
+        if f.startswith("torch") and not have_torch:
+            ap.error("form %s needs PyTorch (import torch fails for %s)" % (f, sys.executable))
+    if not have_torch:
+        print("note: no PyTorch for %s: train_gpt alone (pip install torch for the comparison)" % sys.executable)
+
+    fpt = flops_per_token(L, C, T)
+    print("shape %s: %d layers, %d heads, dim %d, ctx %d, vocab %d; global batch %d; %d steps per run, the first %d "
+          "not timed; %d rounds; %d cores" % (args.shape, L, NH, C, T, VOCAB, args.batch, args.steps, args.warmup,
+                                             args.rounds, os.cpu_count()))
+    results, ceilings = {f: [] for f in forms}, []
+    for r in range(args.rounds):
+        ceilings += ceiling(args, C, T)
+        for f in forms:
+            try:
+                tps = ddp_run(f, args, L, NH, C, T) if f.startswith("ddp") else torch_run(f, args, L, NH, C, T)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                sys.exit("bench_train_gpt.py: %s failed: %s" % (f, e))
+            results[f].append(tps)
+            print("round %d %-14s %9.0f tokens/s" % (r + 1, f, tps), flush=True)
+
+    gflops, source = max(ceilings) if ceilings else (0.0, "nothing measured")
+    print("\n%.2f MFLOP per token; matmul ceiling %.1f GFLOP/s (%s, best of %d rounds) = %.0f tokens/s" %
+          (fpt / 1e6, gflops, source, args.rounds, gflops * 1e9 / fpt if gflops else 0))
+    med = {f: statistics.median(v) for f, v in results.items()}
+    best_torch = max((med[f] for f in forms if f.startswith("torch")), default=0)
+    print("\n| | tokens/s, median (min-max) | of the matmul ceiling |%s" % (" vs best PyTorch |" if best_torch else ""))
+    print("|---|---:|---:|%s" % ("---:|" if best_torch else ""))
+    for f in forms:
+        frac = "%.0f%%" % (100 * med[f] * fpt / (gflops * 1e9)) if gflops else "-"
+        vs = " %.2fx |" % (med[f] / best_torch) if best_torch else ""
+        print("| %s | %.0f (%.0f-%.0f) | %s |%s" % (command_of(f, args, L, NH, C, T), med[f], min(results[f]),
+                                                   max(results[f]), frac, vs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
