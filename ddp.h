@@ -1,9 +1,10 @@
 /* ddp.h - v0.2 - PyTorch-style DistributedDataParallel for C and CUDA programs
 
-   One header. Process group, launcher, rendezvous, collectives on NCCL (GPUs) or a
-   built-in shared-memory CPU backend, distributed sampler, gradient sync, averaged
-   metrics, rank-0 helpers. The same program runs as 4 CPU processes on a laptop and
-   as 8 GPU processes on a server.
+   One header. Process group, launcher, rendezvous, collectives on NCCL (GPUs), a
+   built-in shared-memory CPU backend (one host) or MPI (CPUs across hosts),
+   distributed sampler, gradient sync, averaged metrics, rank-0 helpers, tracing.
+   The same program runs as 4 CPU processes on a laptop and as 8 GPU processes on a
+   server.
 
    USAGE
      In exactly one C or C++ file, before any other #include:
