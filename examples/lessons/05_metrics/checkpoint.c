@@ -11,7 +11,7 @@
 #include <string.h>
 
 enum { N = 101, BATCH = 8 };
-static const char path[] = "checkpoint.bin"; /* the epoch (int32), then w and b (float) */
+static const char path[] = "checkpoint.bin", tmp[] = "checkpoint.bin.tmp"; /* epoch (int32), w, b */
 
 static float x_of(size_t i) { return (float)i / N; }
 static float y_of(size_t i) { return 3 * x_of(i) + 1 + 0.05f * (float)((int)(i * 37 % 11) - 5) / 5; }
@@ -19,11 +19,12 @@ static float y_of(size_t i) { return 3 * x_of(i) + 1 + 0.05f * (float)((int)(i *
 /* Atomically: a crash while writing leaves the previous checkpoint, never half a file. */
 static int save(const float *wb, int32_t epoch)
 {
-    FILE *f = fopen("checkpoint.bin.tmp", "wb");
+    FILE *f = fopen(tmp, "wb");
     int ok = f && fwrite(&epoch, sizeof epoch, 1, f) == 1 && fwrite(wb, sizeof(float), 2, f) == 2 &&
              fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (f) ok = fclose(f) == 0 && ok;
-    return ok && rename("checkpoint.bin.tmp", path) == 0;
+    if (!ok) remove(tmp);
+    return ok && rename(tmp, path) == 0;
 }
 
 static int load(float *wb, int32_t *epoch)
