@@ -3,7 +3,10 @@
 # program and its solution run with 3 ranks (a world that divides nothing evenly) and
 # exit 0, the solution says "correct", and the exercise, as handed out, fails with a
 # "hint:" line. The Makefile builds them all (with cc, and with nvcc where present).
-# They run in a temporary directory, where lesson 5 writes its checkpoint.
+# They run in a temporary directory, where lesson 5 writes its checkpoint. Then the
+# pictures' sources: gradsync --trace writes a Chrome trace that python's json loads,
+# with a process per rank and buckets on the collectives row, and the committed
+# scripts draw it and the job diagram (where matplotlib is installed).
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 tmp=$(mktemp -d)
@@ -36,4 +39,30 @@ for dir in examples/lessons/[0-9]*/; do
     esac
   done
 done
+py=$(command -v python3)
+if [ -z "$py" ]; then echo "SKIP lessons.pictures: no python3"; exit $fail; fi
+(cd "$tmp" && "$root/examples/lessons/04_gradsync/gradsync" --nproc 2 --trace trace.json >/dev/null 2>&1 &&
+  "$root/examples/lessons/01_launch/ranks" --nproc 3 >ranks.txt 2>&1)
+"$py" - "$tmp/trace.json" <<'PY'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["args"]["name"] for e in ev if e["name"] == "process_name"}
+spans = [e for e in ev if e["ph"] == "X"]
+ok = names == {"rank 0", "rank 1"} and all(e["dur"] >= 0 and {"pid", "tid", "ts"} <= set(e) for e in spans)
+buckets = {e["pid"] for e in spans if e["tid"] == 1 and e["name"].startswith("bucket ")}
+backward = {e["pid"] for e in spans if e["tid"] == 0 and e["name"].startswith("backward layer ")}
+if ok and buckets == backward == {0, 1}:
+    print("PASS lessons.gradsync_trace: Chrome trace JSON, 2 ranks, backward spans and buckets on each")
+else:
+    sys.exit("FAIL lessons.gradsync_trace: processes %s, ranks with buckets %s, with backward %s" % (names, buckets, backward))
+PY
+[ $? -eq 0 ] || fail=1
+if ! "$py" -c 'import matplotlib' 2>/dev/null; then
+  echo "SKIP lessons.draw_scripts: python3 cannot import matplotlib"
+else
+  "$py" examples/lessons/04_gradsync/draw_trace.py "$tmp/trace.json" "$tmp/trace.png" >"$tmp/draw.txt" 2>&1 &&
+    "$py" examples/lessons/01_launch/draw_job.py "$tmp/ranks.txt" "$tmp/job.png" >>"$tmp/draw.txt" 2>&1 &&
+    [ -s "$tmp/trace.png" ] && [ -s "$tmp/job.png" ]
+  report "lessons.draw_scripts: draw_trace.py and draw_job.py draw from real runs" $? "$(tail -n 3 "$tmp/draw.txt" | tr '\n' ' ')"
+fi
 exit $fail
