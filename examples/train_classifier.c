@@ -235,7 +235,8 @@ static int save_init(const char *path, const float *params, const dataset *train
     const void *arrays[8] = {params + W1, params + B1, params + W2, params + B2, train->x, train->y, val->x, val->y};
     size_t bytes[8] = {H * D * 4, H * 4, K * H * 4, K * 4, train->n * D * 4, train->n * 4, val->n * D * 4, val->n * 4};
     const char *names[8] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "train.x", "train.y", "val.x", "val.y"};
-    size_t shape[8][2] = {{H, D}, {H, 0} /* 0: one dimension */, {K, H}, {K, 0}, {train->n, D}, {train->n, 0}, {val->n, D}, {val->n, 0}};
+    size_t shape[8][2] = {{H, D}, {H, 0}, {K, H}, {K, 0}, /* 0: a tensor of one dimension */
+                          {train->n, D}, {train->n, 0}, {val->n, D}, {val->n, 0}};
     st_text h = {NULL, 0, 0, 0};
     char err[1400]; /* room for the path */
     size_t begin = 0;
