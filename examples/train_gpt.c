@@ -102,54 +102,60 @@ typedef struct tensor {
    slices (L: one per block; L + 1 for the residual stream: x[l] enters block l, x[L]
    leaves the last; 1: one for the model), elements of one slice. BT is B T (B: the
    sequences there is room for), S the rows of the backward scratch: the whole
-   micro-batch (B T), or none for the host side of a GPU run. */
+   micro-batch (B T), or none for the host side of a GPU run. ACT is the type of an
+   activation and its gradient: float on the CPU, float or bf16 on the GPU (--dtype);
+   statistics and losses stay float. */
 #define GPT_ACTIVATIONS(X)                                                                   \
     X(int, tokens, 1, BT)                                                                    \
     X(int, targets, 1, BT)                                                                   \
-    X(float, x, L + 1, BT * C)                                                               \
-    X(float, ln1, L, BT * C)                                                                 \
+    X(ACT, x, L + 1, BT * C)                                                                 \
+    X(ACT, ln1, L, BT * C)                                                                   \
     X(float, ln1_mean, L, BT)                                                                \
     X(float, ln1_rstd, L, BT)                                                                \
-    X(float, qkv, L, BT * 3 * C)                                                             \
-    X(float, atty, L, BT * C)                                                                \
+    X(ACT, qkv, L, BT * 3 * C)                                                               \
+    X(ACT, atty, L, BT * C)                                                                  \
     X(float, lse, L, BT * NH)        /* attention's log-sum-exp per head */                 \
-    X(float, xmid, L, BT * C)        /* the residual stream between attention and MLP */    \
-    X(float, ln2, L, BT * C)                                                                 \
+    X(ACT, xmid, L, BT * C)          /* the residual stream between attention and MLP */    \
+    X(ACT, ln2, L, BT * C)                                                                   \
     X(float, ln2_mean, L, BT)                                                                \
     X(float, ln2_rstd, L, BT)                                                                \
-    X(float, fch, L, BT * 4 * C)                                                             \
-    X(float, fch_gelu, L, BT * 4 * C)                                                        \
-    X(float, lnf, 1, BT * C)                                                                 \
+    X(ACT, fch, L, BT * 4 * C)                                                               \
+    X(ACT, fch_gelu, L, BT * 4 * C)                                                          \
+    X(ACT, lnf, 1, BT * C)                                                                   \
     X(float, lnf_mean, 1, BT)                                                                \
     X(float, lnf_rstd, 1, BT)                                                                \
-    X(float, logits, 1, BT * V)      /* training: overwritten by dlogits */                 \
+    X(ACT, logits, 1, BT * V)        /* training: overwritten by dlogits */                 \
     X(float, losses, 1, BT)                                                                  \
-    X(float, tmp, 1, BT * C)         /* a projection before its residual add */             \
-    X(float, dx, 1, BT * C)          /* backward: gradient of the residual stream */        \
-    X(float, dfch_gelu, 1, S * 4 * C) /* backward scratch */                                 \
-    X(float, dfch, 1, S * 4 * C)                                                             \
-    X(float, dln, 1, S * C)                                                                  \
-    X(float, datty, 1, S * C)                                                                \
-    X(float, dqkv, 1, S * 3 * C)
+    X(ACT, tmp, 1, BT * C)           /* a projection before its residual add */             \
+    X(ACT, dx, 1, BT * C)            /* backward: gradient of the residual stream */        \
+    X(ACT, dfch_gelu, 1, S * 4 * C)  /* backward scratch */                                 \
+    X(ACT, dfch, 1, S * 4 * C)                                                               \
+    X(ACT, dln, 1, S * C)                                                                    \
+    X(ACT, datty, 1, S * C)                                                                  \
+    X(ACT, dqkv, 1, S * 3 * C)
+#define ACT float
+#define ACTIVATION_FIELD(type, name, slices, size) type *name;
+/* in a layout function (a, memory, bytes and the shape in scope): points a's buffer
+   into memory (NULL: only measures), each on a 256-byte boundary for the GPU kernels'
+   vector loads, and counts its bytes */
+#define ACTIVATION_LAYOUT(type, name, slices, size)        \
+    if (memory) a->name = (type *)(memory + bytes);        \
+    bytes += ((slices) * (size) * sizeof(type) + 255) / 256 * 256;
+/* in a slicing function: s.name moves to block l's slice */
+#define ACTIVATION_SLICE(type, name, slices, size) \
+    if ((slices) > 1) s.name += (size_t)l * (size);
 
 typedef struct activations {
-#define X(type, name, slices, size) type *name;
-    GPT_ACTIVATIONS(X)
-#undef X
+    GPT_ACTIVATIONS(ACTIVATION_FIELD)
 } activations;
 
-/* Points a's buffers into memory (NULL: only measures), each on a 256-byte boundary
-   for the GPU kernels' vector loads; returns the bytes they take. */
+/* Points a's buffers into memory (NULL: only measures); returns the bytes they take. */
 static size_t layout_activations(activations *a, char *memory, config cfg, size_t B, size_t S)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
     const size_t BT = B * (size_t)cfg.ctx;
     size_t bytes = 0;
-#define X(type, name, slices, size)                        \
-    if (memory) a->name = (type *)(memory + bytes);        \
-    bytes += ((slices) * (size) * sizeof(type) + 255) / 256 * 256;
-    GPT_ACTIVATIONS(X)
-#undef X
+    GPT_ACTIVATIONS(ACTIVATION_LAYOUT)
     return bytes;
 }
 
@@ -161,10 +167,7 @@ static activations block_slices(const activations *a, config cfg, size_t B, int 
     const size_t BT = B * (size_t)cfg.ctx, S = 0;
     activations s = *a;
     (void)V, (void)S;
-#define X(type, name, slices, size) \
-    if ((slices) > 1) s.name += (size_t)l * (size);
-    GPT_ACTIVATIONS(X)
-#undef X
+    GPT_ACTIVATIONS(ACTIVATION_SLICE)
     return s;
 }
 
@@ -453,29 +456,71 @@ static ddp_result gpt_backward(gpt *g, int B, ddp_grad *sync)
    live in device memory, allocated once in the host buffers' layout, and every layer
    runs as its _gpu twin from ddp_kernels.cuh on one stream. Unlike the CPU path, each
    launch covers the whole micro-batch (B sequences), and the gradients are summed in
-   fp32 in place on the device: ddp_grad all-reduces those device buffers (NCCL) while
-   the backward pass goes on, and the step divides by the global token count, as the
-   CPU path does with its double sum. Results agree with the CPU path to fp32 rounding,
-   not bit for bit, and do not have the CPU path's exact world-size invariance.
-   This first version keeps everything in fp32 (exact fp32 matmuls, no TF32): the
-   kernels also take bf16 activations with fp32 master weights (ddp_floatX), which is
-   the next step for speed. The host model keeps the checkpoint's copy of params, m
-   and v (refreshed from the device before a save) and the tokens of a micro-batch,
-   which go up through pinned buffers with cudaMemcpyAsync. Any CUDA failure prints
-   one line naming the call and exits. */
+   fp32 in place on the device: ddp_grad all-reduces them (NCCL) while the backward
+   pass goes on, and the step divides by the global token count, as the CPU path does
+   with its double sum.
+   --dtype bf16 (the default on a GPU): activations, their gradients and the weights
+   the kernels read are bf16 (tensor-core matmuls, half the memory traffic); the master
+   weights, AdamW moments and parameter gradients stay fp32, and after each step the
+   weights are rounded from the masters (no loss scaling: bf16 has fp32's range).
+   --dtype fp32 keeps everything fp32 (exact fp32 matmuls, no TF32): its results agree
+   with the CPU path to fp32 rounding, not bit for bit, without the CPU path's exact
+   world-size invariance. --allreduce bf16 rounds each ready region of the fp32
+   gradients to bf16 before NCCL sums it (half the bytes on the wire, the sum rounded
+   to bf16); the default sends fp32.
+   The host model keeps the checkpoint's copy of params, m and v (fp32, refreshed from
+   the device before a save) and the tokens of a micro-batch, which go up through
+   pinned buffers with cudaMemcpyAsync. Any CUDA failure prints one line naming the
+   call and exits. */
 typedef struct gpu gpu;
 #ifdef __CUDACC__
+typedef __nv_bfloat16 bf16;
+
 struct gpu {
-    cudaStream_t stream;      /* every kernel, copy and collective of this rank */
-    ddp_kernels_ctx k;        /* cuBLASLt handle and scratch */
-    float *params, *m, *v;    /* device, laid out as the host's */
-    float *grads;             /* device: summed over micro-steps and ranks, then the mean */
-    float *scalars;           /* device: [0] mean loss of a micro-batch, [1] grad norm */
-    activations a;            /* device, room for B sequences; backward scratch for all B */
-    void *act_memory;         /* device: all of a's buffers */
+    cudaStream_t stream;       /* every kernel, copy and collective of this rank */
+    ddp_kernels_ctx k;         /* cuBLASLt handle and scratch */
+    int act_bf16;              /* --dtype bf16: activations and the weights the kernels read */
+    float *params, *m, *v;     /* device fp32, laid out as the host's: master weights, AdamW moments */
+    bf16 *params16;            /* bf16 runs: the weights the kernels read, rounded from params */
+    float *grads;              /* device fp32: summed over micro-steps and ranks, then the mean */
+    bf16 *grads16;             /* --allreduce bf16: the gradients on their way through NCCL */
+    float *scalars;            /* device: [0] mean loss of a micro-batch, [1] grad norm */
+    void *act_memory;          /* device: the activations (device_activations), room for B sequences */
     int *h_tokens, *h_targets; /* pinned host (B,T): the micro-batch on its way up */
-    float *h_norm;            /* pinned host (1) */
+    float *h_norm;             /* pinned host (1) */
+    bf16 *h_logits16;          /* pinned host (V): a row of bf16 logits on its way down */
 };
+
+/* The device's activations, of type F (float or bf16), in GPT_ACTIVATIONS' layout. */
+#undef ACT
+#define ACT F
+template <typename F> struct device_activations {
+    GPT_ACTIVATIONS(ACTIVATION_FIELD)
+};
+
+/* layout_activations and block_slices for them */
+template <typename F>
+static size_t layout_device(device_activations<F> *a, char *memory, config cfg, size_t B, size_t S)
+{
+    const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
+    const size_t BT = B * (size_t)cfg.ctx;
+    size_t bytes = 0;
+    GPT_ACTIVATIONS(ACTIVATION_LAYOUT)
+    return bytes;
+}
+
+template <typename F>
+static device_activations<F> device_slices(const device_activations<F> *a, config cfg, size_t B, int l)
+{
+    const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
+    const size_t BT = B * (size_t)cfg.ctx, S = 0;
+    device_activations<F> s = *a;
+    (void)V, (void)S;
+    GPT_ACTIVATIONS(ACTIVATION_SLICE)
+    return s;
+}
+#undef ACT
+#define ACT float
 
 static void cuda_check(cudaError_t e, const ddp_kernels_ctx *k, const char *call, int line)
 {
@@ -491,17 +536,31 @@ static void cuda_check(cudaError_t e, const ddp_kernels_ctx *k, const char *call
 #define CUDA(call) cuda_check((call), NULL, #call, __LINE__)
 /* a ddp_kernels.cuh launcher on this rank's stream: LAUNCH(ddp_gelu_forward_gpu, out, inp, N) */
 #define LAUNCH(fn, ...) cuda_check(fn(&d->k, __VA_ARGS__, d->stream), &d->k, #fn, __LINE__)
+/* one of this file's kernels over n elements on this rank's stream */
+#define KERNEL(fn, n, ...) \
+    (fn<<<(unsigned)(((n) + 255) / 256), 256, 0, d->stream>>>(__VA_ARGS__), CUDA(cudaGetLastError()))
 
-static float *dev_floats(cudaStream_t stream, size_t n)
+template <typename T> static T *dev_alloc(cudaStream_t stream, size_t n)
 {
-    float *p;
-    CUDA(cudaMalloc((void **)&p, (n ? n : 1) * sizeof(float)));
-    CUDA(cudaMemsetAsync(p, 0, (n ? n : 1) * sizeof(float), stream));
-    return p;
+    void *p;
+    CUDA(cudaMalloc(&p, (n ? n : 1) * sizeof(T)));
+    CUDA(cudaMemsetAsync(p, 0, (n ? n : 1) * sizeof(T), stream));
+    return (T *)p;
 }
 
-static float *dparam(const gpu *d, const tensor *t) { return d->params + t->offset; }
+/* The weights the kernels read, as F: params itself (fp32), or its bf16 copy. */
+static float *weights(const gpu *d, float *) { return d->params; }
+static bf16 *weights(const gpu *d, bf16 *) { return d->params16; }
+template <typename F> static F *dweight(const gpu *d, const tensor *t) { return weights(d, (F *)NULL) + t->offset; }
 static float *dgrad(const gpu *d, const tensor *t) { return d->grads + t->offset; }
+
+/* This rank's activations as F */
+template <typename F> static device_activations<F> device_acts(const gpt *g, const gpu *d)
+{
+    device_activations<F> a;
+    layout_device(&a, (char *)d->act_memory, g->cfg, (size_t)g->B, (size_t)g->B * g->cfg.ctx);
+    return a;
+}
 
 /* x (n) *= s */
 static __global__ void scale_kernel(float *x, size_t n, float s)
@@ -510,13 +569,29 @@ static __global__ void scale_kernel(float *x, size_t n, float s)
     if (i < n) x[i] *= s;
 }
 
+/* out (n) = bf16(in), rounded to nearest */
+static __global__ void round_kernel(bf16 *out, const float *in, size_t n)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16(in[i]);
+}
+
+/* out (n) = float(in), exact */
+static __global__ void widen_kernel(float *out, const bf16 *in, size_t n)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __bfloat162float(in[i]);
+}
+
 /* The device copy of the model: this rank's host params go up (ddp_grad_init then
-   broadcasts rank 0's), and m and v after a --resume. The activations as GPT_ACTIVATIONS lists
-   them, with backward scratch for the whole micro-batch (S = B T). */
-static gpu *gpu_create(gpt *g, int resumed)
+   broadcasts rank 0's; gpu_weights_ready rounds them for a bf16 run), and m and v
+   after a --resume. The activations as GPT_ACTIVATIONS lists them, with backward
+   scratch for the whole micro-batch (S = B T). */
+static gpu *gpu_create(gpt *g, int resumed, int use_bf16, int allreduce_bf16)
 {
     const size_t BT = (size_t)g->B * g->cfg.ctx, P = g->num_params;
-    const size_t act_bytes = layout_activations(NULL, NULL, g->cfg, (size_t)g->B, BT);
+    const size_t act_bytes = use_bf16 ? layout_device<bf16>(NULL, NULL, g->cfg, (size_t)g->B, BT)
+                                      : layout_device<float>(NULL, NULL, g->cfg, (size_t)g->B, BT);
     gpu *d = (gpu *)calloc(1, sizeof(gpu));
     cudaStream_t s;
     if (!d) {
@@ -526,19 +601,21 @@ static gpu *gpu_create(gpt *g, int resumed)
     CUDA(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
     s = d->stream;
     cuda_check(ddp_kernels_init(&d->k), &d->k, "ddp_kernels_init", __LINE__);
-    d->params = dev_floats(s, P);
-    d->m = dev_floats(s, P);
-    d->v = dev_floats(s, P);
-    d->grads = dev_floats(s, P);
-    d->scalars = dev_floats(s, 2);
-    CUDA(cudaMalloc(&d->act_memory, act_bytes));
-    CUDA(cudaMemsetAsync(d->act_memory, 0, act_bytes, s));
-    layout_activations(&d->a, (char *)d->act_memory, g->cfg, (size_t)g->B, BT);
+    d->act_bf16 = use_bf16;
+    d->params = dev_alloc<float>(s, P);
+    d->m = dev_alloc<float>(s, P);
+    d->v = dev_alloc<float>(s, P);
+    d->grads = dev_alloc<float>(s, P);
+    if (use_bf16) d->params16 = dev_alloc<bf16>(s, P);
+    if (allreduce_bf16) d->grads16 = dev_alloc<bf16>(s, P);
+    d->scalars = dev_alloc<float>(s, 2);
+    d->act_memory = dev_alloc<char>(s, act_bytes);
     CUDA(cudaMallocHost((void **)&d->h_tokens, BT * sizeof(int)));
     CUDA(cudaMallocHost((void **)&d->h_targets, BT * sizeof(int)));
     CUDA(cudaMallocHost((void **)&d->h_norm, sizeof(float)));
+    CUDA(cudaMallocHost((void **)&d->h_logits16, (size_t)g->cfg.vocab * sizeof(bf16)));
     CUDA(cudaMemcpyAsync(d->params, g->params, P * sizeof(float), cudaMemcpyHostToDevice, s));
-    if (resumed) { /* else the moments start at zero (dev_floats): the host copy stays untouched until a save */
+    if (resumed) { /* else the moments start at zero (dev_alloc): the host copy stays untouched until a save */
         CUDA(cudaMemcpyAsync(d->m, g->m, P * sizeof(float), cudaMemcpyHostToDevice, s));
         CUDA(cudaMemcpyAsync(d->v, g->v, P * sizeof(float), cudaMemcpyHostToDevice, s));
     }
@@ -546,26 +623,33 @@ static gpu *gpu_create(gpt *g, int resumed)
     return d;
 }
 
+/* After ddp_grad_init's broadcast of the fp32 masters: a bf16 run's weights from them. */
+static void gpu_weights_ready(gpt *g, gpu *d)
+{
+    if (d->act_bf16) KERNEL(round_kernel, g->num_params, d->params16, d->params, g->num_params);
+}
+
 static void gpu_destroy(gpu *d)
 {
-    void *all[] = {d->params, d->m, d->v, d->grads, d->scalars, d->act_memory};
+    void *all[] = {d->params, d->m, d->v, d->grads, d->params16, d->grads16, d->scalars, d->act_memory};
     size_t i;
     CUDA(cudaStreamSynchronize(d->stream));
     for (i = 0; i < sizeof all / sizeof all[0]; i++) CUDA(cudaFree(all[i]));
     CUDA(cudaFreeHost(d->h_tokens));
     CUDA(cudaFreeHost(d->h_targets));
     CUDA(cudaFreeHost(d->h_norm));
+    CUDA(cudaFreeHost(d->h_logits16));
     ddp_kernels_destroy(&d->k);
     CUDA(cudaStreamDestroy(d->stream));
     free(d);
 }
 
-/* ddp_grad on the device: fp32 gradients and parameters (for the broadcast), ordered
-   on this rank's stream. */
+/* ddp_grad on the device, ordered on this rank's stream: the fp32 gradients (or their
+   bf16 copy for --allreduce bf16) and the fp32 masters for the broadcast. */
 static void gpu_grad_desc(const gpu *d, ddp_grad_desc *gd)
 {
-    gd->grads = d->grads;
-    gd->dtype = DDP_F32;
+    gd->grads = d->grads16 ? (void *)d->grads16 : (void *)d->grads;
+    gd->dtype = d->grads16 ? DDP_BF16 : DDP_F32;
     gd->params = d->params;
     gd->param_dtype = DDP_F32;
     gd->stream = d->stream;
@@ -573,12 +657,11 @@ static void gpu_grad_desc(const gpu *d, ddp_grad_desc *gd)
 
 /* gpt_forward on the device, from the host's g->a.tokens (and targets); with targets
    the per-token losses come back to g->a.losses, as gpt_forward leaves them. */
-static void gpu_forward(gpt *g, gpu *d, int B, int with_targets, int train)
+template <typename F> static void gpu_forward_as(gpt *g, gpu *d, int B, int with_targets, int train)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
     const size_t BT = (size_t)B * T, BTC = BT * C, LBTC = (size_t)g->B * T * C;
-    activations *a = &d->a;
-    int l;
+    device_activations<F> acts = device_acts<F>(g, d), *a = &acts;
     /* the pinned buffers are free: the previous forward ended with a stream sync, or
        (generation) its logits were fetched with one */
     memcpy(d->h_tokens, g->a.tokens, BT * sizeof(int));
@@ -587,10 +670,10 @@ static void gpu_forward(gpt *g, gpu *d, int B, int with_targets, int train)
         memcpy(d->h_targets, g->a.targets, BT * sizeof(int));
         CUDA(cudaMemcpyAsync(a->targets, d->h_targets, BT * sizeof(int), cudaMemcpyHostToDevice, d->stream));
     }
-    LAUNCH(ddp_embedding_forward_gpu, a->x, a->tokens, dparam(d, WTE(g)), dparam(d, WPE(g)), B, T, C);
-#define P(k) dparam(d, block_tensor(g, l, k))
-    for (l = 0; l < L; l++) {
-        const activations s = block_slices(a, g->cfg, (size_t)g->B, l); /* s.x enters, s.x + LBTC leaves */
+    LAUNCH(ddp_embedding_forward_gpu, a->x, a->tokens, dweight<F>(d, WTE(g)), dweight<F>(d, WPE(g)), B, T, C);
+#define P(k) dweight<F>(d, block_tensor(g, l, k))
+    for (int l = 0; l < L; l++) {
+        const device_activations<F> s = device_slices(a, g->cfg, (size_t)g->B, l); /* s.x enters, s.x + LBTC leaves */
         LAUNCH(ddp_layernorm_forward_gpu, s.ln1, s.ln1_mean, s.ln1_rstd, s.x, P(LN1W), P(LN1B), B, T, C);
         LAUNCH(ddp_matmul_forward_gpu, s.qkv, s.ln1, P(QKVW), P(QKVB), B, T, C, 3 * C);
         LAUNCH(ddp_attention_forward_gpu, s.atty, s.lse, s.qkv, B, T, C, NH);
@@ -603,50 +686,75 @@ static void gpu_forward(gpt *g, gpu *d, int B, int with_targets, int train)
         LAUNCH(ddp_residual_forward_gpu, s.x + LBTC, s.xmid, s.tmp, BTC);
     }
 #undef P
-    LAUNCH(ddp_layernorm_forward_gpu, a->lnf, a->lnf_mean, a->lnf_rstd, a->x + L * LBTC, dparam(d, LNFW(g)),
-           dparam(d, LNFB(g)), B, T, C);
-    LAUNCH(ddp_matmul_forward_gpu, a->logits, a->lnf, dparam(d, WTE(g)), NULL, B, T, C, V); /* tied lm_head */
+    LAUNCH(ddp_layernorm_forward_gpu, a->lnf, a->lnf_mean, a->lnf_rstd, a->x + L * LBTC, dweight<F>(d, LNFW(g)),
+           dweight<F>(d, LNFB(g)), B, T, C);
+    LAUNCH(ddp_matmul_forward_gpu, a->logits, a->lnf, dweight<F>(d, WTE(g)), (F *)NULL, B, T, C, V); /* tied lm_head */
     if (!with_targets) return;
     /* dloss = B T: the gradient of the summed loss, as on the CPU */
-    LAUNCH(ddp_crossentropy_forward_backward_gpu, d->scalars, a->losses, train ? a->logits : NULL, a->logits,
+    LAUNCH(ddp_crossentropy_forward_backward_gpu, d->scalars, a->losses, train ? a->logits : (F *)NULL, a->logits,
            a->targets, B, T, V, -1, (float)BT);
     CUDA(cudaMemcpyAsync(g->a.losses, a->losses, BT * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
     CUDA(cudaStreamSynchronize(d->stream));
 }
 
-/* Row `row` of the last forward's logits (sequence 0) to the host's g->a.logits. */
+static void gpu_forward(gpt *g, gpu *d, int B, int with_targets, int train)
+{
+    if (d->act_bf16) gpu_forward_as<bf16>(g, d, B, with_targets, train);
+    else gpu_forward_as<float>(g, d, B, with_targets, train);
+}
+
+/* Row `row` of the last forward's logits (sequence 0) to the host's g->a.logits (fp32). */
 static void gpu_logits_to_host(gpt *g, gpu *d, int row)
 {
     const size_t V = (size_t)g->cfg.vocab;
-    CUDA(cudaMemcpyAsync(g->a.logits + row * V, d->a.logits + row * V, V * sizeof(float), cudaMemcpyDeviceToHost,
-                         d->stream));
+    float *out = g->a.logits + row * V;
+    size_t i;
+    if (!d->act_bf16) {
+        CUDA(cudaMemcpyAsync(out, device_acts<float>(g, d).logits + row * V, V * sizeof(float),
+                             cudaMemcpyDeviceToHost, d->stream));
+        CUDA(cudaStreamSynchronize(d->stream));
+        return;
+    }
+    CUDA(cudaMemcpyAsync(d->h_logits16, device_acts<bf16>(g, d).logits + row * V, V * sizeof(bf16),
+                         cudaMemcpyDeviceToHost, d->stream));
     CUDA(cudaStreamSynchronize(d->stream));
+    for (i = 0; i < V; i++) out[i] = __bfloat162float(d->h_logits16[i]);
+}
+
+/* allreduce_tensors for the device: with --allreduce bf16 the region is rounded into
+   grads16 first (only when this micro-step all-reduces). Ordered on the stream after
+   the kernels that produced it. */
+static ddp_result gpu_ready(gpu *d, ddp_grad *sync, const tensor *first, const tensor *last)
+{
+    const size_t off = first->offset, n = last->offset + last->numel - off;
+    if (d->grads16 && !sync->no_sync) KERNEL(round_kernel, n, d->grads16 + off, d->grads + off, n);
+    return allreduce_tensors(sync, first, last);
 }
 
 /* gpt_backward on the device, a layer at a time over the whole micro-batch: each
    layer's parameter gradients are added into d->grads in place, and the region is
    handed to ddp_grad_ready as soon as the layer is done, in the CPU path's order.
-   allreduce_tensors() records the point in the stream: NCCL reduces the bucket after the kernels
-   queued so far, while the layers below run. */
-static ddp_result gpu_backward(gpt *g, gpu *d, int B, ddp_grad *sync)
+   gpu_ready() records the point in the stream: NCCL reduces the bucket after the
+   kernels queued so far, while the layers below run. */
+template <typename F> static ddp_result gpu_backward_as(gpt *g, gpu *d, int B, ddp_grad *sync)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
-    const size_t BTC = (size_t)B * T * C, LBTC = (size_t)g->B * T * C, fsize = sizeof(float);
-    activations *a = &d->a;
+    const size_t BTC = (size_t)B * T * C, LBTC = (size_t)g->B * T * C, fsize = sizeof(F);
+    device_activations<F> acts = device_acts<F>(g, d), *a = &acts;
     ddp_result r;
-    int l;
     CUDA(cudaMemsetAsync(a->dx, 0, BTC * fsize, d->stream));
     CUDA(cudaMemsetAsync(a->dln, 0, BTC * fsize, d->stream));
     /* lm_head (tied to wte; dlogits are in a->logits) and the final layernorm */
-    LAUNCH(ddp_matmul_backward_gpu, a->dln, dgrad(d, WTE(g)), NULL, a->logits, a->lnf, dparam(d, WTE(g)), B, T, C, V);
+    LAUNCH(ddp_matmul_backward_gpu, a->dln, dgrad(d, WTE(g)), (float *)NULL, a->logits, a->lnf, dweight<F>(d, WTE(g)),
+           B, T, C, V);
     LAUNCH(ddp_layernorm_backward_gpu, a->dx, dgrad(d, LNFW(g)), dgrad(d, LNFB(g)), a->dln, a->x + L * LBTC,
-           dparam(d, LNFW(g)), a->lnf_mean, a->lnf_rstd, B, T, C);
-    if ((r = allreduce_tensors(sync, LNFW(g), LNFB(g))) != DDP_OK) return r;
+           dweight<F>(d, LNFW(g)), a->lnf_mean, a->lnf_rstd, B, T, C);
+    if ((r = gpu_ready(d, sync, LNFW(g), LNFB(g))) != DDP_OK) return r;
 
-    for (l = L - 1; l >= 0; l--) {
+    for (int l = L - 1; l >= 0; l--) {
         const tensor *first = block_tensor(g, l, 0), *last = block_tensor(g, l, PER_BLOCK - 1);
-        const activations s = block_slices(a, g->cfg, (size_t)g->B, l);
-#define P(k) dparam(d, block_tensor(g, l, k))
+        const device_activations<F> s = device_slices(a, g->cfg, (size_t)g->B, l);
+#define P(k) dweight<F>(d, block_tensor(g, l, k))
 #define G(k) dgrad(d, block_tensor(g, l, k))
         CUDA(cudaMemsetAsync(a->dfch_gelu, 0, 4 * BTC * fsize, d->stream));
         CUDA(cudaMemsetAsync(a->dfch, 0, 4 * BTC * fsize, d->stream));
@@ -667,27 +775,38 @@ static ddp_result gpu_backward(gpt *g, gpu *d, int B, ddp_grad *sync)
                T, C);
 #undef P
 #undef G
-        if ((r = allreduce_tensors(sync, first, last)) != DDP_OK) return r;
+        if ((r = gpu_ready(d, sync, first, last)) != DDP_OK) return r;
     }
     LAUNCH(ddp_embedding_backward_gpu, dgrad(d, WTE(g)), dgrad(d, WPE(g)), a->dx, a->tokens, B, T, C);
-    return allreduce_tensors(sync, WTE(g), WPE(g));
+    return gpu_ready(d, sync, WTE(g), WPE(g));
 }
 
-/* The optimizer step after ddp_grad_finish: the summed gradient becomes the mean over
-   the global batch's tokens, then norm, clipping and AdamW as on the CPU. Zeroes the
-   gradients for the next step; returns the norm before clipping. */
-static float gpu_step(gpt *g, gpu *d, float lr, float weight_decay, float clip, int step, double tokens)
+static ddp_result gpu_backward(gpt *g, gpu *d, int B, ddp_grad *sync)
+{
+    return d->act_bf16 ? gpu_backward_as<bf16>(g, d, B, sync) : gpu_backward_as<float>(g, d, B, sync);
+}
+
+/* The optimizer step after ddp_grad_finish: the summed gradient (widened from bf16 when
+   it crossed NCCL as bf16, unless `reduced` is 0: --bench-no-sync) becomes the mean
+   over the global batch's tokens, then norm, clipping and AdamW as on the CPU, on the
+   fp32 masters; a bf16 run's weights are rounded from them. Zeroes the gradients for
+   the next step; returns the norm before clipping. */
+static float gpu_step(gpt *g, gpu *d, float lr, float weight_decay, float clip, int step, double tokens, int reduced)
 {
     const size_t N = g->num_params;
     int l;
-    scale_kernel<<<(unsigned)((N + 255) / 256), 256, 0, d->stream>>>(d->grads, N, (float)(1.0 / tokens));
-    CUDA(cudaGetLastError());
+    if (d->grads16 && reduced) KERNEL(widen_kernel, N, d->grads, d->grads16, N);
+    KERNEL(scale_kernel, N, d->grads, N, (float)(1.0 / tokens));
     LAUNCH(ddp_global_norm_gpu, d->scalars + 1, d->grads, N);
     if (clip > 0) LAUNCH(ddp_clip_by_norm_gpu, d->grads, N, clip, d->scalars + 1);
     for (l = 0; l < g->num_tensors; l++) {
         const tensor *t = &g->tensors[l];
-        LAUNCH(ddp_adamw_update_gpu, dparam(d, t), dgrad(d, t), d->m + t->offset, d->v + t->offset,
-               t->numel, lr, ADAMW_BETAS_EPS, weight_decay_of(t, weight_decay), step + 1, (float *)NULL);
+        if (d->act_bf16)
+            LAUNCH(ddp_adamw_update_gpu, dweight<bf16>(d, t), dgrad(d, t), d->m + t->offset, d->v + t->offset,
+                   t->numel, lr, ADAMW_BETAS_EPS, weight_decay_of(t, weight_decay), step + 1, d->params + t->offset);
+        else
+            LAUNCH(ddp_adamw_update_gpu, dweight<float>(d, t), dgrad(d, t), d->m + t->offset, d->v + t->offset,
+                   t->numel, lr, ADAMW_BETAS_EPS, weight_decay_of(t, weight_decay), step + 1, (float *)NULL);
     }
     CUDA(cudaMemsetAsync(d->grads, 0, N * sizeof(float), d->stream));
     CUDA(cudaMemcpyAsync(d->h_norm, d->scalars + 1, sizeof(float), cudaMemcpyDeviceToHost, d->stream));
@@ -695,7 +814,7 @@ static float gpu_step(gpt *g, gpu *d, float lr, float weight_decay, float clip, 
     return *d->h_norm;
 }
 
-/* params, m and v to the host model, for a checkpoint */
+/* params (the fp32 masters), m and v to the host model, for a checkpoint */
 static void gpu_to_host(gpt *g, gpu *d)
 {
     const size_t bytes = g->num_params * sizeof(float);
@@ -705,6 +824,7 @@ static void gpu_to_host(gpt *g, gpu *d)
     CUDA(cudaStreamSynchronize(d->stream));
 }
 #undef LAUNCH
+#undef KERNEL
 
 /* --device-info: whether this build can train on a GPU here, and if not the real
    cause (a missing driver, one too old for this CUDA, no kernel image for the GPU).
@@ -740,7 +860,11 @@ static int device_info(void)
 #else
 /* Without nvcc there is no GPU path: dev stays NULL (main refuses an NCCL backend),
    and these stand-ins never run. */
-static gpu *gpu_create(gpt *g, int resumed) { return (void)g, (void)resumed, NULL; }
+static gpu *gpu_create(gpt *g, int resumed, int bf16, int allreduce_bf16)
+{
+    return (void)g, (void)resumed, (void)bf16, (void)allreduce_bf16, NULL;
+}
+static void gpu_weights_ready(gpt *g, gpu *d) { (void)g, (void)d; }
 static void gpu_destroy(gpu *d) { (void)d; }
 static void gpu_grad_desc(const gpu *d, ddp_grad_desc *gd) { (void)d, (void)gd; }
 static void gpu_forward(gpt *g, gpu *d, int B, int targets, int train)
@@ -752,9 +876,9 @@ static ddp_result gpu_backward(gpt *g, gpu *d, int B, ddp_grad *sync)
 {
     return (void)g, (void)d, (void)B, (void)sync, DDP_ERR_BACKEND;
 }
-static float gpu_step(gpt *g, gpu *d, float lr, float wd, float clip, int step, double tokens)
+static float gpu_step(gpt *g, gpu *d, float lr, float wd, float clip, int step, double tokens, int reduced)
 {
-    return (void)g, (void)d, (void)lr, (void)wd, (void)clip, (void)step, (void)tokens, 0.0f;
+    return (void)g, (void)d, (void)lr, (void)wd, (void)clip, (void)step, (void)tokens, (void)reduced, 0.0f;
 }
 static void gpu_to_host(gpt *g, gpu *d) { (void)g, (void)d; }
 static int device_info(void)
@@ -911,6 +1035,7 @@ typedef struct options {
     const char *data, *log, *save, *resume, *prompt, *trace, *compare[3];
     int batch_size, grad_accum, steps, stop_after, warmup, val_every, save_every, sample_len, bucket_kb, nproc;
     int bench_no_sync, bench_matmul, device_info;
+    int bf16, allreduce_bf16; /* --dtype (-1: bf16 on a GPU) and --allreduce, for the GPU path */
     float lr, min_lr_frac, weight_decay, clip, temperature;
     int top_k, stride;
     uint64_t seed;
@@ -940,7 +1065,9 @@ static const char usage[] =
     "  --bench-matmul: the CPU matmuls' GFLOP/s at this model's shapes, forward and backward, all\n"
     "            threads (the ceiling examples/bench_train_gpt.py measures against)\n"
     "  device:   the nvcc build (train_gpt_gpu) trains on the GPUs, one per rank, when it\n"
-    "            sees them (NCCL backend, fp32); without one, or with DDP_BACKEND=cpu, on the CPU\n";
+    "            sees them (NCCL backend); without one, or with DDP_BACKEND=cpu, on the CPU (fp32)\n"
+    "            --dtype bf16 (GPU default: bf16 activations, fp32 master weights) or fp32\n"
+    "            --allreduce fp32 (default) or bf16: the gradients' type on the wire\n";
 
 static int int_flag(const char *v, long lo, long hi, int *out)
 {
@@ -983,6 +1110,7 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
     o->top_k = 10;
     o->bucket_kb = 1024;
     o->nproc = 1;
+    o->bf16 = -1;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL, *range = NULL;
         int ok = 1;
@@ -1042,6 +1170,13 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         else if (strcmp(a, "--log") == 0) o->log = v;
         else if (strcmp(a, "--save") == 0) o->save = v;
         else if (strcmp(a, "--trace") == 0) o->trace = v;
+        else if (strcmp(a, "--dtype") == 0 || strcmp(a, "--allreduce") == 0) {
+            const int bf16 = strcmp(v, "bf16") == 0;
+            ok = bf16 || strcmp(v, "fp32") == 0;
+            range = "fp32 or bf16";
+            if (a[2] == 'd') o->bf16 = bf16;
+            else o->allreduce_bf16 = bf16;
+        }
         else if (strcmp(a, "--resume") == 0) o->resume = v;
         else if (strcmp(a, "--prompt") == 0) o->prompt = v;
         else if (strcmp(a, "--compare") == 0) {
@@ -1073,6 +1208,13 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         snprintf(err, errsize, "--save-every needs --save FILE");
         return 0;
     }
+#ifndef __CUDACC__
+    if (o->bf16 == 1 || o->allreduce_bf16) {
+        snprintf(err, errsize, "--dtype bf16 and --allreduce bf16 are for the GPU path (train_gpt_gpu): this build "
+                 "trains on the CPU in fp32");
+        return 0;
+    }
+#endif
     return 1;
 }
 
@@ -1253,7 +1395,7 @@ static int train_step(trainer *t, int step, step_stats *st, char *err, size_t er
         st->tokens += (double)bt.global_count * g->cfg.ctx;
     }
     span(&t->ctx, "optimizer");
-    st->norm = t->dev ? gpu_step(g, t->dev, st->lr, o->weight_decay, o->clip, step, st->tokens)
+    st->norm = t->dev ? gpu_step(g, t->dev, st->lr, o->weight_decay, o->clip, step, st->tokens, !o->bench_no_sync)
                       : cpu_step(g, st->lr, o->weight_decay, o->clip, step, st->tokens);
     ddp_trace_end(&t->ctx);
     if ((r = ddp_metric_reduce(&t->ctx, &loss, 1)) != DDP_OK)
@@ -1471,8 +1613,17 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
        not average, because the loss is the mean over the global batch's tokens and the
        step divides by their count. */
     if (!o->resume) gpt_init_weights(g, o->seed + (uint64_t)t->ctx.rank);
-    if (t->ctx.backend == DDP_BACKEND_NCCL && !(t->dev = gpu_create(g, o->resume != NULL))) {
+    if (t->ctx.backend == DDP_BACKEND_NCCL &&
+        !(t->dev = gpu_create(g, o->resume != NULL, o->bf16 != 0, o->allreduce_bf16))) {
         snprintf(err, errsize, "the NCCL backend needs the GPU path: build with nvcc, or set DDP_BACKEND=cpu");
+        return 0;
+    }
+    if (!t->dev && (o->bf16 == 1 || o->allreduce_bf16)) { /* the nvcc build without a GPU; rank 0 says so */
+        if (t->ctx.rank == 0)
+            snprintf(err, errsize, "--dtype bf16 and --allreduce bf16 are for the GPU path: no GPU is in use (backend "
+                     "%s), and the CPU trains in fp32", ddp_backend_name(t->ctx.backend));
+        else
+            err[0] = 0;
         return 0;
     }
     if (!gpt_alloc_training(g, t->dev != NULL)) {
@@ -1489,6 +1640,7 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     gd.param_dtype = DDP_F32;
     if (t->dev) gpu_grad_desc(t->dev, &gd); /* fp32 device gradients, summed in place */
     if ((r = ddp_grad_init(&t->sync, &t->ctx, &gd)) != DDP_OK) return ddp_reason(t, "ddp_grad_init", r, err, errsize);
+    if (t->dev) gpu_weights_ready(g, t->dev);
 
     /* One sampler over the training windows: drop_last (no padding), and every step a
        full global batch, so one rank with batch G and N ranks with G/N see the same
@@ -1528,6 +1680,9 @@ static void print_setup(const trainer *t)
     if (!t->dev)
         ddp_print(ctx, "note: no GPU in use (backend %s): training with the CPU kernels\n",
                   ddp_backend_name(ctx->backend));
+    else
+        ddp_print(ctx, "device: %s activations, fp32 master weights and AdamW state, %s gradient all-reduce\n",
+                  t->dev->act_bf16 ? "bf16" : "fp32", o->allreduce_bf16 ? "bf16" : "fp32");
 #endif
     ddp_print(ctx, "model: %d layers, %d heads, dim %d, ctx %d, vocab %d: %.2f M parameters\n", o->cfg.layers,
               o->cfg.heads, o->cfg.dim, o->cfg.ctx, o->cfg.vocab, (double)t->model.num_params / 1e6);

@@ -216,6 +216,11 @@ grep -q 'pipe' err.txt
 report "train_gpt: --data FIFO says it is a pipe" $? "$(cat err.txt)"
 one_line_error "--save in a missing directory (at the start)" --nproc 2 $tiny --steps 2 --save no/such/dir/x.st
 one_line_error "--save is a directory" --nproc 2 $tiny --steps 2 --save datadir
+one_line_error "--dtype bf16 on the CPU (the GPU path's)" --nproc 2 $tiny --steps 2 --dtype bf16
+grep -q 'for the GPU path' err.txt
+report "train_gpt: --dtype bf16 on the CPU says it is for the GPU path" $? "$(cat err.txt)"
+one_line_error "--allreduce bf16 on the CPU (the GPU path's)" $tiny --steps 2 --allreduce bf16
+one_line_error "--dtype neither fp32 nor bf16" --dtype half
 one_line_error "--trace in a missing directory (at the start)" --nproc 2 $tiny --steps 2 --trace no/such/dir/t.json
 header='{"x":{"dtype":"F32","shape":[5,922337203685477581],"data_offsets":[0,4]}}'  # 5 x 922337203685477581
 { printf "\\x$(printf %02x ${#header})\\0\\0\\0\\0\\0\\0\\0%s" "$header"; head -c 4 /dev/zero; } >overflow.st  # x 4 bytes wraps to 4
