@@ -32,6 +32,7 @@ counts: other work on the machine only lowers it), divided by FLOPs per token.
 import argparse
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -149,8 +150,10 @@ def torch_run(form, args, L, NH, C, T):
     if form != "torch_ddp":
         out = subprocess.run(base, capture_output=True, text=True, timeout=args.timeout)
         return parse_torch(out)
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 20000),
-               WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    with socket.socket() as s:  # a port free now, for this run's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", OMP_NUM_THREADS="1")
     procs = [subprocess.Popen(base, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(2)]
     outs = [p.communicate(timeout=args.timeout) for p in procs]
