@@ -69,20 +69,35 @@ GPU_RUNS = "./examples/hello_allreduce_gpu" \
            "./examples/bench_allreduce_gpu --iters 20" \
            "./examples/bench_kernels" \
            "./examples/train_gpt_gpu --steps 30 --val-every 10 --sample-len 64" \
-           "./examples/train_gpt_gpu --layers 12 --heads 12 --dim 768 --ctx 1024 --vocab 50304 --batch-size 8 --steps 6 --val-every 0 --sample-len 0"
+           "./examples/train_gpt_gpu $(GPT2_124M) --dtype bf16" \
+           "./examples/train_gpt_gpu $(GPT2_124M) --dtype fp32"
+CHECK_GPU_LOG ?= /tmp/ddp-check-gpu.log
+GPT2_124M = --layers 12 --heads 12 --dim 768 --ctx 1024 --vocab 50304 --batch-size 8 --steps 6 --val-every 0 --sample-len 0
 
 # A GPU machine's time is short: binaries built beforehand are run as they are (make
 # would rebuild them whenever a copied tree has newer header times); only missing
-# ones are built. DDP_REQUIRE_GPU=1 turns every "no GPU" skip into a failure.
+# ones are built. DDP_REQUIRE_GPU=1 turns every "no GPU" skip into a failure. Every
+# step's output also goes to CHECK_GPU_LOG, and the end is one table drawn from it:
+# the GPU tests' count, bench_kernels' fractions of the measured ceilings, and the
+# GPT-2 124M runs' tokens/s and MFU.
 check-gpu:
 	@missing=""; for b in $(GPU_EXAMPLES) $(GPU_TESTS); do [ -x "$$b" ] || missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then echo "check-gpu: building what is missing:$$missing"; \
 	  $(MAKE) --no-print-directory $$missing || exit 1; fi
-	@export DDP_REQUIRE_GPU=1; failed=""; \
+	@export DDP_REQUIRE_GPU=1; failed=""; : >$(CHECK_GPU_LOG); \
 	echo "+ ./tests/test_gpu_probe"; \
 	./tests/test_gpu_probe || { echo "check-gpu: FAILED: no usable GPU (the probe says why above)"; exit 1; }; \
-	tests/run.sh $(filter-out tests/test_gpu_probe,$(GPU_TESTS)) $(GPU_SCRIPTS) || failed="$$failed, GPU tests"; \
-	for c in $(GPU_RUNS); do echo "+ $$c"; $$c || failed="$$failed, $$c (status $$?)"; done; \
+	tests/run.sh $(filter-out tests/test_gpu_probe,$(GPU_TESTS)) $(GPU_SCRIPTS) >$(CHECK_GPU_LOG).step 2>&1 || \
+	  failed="$$failed, GPU tests"; cat $(CHECK_GPU_LOG).step | tee -a $(CHECK_GPU_LOG); \
+	for c in $(GPU_RUNS); do echo "+ $$c" | tee -a $(CHECK_GPU_LOG); \
+	  $$c >$(CHECK_GPU_LOG).step 2>&1 || failed="$$failed, $$c (status $$?)"; cat $(CHECK_GPU_LOG).step | tee -a $(CHECK_GPU_LOG); done; \
+	rm -f $(CHECK_GPU_LOG).step; \
+	awk '/^\+ / { run = $$0 } \
+	  /^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$$/ { row("GPU tests (kernels vs CPU twins, NCCL, train_gpt_gpu vs CPU)", $$0) } \
+	  /% of (gemm|copy)$$/ { row("bench_kernels " $$1, $$(NF - 2) " " $$(NF - 1) " " $$NF) } \
+	  /^after step 1: / && run ~ /--layers 12/ { sub(/^after step 1: /, ""); row("train_gpt_gpu GPT-2 124M " (run ~ /fp32/ ? "fp32" : "bf16"), $$0) } \
+	  function row(what, value) { printf "| %s | %s |\n", what, value } \
+	  BEGIN { print "\ncheck-gpu summary (every output: $(CHECK_GPU_LOG))\n| step | result |\n|---|---|" }' $(CHECK_GPU_LOG); \
 	if [ -n "$$failed" ]; then echo "check-gpu: FAILED:$${failed#,}"; exit 1; fi; \
 	echo "check-gpu: every step passed"
 

@@ -814,6 +814,19 @@ static float gpu_step(gpt *g, gpu *d, float lr, float weight_decay, float clip, 
     return *d->h_norm;
 }
 
+/* MFU's denominator: the dense peak of this GPU's SXM part in TFLOP/s, bf16 tensor cores
+   or fp32 (no TF32) as the run computes; 0 for parts not listed. */
+static double gpu_peak_tflops(const gpu *d)
+{
+    int dev = 0, major = 0, minor = 0;
+    CUDA(cudaGetDevice(&dev));
+    CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major == 9 && minor == 0) return d->act_bf16 ? 989.4 : 66.9; /* H100, H200 */
+    if (major == 8 && minor == 0) return d->act_bf16 ? 312.0 : 19.5; /* A100 */
+    return 0.0;
+}
+
 /* params (the fp32 masters), m and v to the host model, for a checkpoint */
 static void gpu_to_host(gpt *g, gpu *d)
 {
@@ -881,6 +894,7 @@ static float gpu_step(gpt *g, gpu *d, float lr, float wd, float clip, int step, 
     return (void)g, (void)d, (void)lr, (void)wd, (void)clip, (void)step, (void)tokens, (void)reduced, 0.0f;
 }
 static void gpu_to_host(gpt *g, gpu *d) { (void)g, (void)d; }
+static double gpu_peak_tflops(const gpu *d) { return (void)d, 0.0; }
 static int device_info(void)
 {
     printf(PROG ": built without nvcc: no GPU path (examples/train_gpt_gpu has one)\n");
@@ -1288,6 +1302,7 @@ typedef struct trainer {
     int tty;            /* rank 0's stdout is a terminal: one progress line, rewritten */
     int line_open;      /* the progress line awaits its newline */
     double t_start, t_train;
+    double t_first;     /* seconds of this run's first step (cuBLASLt plans, page faults) */
 } trainer;
 
 /* What one step measured, for log_step. */
@@ -1404,6 +1419,7 @@ static int train_step(trainer *t, int step, step_stats *st, char *err, size_t er
     st->loss = ddp_metric_mean(&loss);
     st->seconds = now_s() - t0;
     t->t_train += st->seconds;
+    if (step == t->start_step) t->t_first = st->seconds;
     return 1;
 }
 
@@ -1793,6 +1809,17 @@ int main(int argc, char **argv)
     ddp_print(&t.ctx, "trained %d steps in %.1f s: %.0f tokens/s over %d ranks\n", t.stop - t.start_step, t.t_train,
               t.t_train > 0 ? (double)(t.stop - t.start_step) * t.global_batch * t.o.cfg.ctx / t.t_train : 0.0,
               t.ctx.world_size);
+    if (t.dev && t.stop - t.start_step > 1) { /* model FLOPs (6 N + 12 L T C per token) after the first step */
+        const config c = t.o.cfg;
+        const double flops = 6.0 * ((double)c.layers * 12 * c.dim * c.dim + (double)c.vocab * c.dim) +
+                             12.0 * c.layers * c.ctx * c.dim;
+        const double tok_s = (t.stop - t.start_step - 1) * (double)t.global_batch * c.ctx / (t.t_train - t.t_first);
+        const double tflops = tok_s * flops / 1e12 / t.ctx.world_size, peak = gpu_peak_tflops(t.dev);
+        ddp_print(&t.ctx, "after step 1: %.0f tokens/s, %.1f TFLOP/s per GPU", tok_s, tflops);
+        if (peak > 0) ddp_print(&t.ctx, ", MFU %.1f%% of the %.0f TFLOP/s %s peak", 100 * tflops / peak, peak,
+                                t.o.bf16 ? "bf16" : "fp32");
+        ddp_print(&t.ctx, "\n");
+    }
     if (ddp_is_main(&t.ctx) && t.o.sample_len) generate(&t.model, t.dev, &t.o);
     finish(&t);
     return 0;
