@@ -436,8 +436,9 @@ DDPDEF ddp_result ddp_grad_no_sync(ddp_grad *g, int on);
    waits) and "collectives" (asynchronous work as it runs on the CPU and MPI backends'
    collective thread: gradient buckets show there, overlapping the backward pass; on
    NCCL the GPU runs them and the row shows only their queueing).
-   ddp_trace_start is collective (every rank calls it; the rows line up at its end)
-   and clears what was recorded. Up to max_events are kept per rank (0: 100000, about
+   ddp_trace_start is collective (every rank calls it) and clears what was recorded;
+   ranks on one host share its clock, so their rows line up exactly (other hosts' at
+   the start's barrier). Up to max_events are kept per rank (0: 100000, about
    6 MB); later ones are counted as dropped. Spans nest; names are cut at 43 bytes.
    Call begin/end from the thread that calls the collectives; they do nothing when
    tracing is off, so they can stay in the code. ddp_trace_save is collective: every
@@ -3214,35 +3215,52 @@ static void ddp__trace_free(struct ddp__state *st)
     st->trace = NULL;
 }
 
+/* Every rank's worst problem (0 none, 1 this one, 2 that one, ...): the same on every
+   rank, so that all of them take the same path through a start or a save. */
+static ddp_result ddp__trace_worst(ddp_ctx *ctx, int64_t *problem)
+{
+    return ddp_all_reduce(ctx, problem, problem, 1, DDP_I64, DDP_MAX, NULL);
+}
+
 ddp_result ddp_trace_start(ddp_ctx *ctx, size_t max_events)
 {
-    struct ddp__trace *t;
+    struct ddp__trace *t = NULL;
+    int64_t problem = 0, mine[2], *all = NULL;
     ddp_result r;
+    int i;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
     if (!max_events) max_events = 100000;
-    if (max_events > ((size_t)1 << 40) / sizeof(ddp__event))
-        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: %zu events is too many", max_events);
-    t = DDP__CAST(struct ddp__trace *, DDP_MALLOC(sizeof *t));
-    if (t) {
+    if (max_events > ((size_t)1 << 40) / sizeof(ddp__event)) problem = 1;
+    else if ((t = DDP__CAST(struct ddp__trace *, DDP_MALLOC(sizeof *t)))) {
         memset(t, 0, sizeof *t);
         t->ev = DDP__CAST(ddp__event *, DDP_MALLOC(max_events * sizeof(ddp__event)));
     }
-    if (!t || !t->ev) {
-        if (t) DDP_FREE(t);
-        return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_start: no memory for %zu events", max_events);
+    all = DDP__CAST(int64_t *, DDP_MALLOC(sizeof(int64_t) * 2 * (size_t)ctx->world_size));
+    if (!problem && (!t || !t->ev || !all)) problem = 2;
+    i = (int)problem;
+    /* also the barrier the rows line up at, and the end of every async collective */
+    if ((r = ddp__trace_worst(ctx, &problem)) == DDP_OK && problem)
+        r = problem == 2 ? ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_start: no memory for the events on some rank")
+            : i == 1     ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: %zu events is too many", max_events)
+                         : ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: another rank asked for too many events");
+    mine[0] = ctx->node_rank;
+    mine[1] = ddp__now_ns();
+    /* ranks on one host read one clock: all of them start at its first rank's zero */
+    if (r == DDP_OK && (r = ddp_all_gather(ctx, mine, all, 2, DDP_I64, NULL)) == DDP_OK) {
+        for (i = 0; i < ctx->world_size && all[2 * i] != mine[0]; i++) {}
+        t->zero = i < ctx->world_size ? all[2 * i + 1] : mine[1];
+        t->cap = max_events;
+        pthread_mutex_init(&t->mu, NULL);
+        ddp__trace_free(ctx->st); /* a restart: nothing records into the old one any more */
+        ctx->st->trace = t;
+        t = NULL;
     }
-    t->cap = max_events;
-    pthread_mutex_init(&t->mu, NULL);
-    if ((r = ddp_barrier(ctx)) != DDP_OK) { /* it also waited for every async collective */
-        pthread_mutex_destroy(&t->mu);
+    if (t) {
         DDP_FREE(t->ev);
         DDP_FREE(t);
-        return r;
     }
-    ddp__trace_free(ctx->st); /* a restart: nothing records into the old one any more */
-    t->zero = ddp__now_ns();
-    ctx->st->trace = t;
-    return DDP_OK;
+    DDP_FREE(all);
+    return r;
 }
 
 void ddp_trace_begin(ddp_ctx *ctx, const char *name)
@@ -3308,13 +3326,6 @@ static int ddp__trace_write(FILE *f, const ddp__event *all, const int64_t *count
     for (r = 0; r < world; r++) fprintf(f, "%s%lld", r ? "," : "", (long long)counts[2 * r + 1]);
     fprintf(f, "]}}\n]}\n");
     return ferror(f) ? -1 : 0;
-}
-
-/* Every rank's worst problem (0 none, 1 this one, 2 that one, ...): the same on every
-   rank, so that all of them take the same path through a save. */
-static ddp_result ddp__trace_worst(ddp_ctx *ctx, int64_t *problem)
-{
-    return ddp_all_reduce(ctx, problem, problem, 1, DDP_I64, DDP_MAX, NULL);
 }
 
 ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
