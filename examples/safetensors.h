@@ -10,8 +10,9 @@
    and st_read() interprets those tokens as a safetensors header and checks every
    tensor against the file (known dtype, shape product without overflow, byte size,
    inside the data). Functions return 1 on success, or 0 with a one-line reason in
-   err (the errsize bytes the caller gives). All functions are static: include this
-   in each file that uses it. */
+   err (the errsize bytes the caller gives). All functions are static (ST_DEF, marked
+   unused, so a file that only writes builds clean under -Wall): include this in each
+   file that uses it. */
 #ifndef SAFETENSORS_H
 #define SAFETENSORS_H
 #if !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE)
@@ -25,11 +26,16 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__GNUC__) || defined(__clang__)
+#define ST_DEF static __attribute__((unused))
+#else
+#define ST_DEF static
+#endif
 
 /* ---- a whole file in memory ------------------------------------------------------------
    Only regular files: a directory or a FIFO is refused by name before it is opened
    (opening a FIFO would wait for a writer). */
-static unsigned char *st_read_file(const char *path, size_t *size, char *err, size_t errsize)
+ST_DEF unsigned char *st_read_file(const char *path, size_t *size, char *err, size_t errsize)
 {
     struct stat sb;
     unsigned char *buf;
@@ -84,21 +90,21 @@ typedef struct st_json {
     int n, cap;
 } st_json;
 
-static void st_json_space(st_json *j)
+ST_DEF void st_json_space(st_json *j)
 {
     while (j->pos < j->len && (j->s[j->pos] == ' ' || j->s[j->pos] == '\n' || j->s[j->pos] == '\t' ||
                                j->s[j->pos] == '\r'))
         j->pos++;
 }
 
-static int st_json_peek(st_json *j, char c)
+ST_DEF int st_json_peek(st_json *j, char c)
 {
     st_json_space(j);
     return j->pos < j->len && j->s[j->pos] == c;
 }
 
 /* One value at j->pos and everything inside it; returns its token index or -1. */
-static int st_json_value(st_json *j, int depth)
+ST_DEF int st_json_value(st_json *j, int depth)
 {
     int self;
     char c;
@@ -161,7 +167,7 @@ static int st_json_value(st_json *j, int depth)
 
 /* Tokenizes text (len bytes) into j; returns 0 if it is not one JSON value (then
    j holds nothing). */
-static int st_json_tokenize(st_json *j, const char *text, size_t len)
+ST_DEF int st_json_tokenize(st_json *j, const char *text, size_t len)
 {
     memset(j, 0, sizeof *j);
     j->s = text;
@@ -173,7 +179,7 @@ static int st_json_tokenize(st_json *j, const char *text, size_t len)
 }
 
 /* A string token's text into out (cap bytes, the simple escapes); 0 if it does not fit. */
-static int st_json_string(const st_json *j, int t, char *out, size_t cap)
+ST_DEF int st_json_string(const st_json *j, int t, char *out, size_t cap)
 {
     size_t i, n = 0;
     for (i = j->tok[t].start; i < j->tok[t].end; i++) {
@@ -191,7 +197,7 @@ static int st_json_string(const st_json *j, int t, char *out, size_t cap)
 }
 
 /* A number token as a non-negative integer below 2^64; 0 if it is not one. */
-static int st_json_u64(const st_json *j, int t, uint64_t *v)
+ST_DEF int st_json_u64(const st_json *j, int t, uint64_t *v)
 {
     size_t i;
     *v = 0;
@@ -223,7 +229,7 @@ typedef struct st_file {
     int n_meta;
 } st_file;
 
-static size_t st_dtype_size(const char *dtype)
+ST_DEF size_t st_dtype_size(const char *dtype)
 {
     static const char *const names[] = {"F64", "I64", "U64", "F32", "I32", "U32", "F16", "BF16", "I16", "U16",
                                         "I8", "U8", "BOOL"};
@@ -235,7 +241,7 @@ static size_t st_dtype_size(const char *dtype)
 }
 
 /* "F32 [128, 32]" */
-static const char *st_describe(const st_tensor *t, char *out, size_t cap)
+ST_DEF const char *st_describe(const st_tensor *t, char *out, size_t cap)
 {
     int i, n = snprintf(out, cap, "%s [", t->dtype);
     for (i = 0; i < t->ndim && n > 0 && (size_t)n < cap; i++)
@@ -244,7 +250,7 @@ static const char *st_describe(const st_tensor *t, char *out, size_t cap)
     return out;
 }
 
-static void st_free(st_file *f)
+ST_DEF void st_free(st_file *f)
 {
     free(f->bytes);
     free(f->t);
@@ -252,7 +258,7 @@ static void st_free(st_file *f)
 }
 
 /* One tensor's object (token t) into ts, checked against the data (size bytes). */
-static int st_read_tensor(const st_json *j, int t, st_tensor *ts, const unsigned char *data, size_t size,
+ST_DEF int st_read_tensor(const st_json *j, int t, st_tensor *ts, const unsigned char *data, size_t size,
                           char *err, size_t errsize)
 {
     char key[32];
@@ -313,7 +319,7 @@ static int st_read_tensor(const st_json *j, int t, st_tensor *ts, const unsigned
 
 /* Reads and checks the whole file: the header's syntax and meaning, every tensor
    inside the data. */
-static int st_read(st_file *f, const char *path, char *err, size_t errsize)
+ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
 {
     char why[400];
     uint64_t hlen = 0;
@@ -373,7 +379,7 @@ static int st_read(st_file *f, const char *path, char *err, size_t errsize)
     return 1;
 }
 
-static const char *st_meta(const st_file *f, const char *key)
+ST_DEF const char *st_meta(const st_file *f, const char *key)
 {
     int i;
     for (i = 0; i < f->n_meta; i++)
@@ -381,7 +387,7 @@ static const char *st_meta(const st_file *f, const char *key)
     return "";
 }
 
-static const st_tensor *st_find(const st_file *f, const char *name)
+ST_DEF const st_tensor *st_find(const st_file *f, const char *name)
 {
     int i;
     for (i = 0; i < f->n; i++)
@@ -398,7 +404,7 @@ typedef struct st_text {
     int failed;
 } st_text;
 
-static void st_put(st_text *t, const char *fmt, ...)
+ST_DEF void st_put(st_text *t, const char *fmt, ...)
 {
     va_list ap;
     int n;
@@ -427,7 +433,7 @@ static void st_put(st_text *t, const char *fmt, ...)
 
 /* header: the JSON (padded here to a multiple of 8); then n arrays of bytes[i] bytes.
    The data is written as this machine stores it: little-endian on x86 and ARM. */
-static int st_write_file(const char *path, st_text *header, const void *const *arrays, const size_t *bytes, int n,
+ST_DEF int st_write_file(const char *path, st_text *header, const void *const *arrays, const size_t *bytes, int n,
                          char *err, size_t errsize)
 {
     char tmp[1100];

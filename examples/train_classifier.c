@@ -21,10 +21,7 @@
    layer at a time, as the backward pass produces it, and NCCL sums it there. */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function" /* this program writes, never reads */
-#include "safetensors.h"                            /* st_put, st_write_file: --init-out */
-#pragma GCC diagnostic pop
+#include "safetensors.h" /* st_put, st_write_file: --init-out */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,9 +340,9 @@ int main(int argc, char **argv)
     ddp_sampler train_sampler, val_sampler;
     ddp_sampler_desc sd;
     grad_buffer grad;
-    float params[NPARAM], *h, *prob, *dh; /* per-sample activations of one batch */
+    float params[NPARAM], *h = NULL, *prob = NULL, *dh = NULL; /* per-sample activations of one batch */
     uint64_t init = 0;
-    int epoch, i, status;
+    int epoch, i, status = 1; /* until the end is reached */
 
     if (!parse_options(argc, argv, &opt)) {
         fputs(usage, stderr);
@@ -363,12 +360,20 @@ int main(int argc, char **argv)
        torch.cuda.set_device(args.local_rank). ddp_init reads the rank from whatever
        launched us, picks NCCL when there is a GPU, and binds this rank to GPU local_rank. */
     memset(&desc, 0, sizeof desc);
+    memset(&train, 0, sizeof train); /* everything below is freed at `done`, made or not */
+    memset(&val, 0, sizeof val);
+    memset(&grad, 0, sizeof grad);
+    memset(&train_sampler, 0, sizeof train_sampler);
+    memset(&val_sampler, 0, sizeof val_sampler);
     desc.argc = &argc;
     desc.argv = argv;
-    if (ddp_init(&ctx, &desc) != DDP_OK) return 1; /* the reason is on stderr */
+    if (ddp_init(&ctx, &desc) != DDP_OK) return 1; /* the reason is on stderr, as for every failure below */
 
     /* The same data on every rank; the sampler decides who looks at what. */
-    if (!make_blobs(&train, 2001, 1) || !make_blobs(&val, 1001, 2)) return 1;
+    if (!make_blobs(&train, 2001, 1) || !make_blobs(&val, 1001, 2)) {
+        fprintf(stderr, "train_classifier: out of memory for the data\n");
+        goto done;
+    }
 
     /* template: model = ...; model = DistributedDataParallel(model.cuda(local_rank)).
        Every rank draws its own weights from --seed + rank: ddp_grad_init replaces them
@@ -377,8 +382,8 @@ int main(int argc, char **argv)
     init = opt.seed + (uint64_t)ctx.rank;
     for (i = 0; i < NPARAM; i++) /* uniform weights of scale 1/sqrt(fan_in), zero biases */
         params[i] = (i < B1 ? 0.7f : i >= W2 && i < B2 ? 0.18f : 0.0f) * (float)(2 * uniform(&init) - 1);
-    if (grad_init(&grad, &ctx, params) != DDP_OK) return 1;
-    if (opt.init_out && ddp_is_main(&ctx) && !save_init(opt.init_out, params, &train, &val)) return 1;
+    if (grad_init(&grad, &ctx, params) != DDP_OK) goto done;
+    if (opt.init_out && ddp_is_main(&ctx) && !save_init(opt.init_out, params, &train, &val)) goto done;
 
     /* template: train_sampler = DistributedSampler(train_dataset);
        DataLoader(train_dataset, batch_size=..., sampler=train_sampler).
@@ -388,15 +393,18 @@ int main(int argc, char **argv)
     sd.dataset_size = train.n;
     sd.batch_size = (size_t)opt.batch_size;
     sd.seed = opt.seed;
-    if (ddp_sampler_init(&train_sampler, &ctx, &sd) != DDP_OK) return 1;
+    if (ddp_sampler_init(&train_sampler, &ctx, &sd) != DDP_OK) goto done;
     sd.dataset_size = val.n;
     sd.no_shuffle = 1; /* validation needs no shuffling */
-    if (ddp_sampler_init(&val_sampler, &ctx, &sd) != DDP_OK) return 1;
+    if (ddp_sampler_init(&val_sampler, &ctx, &sd) != DDP_OK) goto done;
 
     h = (float *)malloc((size_t)opt.batch_size * H * sizeof *h);
     dh = (float *)malloc((size_t)opt.batch_size * H * sizeof *dh);
     prob = (float *)malloc((size_t)opt.batch_size * K * sizeof *prob);
-    if (!h || !dh || !prob) return 1;
+    if (!h || !dh || !prob) {
+        fprintf(stderr, "train_classifier: out of memory for a batch of %d\n", opt.batch_size);
+        goto done;
+    }
 
     for (epoch = 0; epoch < opt.epochs; epoch++) {
         /* loss and accuracy as (sum, count) of real samples: exact after the reduce */
@@ -424,10 +432,10 @@ int main(int argc, char **argv)
             memset(grad.host, 0, NPARAM * sizeof(double));
             for (s = 0; s < bt.num_real; s++)
                 backward_layer2(params, &h[s * H], &prob[s * K], train.y[bt.indices[s]], grad.host, &dh[s * H]);
-            if (grad_ready(&grad, W2, NPARAM - W2) != DDP_OK) return 1;
+            if (grad_ready(&grad, W2, NPARAM - W2) != DDP_OK) goto done;
             for (s = 0; s < bt.num_real; s++)
                 backward_layer1(&train.x[bt.indices[s] * D], &h[s * H], &dh[s * H], grad.host);
-            if (grad_ready(&grad, W1, W2 - W1) != DDP_OK || grad_finish(&grad) != DDP_OK) return 1;
+            if (grad_ready(&grad, W1, W2 - W1) != DDP_OK || grad_finish(&grad) != DDP_OK) goto done;
             /* template: optimizer.step(). The loss is the mean over the global batch,
                so its gradient is the summed gradient over global_count samples (the
                last batch is smaller; PyTorch's average of rank means would be off). */
@@ -450,7 +458,7 @@ int main(int argc, char **argv)
         /* template: train_loss / each_dist_train_data_num; dist.all_reduce(...);
            / world_size; acc / len(dataset) * 100 (notes 5 and 6). One collective
            gives every rank the exact global sums and counts. */
-        if (ddp_metric_reduce(&ctx, m, 4) != DDP_OK) return 1;
+        if (ddp_metric_reduce(&ctx, m, 4) != DDP_OK) goto done;
         /* template: if dist.get_rank() == 0: print(...) (note 7) */
         ddp_print(&ctx, "epoch %d train_loss %.6f train_acc %.6f val_loss %.6f val_acc %.6f\n", epoch,
                   ddp_metric_mean(&m[0]), ddp_metric_percent(&m[1]), ddp_metric_mean(&m[2]),
@@ -464,6 +472,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "train_classifier: cannot write %s\n", opt.out);
         status = 1;
     }
+done:
     free(h);
     free(dh);
     free(prob);
