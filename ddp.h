@@ -3174,6 +3174,17 @@ static int64_t ddp__now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* A name cut short must not end inside a UTF-8 character (the file would not load). */
+static void ddp__utf8_cut(char *s)
+{
+    size_t n = strlen(s), k = n;
+    unsigned char lead;
+    while (k > 0 && ((unsigned char)s[k - 1] & 0xc0) == 0x80) k--; /* back to the last lead byte */
+    if (k == 0) return;
+    lead = (unsigned char)s[k - 1];
+    if (lead >= 0xc0 && n - (k - 1) < (size_t)(lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2)) s[k - 1] = 0;
+}
+
 /* Records a span (t1 < 0: still open); its index, or (size_t)-1 when dropped or off. */
 static size_t ddp__trace_add(ddp_ctx *ctx, int row, const char *name, int64_t t0, int64_t t1)
 {
@@ -3187,6 +3198,7 @@ static size_t ddp__trace_add(ddp_ctx *ctx, int row, const char *name, int64_t t0
         e->t1 = t1 < 0 ? -1 : t1 - t->zero;
         e->row = row;
         ddp__copy(e->name, sizeof e->name, name ? name : "?");
+        ddp__utf8_cut(e->name);
     } else {
         t->dropped++;
     }

@@ -137,6 +137,9 @@ static int work(int *argc, char **argv)
     }
     ddp_trace_begin(&ctx, "quote \" backslash \\ newline \n and a name longer than forty-three bytes");
     ddp_trace_end(&ctx);
+    ddp_trace_begin(&ctx, "\xe5\x90\x8e\xe5\x90\x91\xe4\xbc\xa0\xe6\x92\xad \xe5\x92\x8c \xe6\xa2\xaf\xe5\xba\xa6"
+                          "\xe5\x90\x8c\xe6\xad\xa5\xe7\x9a\x84\xe9\x87\x8d\xe5\x8f\xa0\xe9\x83\xa8\xe5\x88\x86"); /* Chinese, 50 bytes */
+    ddp_trace_end(&ctx);
     ddp_trace_begin(&ctx, "left open: ends at the save");
     if (!all_ok(&ctx, ddp_trace_save(&ctx, path) == DDP_OK)) {
         if (ctx.rank == 0) CHECK("trace: save", 0, "%s", last_error);
@@ -157,6 +160,8 @@ static int work(int *argc, char **argv)
             if (!strcmp(e->name, "extra")) extra[e->pid]++;
             if (!strcmp(e->name, "left open: ends at the save")) open_end++;
             if (!strcmp(e->name, "quote \\\" backslash \\\\ newline \\u000a and a name lo")) escaped++;
+            if (!strcmp(e->name, "\xe5\x90\x8e\xe5\x90\x91\xe4\xbc\xa0\xe6\x92\xad \xe5\x92\x8c \xe6\xa2\xaf\xe5\xba\xa6"
+                                 "\xe5\x90\x8c\xe6\xad\xa5\xe7\x9a\x84\xe9\x87\x8d\xe5\x8f\xa0\xe9\x83\xa8")) escaped++;
             if (strncmp(e->name, "backward", 8) == 0 || !strcmp(e->name, "forward")) {
                 int has_parent = 0;
                 for (j = 0; j < n; j++)
@@ -184,12 +189,12 @@ static int work(int *argc, char **argv)
         }
         snprintf(name, sizeof name, "trace W=%d: forward and backward spans lie inside their step", W);
         CHECK(name, nested, "a span outside its parent, on the wrong row or with a negative time");
-        snprintf(name, sizeof name, "trace W=%d: names escaped and cut at 43 bytes; open spans end at the save", W);
-        CHECK(name, escaped == W && open_end == W, "escaped %d, open %d of %d", escaped, open_end, W);
+        snprintf(name, sizeof name, "trace W=%d: names escaped, cut at 43 bytes (not inside a UTF-8 character); open spans end at the save", W);
+        CHECK(name, escaped == 2 * W && open_end == W, "escaped %d, open %d of %d", escaped, open_end, W);
         snprintf(name, sizeof name, "trace W=%d: each bucket starts after its layer's backward began, one after another", W);
         CHECK(name, causal, "a bucket span before its layer's backward or overlapping the previous bucket");
         if (system("command -v python3 >/dev/null 2>&1") == 0) {
-            snprintf(cmd, sizeof cmd, "python3 -c 'import json,sys; d = json.load(open(sys.argv[1])); "
+            snprintf(cmd, sizeof cmd, "python3 -c 'import json,sys; d = json.load(open(sys.argv[1], encoding=\"utf-8\")); "
                                       "assert all(\"ph\" in e and \"pid\" in e for e in d[\"traceEvents\"])' %s", path);
             s = system(cmd);
             snprintf(name, sizeof name, "trace W=%d: python's json module loads the file", W);
