@@ -139,7 +139,8 @@ def torch_worker(args):
     timed = times[args.warmup:]
     if rank == 0:
         print("tokens/s %.1f" % (args.batch * T * len(timed) / sum(timed)))
-    if ddp:
+    if ddp:  # both ranks done before rank 0's store goes away (else gloo may abort the other)
+        dist.barrier()
         dist.destroy_process_group()
 
 
