@@ -15,18 +15,21 @@
    a final layernorm; logits through the token embedding again (tied lm_head).
 
    N processes train exactly the model one process trains with the same global
-   batch. Each sequence's gradient is computed on its own (in fp32, the same bits on
-   any rank) and added in double, and the ranks sum those doubles: the sum no longer
+   batch. Each sequence's parameter gradient is computed on its own (in fp32, the same
+   bits on any rank; the activations' gradients go a micro-batch at a time, row by
+   row) and added in double, and the ranks sum those doubles: the sum no longer
    depends on which rank or micro-step a sequence fell on, so 1 x 8, 2 x 4, 4 x 2 and
    1 x 2 with --grad-accum 4 give the same parameters (tests/test_train_gpt.sh).
 
    On GPUs: built with nvcc (make builds examples/train_gpt_gpu) and run with one GPU
    per rank, the model trains on the device (see "the GPU path" below): the _gpu
-   kernels over whole micro-batches on one stream, fp32 gradients all-reduced by NCCL
-   in buckets while the backward pass runs, the same schedule, metrics and
-   checkpoint format (a checkpoint moves between CPU and GPU runs). GPU results match
-   the CPU path to fp32 rounding, not bit for bit. The nvcc build without a visible
-   GPU (or with DDP_BACKEND=cpu) trains on the CPU exactly as the gcc build does. */
+   kernels over whole micro-batches on one stream, bf16 activations with fp32 master
+   weights (--dtype fp32: all fp32), fp32 gradients all-reduced by NCCL in buckets
+   while the backward pass runs (--allreduce bf16: as bf16), the same schedule,
+   metrics and checkpoint format (a checkpoint moves between CPU and GPU runs). With
+   --dtype fp32, GPU results match the CPU path to fp32 rounding, not bit for bit. The
+   nvcc build without a visible GPU (or with DDP_BACKEND=cpu) trains on the CPU as the
+   gcc build does. */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "ddp_kernels.cuh"
