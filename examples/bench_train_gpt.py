@@ -185,7 +185,7 @@ def ddp_run(form, args, L, NH, C, T):
     return len(timed) / sum(1.0 / r for r in timed)
 
 
-def command_of(form, args, L, NH, C, T):
+def command_of(form, args):
     if form.startswith("ddp"):
         n = {"ddp1": 1, "ddp2": 2, "ddp4": 4}[form]
         return "train_gpt --nproc %d --batch-size %d" % (n, args.batch // n)
@@ -287,7 +287,7 @@ def main():
     for f in forms:
         frac = "%.0f%%" % (100 * med[f] * fpt / (gflops * 1e9)) if gflops else "-"
         vs = " %.2fx |" % (med[f] / best_torch) if best_torch else ""
-        print("| %s | %.0f (%.0f-%.0f) | %s |%s" % (command_of(f, args, L, NH, C, T), med[f], min(results[f]),
+        print("| %s | %.0f (%.0f-%.0f) | %s |%s" % (command_of(f, args), med[f], min(results[f]),
                                                    max(results[f]), frac, vs))
     return 0
 
