@@ -559,12 +559,14 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 
 /* ---- >>platform ------------------------------------------------------------------------ */
 
-static int64_t ddp__now_ms(void)
+static int64_t ddp__now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
+
+static int64_t ddp__now_ms(void) { return ddp__now_ns() / 1000000; }
 
 /* The cores this process may run on (its affinity mask; the online ones if unknown). */
 static long ddp__cores_allowed(void)
@@ -3167,13 +3169,6 @@ struct ddp__trace {
     int depth, saving;
 };
 
-static int64_t ddp__now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* A name cut short must not end inside a UTF-8 character (the file would not load). */
 static void ddp__utf8_cut(char *s)
 {
@@ -3237,7 +3232,7 @@ static ddp_result ddp__trace_worst(ddp_ctx *ctx, int64_t *problem)
 ddp_result ddp_trace_start(ddp_ctx *ctx, size_t max_events)
 {
     struct ddp__trace *t = NULL;
-    int64_t problem = 0, mine[2], *all = NULL;
+    int64_t problem = 0, own, mine[2], *all = NULL;
     ddp_result r;
     int i;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
@@ -3249,11 +3244,11 @@ ddp_result ddp_trace_start(ddp_ctx *ctx, size_t max_events)
     }
     all = DDP__CAST(int64_t *, DDP_MALLOC(sizeof(int64_t) * 2 * (size_t)ctx->world_size));
     if (!problem && (!t || !t->ev || !all)) problem = 2;
-    i = (int)problem;
+    own = problem;
     /* also the barrier the rows line up at, and the end of every async collective */
     if ((r = ddp__trace_worst(ctx, &problem)) == DDP_OK && problem)
         r = problem == 2 ? ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_start: no memory for the events on some rank")
-            : i == 1     ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: %zu events is too many", max_events)
+            : own == 1   ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: %zu events is too many", max_events)
                          : ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: another rank asked for too many events");
     mine[0] = ctx->node_rank;
     mine[1] = ddp__now_ns();
@@ -3589,7 +3584,7 @@ ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
     ddp_result r;
     if (!ctx || !ctx->st || !work) return DDP_ERR_ARG;
     st = ctx->st;
-    if (st->trace) ddp_trace_begin(ctx, "wait");
+    ddp_trace_begin(ctx, "wait"); /* nothing without tracing */
     if (st->broken)
         r = ddp__fail(ctx, DDP_ERR_ABORTED, "wait for #%llu refused: the process group failed earlier: %s",
                       (unsigned long long)work->seq, st->err);
