@@ -330,11 +330,23 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
    chain of multiply-adds in ascending k, started from init (bias, zero, or c itself)
    and stored in fp32 between panels, so its bits do not depend on the blocking, on
    which other rows are in the batch, or on how many threads share the tasks. */
-#define DDP__MR 5   /* rows of a register tile: 10 accumulators + 5 broadcasts + 1 load fit 16 AVX registers */
-#define DDP__NR 16  /* columns of a register tile: two 8-wide vectors */
+#ifdef __AVX512F__ /* rows of a register tile: 8 accumulators of 16 lanes, of 32 registers */
+#define DDP__MR 8
+#define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) /* X(i) for each row of a tile */
+#else /* 10 accumulators + 5 broadcasts + 1 load fit 16 AVX registers */
+#define DDP__MR 5
+#define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4)
+#endif
+#define DDP__NR 16  /* columns of a register tile: two 8-wide vectors or one 16-wide */
 #define DDP__KC 256 /* depth of a panel of b: 16 KB */
 #define DDP__MC 255 /* most rows of a that one task walks per panel: ~128 KB of a in L2 */
-#define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) /* X(i) for each row of a tile */
+
+/* the tile inlined into each caller, where its strides and flags are constants */
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define DDP__HOT inline __attribute__((always_inline))
+#else
+#define DDP__HOT inline
+#endif
 
 /* fmaf where the hardware has it (one rounding and the full multiply-add rate), else a*b+c */
 #ifdef FP_FAST_FMAF
@@ -347,22 +359,27 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
    when start, else += that sum. a(i,k) = a[i*am + k*ak]; rows past mv repeat row mv-1
    (computed, not stored). The rows are unrolled by hand: gcc keeps the tile in
    registers only when every index into it is a constant. */
-static inline void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const float *a, size_t am, size_t ak,
+static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const float *a, size_t am, size_t ak,
                                   const float *bp, int kc, int start, const float *bias)
 {
     float acc[DDP__MR][DDP__NR], edge[DDP__MR][DDP__NR], x[DDP__MR];
     const float *ar[DDP__MR];
     const int full = mv == DDP__MR && nv == DDP__NR;
     for (int i = 0; i < DDP__MR; i++) ar[i] = a + (size_t)(i < mv ? i : mv - 1) * am;
-    if (full && !start)
+    if (start) {
+        float b0[DDP__NR];
+        for (int j = 0; j < DDP__NR; j++) b0[j] = bias && j < nv ? bias[j] : 0.0f;
         for (int i = 0; i < DDP__MR; i++)
-            for (int j = 0; j < DDP__NR; j++) edge[i][j] = c[i * ldc + j];
-    else
+            for (int j = 0; j < DDP__NR; j++) acc[i][j] = b0[j];
+    } else if (full)
         for (int i = 0; i < DDP__MR; i++)
-            for (int j = 0; j < DDP__NR; j++)
-                edge[i][j] = start ? (bias && j < nv ? bias[j] : 0.0f) : i < mv && j < nv ? c[i * ldc + j] : 0.0f;
-    for (int i = 0; i < DDP__MR; i++)
-        for (int j = 0; j < DDP__NR; j++) acc[i][j] = edge[i][j];
+            for (int j = 0; j < DDP__NR; j++) acc[i][j] = c[i * ldc + j];
+    else {
+        for (int i = 0; i < DDP__MR; i++)
+            for (int j = 0; j < DDP__NR; j++) edge[i][j] = i < mv && j < nv ? c[i * ldc + j] : 0.0f;
+        for (int i = 0; i < DDP__MR; i++)
+            for (int j = 0; j < DDP__NR; j++) acc[i][j] = edge[i][j];
+    }
     for (int k = 0; k < kc; k++) {
         const float *b = bp + k * DDP__NR;
 #define DDP__LOAD(i) x[i] = *ar[i]; ar[i] += ak;
@@ -403,7 +420,7 @@ static inline void ddp__gemm_pack(float *bp, const float *b, size_t bk, size_t b
 /* c (M,N) = (accumulate ? c : bias (N) or 0) + a @ b, with a(i,k) = a[i*am + k*ak] and
    b(k,j) = b[k*bk + j*bn]. Call it inside a parallel region (or outside one, serially):
    its tasks are shared out and nobody waits at the end. */
-static inline void ddp__gemm(float *c, const float *a, size_t am, size_t ak, const float *b, size_t bk, size_t bn,
+static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, const float *b, size_t bk, size_t bn,
                              const float *bias, int accumulate, int M, int N, int K)
 {
     /* row blocks of equal size (in whole tiles), so that the tasks balance */
