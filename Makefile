@@ -16,7 +16,7 @@ PREFIX  ?= /usr/local
 NPROC   ?= 2
 VERSION  = 0.1
 WARN     = -std=c99 -Wall -Wextra -Wpedantic -Werror
-CFLAGS  ?= -O3 -march=native
+CFLAGS  ?= -O3 -march=native -fno-math-errno
 LDLIBS   = -lpthread -lm
 NVARCH_DEFAULT = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                  -gencode arch=compute_90,code=compute_90

@@ -355,12 +355,12 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #define DDP__FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-/* c[i*ldc + j] for i < mv, j < nv: = bias[j] (0 if NULL) + sum_k a(i,k) bp[k*DDP__NR + j]
+/* c[i*ldc + j] for i < mv, j < nv: = bias[j] (0 if NULL) + sum_k a(i,k) bp[k*ldb + j]
    when start, else += that sum. a(i,k) = a[i*am + k*ak]; rows past mv repeat row mv-1
-   (computed, not stored). The rows are unrolled by hand: gcc keeps the tile in
+   and columns past nv are read (all DDP__NR of each row of bp) but not stored. The rows are unrolled by hand: gcc keeps the tile in
    registers only when every index into it is a constant. */
 static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const float *a, size_t am, size_t ak,
-                                  const float *bp, int kc, int start, const float *bias)
+                                  const float *bp, size_t ldb, int kc, int start, const float *bias)
 {
     float acc[DDP__MR][DDP__NR], edge[DDP__MR][DDP__NR], x[DDP__MR];
     const float *ar[DDP__MR];
@@ -381,7 +381,7 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
             for (int j = 0; j < DDP__NR; j++) acc[i][j] = edge[i][j];
     }
     for (int k = 0; k < kc; k++) {
-        const float *b = bp + k * DDP__NR;
+        const float *b = bp + k * ldb;
 #define DDP__LOAD(i) x[i] = *ar[i]; ar[i] += ak;
         DDP__TILE_ROWS(DDP__LOAD)
 #undef DDP__LOAD
@@ -436,7 +436,7 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
             ddp__gemm_pack(bp, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
             for (int m = m0; m < m1; m += DDP__MR)
                 ddp__gemm_tile(c + (size_t)m * N + n0, (size_t)N, m1 - m < DDP__MR ? m1 - m : DDP__MR, nv,
-                               a + (size_t)m * am + (size_t)k0 * ak, am, ak, bp, kc, k0 == 0 && !accumulate,
+                               a + (size_t)m * am + (size_t)k0 * ak, am, ak, bp, DDP__NR, kc, k0 == 0 && !accumulate,
                                bias ? bias + n0 : NULL);
         }
     }
@@ -592,26 +592,44 @@ static inline void ddp__att_pack_cols(float *dst, size_t stride, const float *sr
                 dst[p * stride + (size_t)r * 16 + j] = p * 16 + j < cols ? src[r * ld + p * 16 + j] : 0.0f;
 }
 
-/* c (m, n) (+)= a (m, kc) @ b (kc, n) with b in panels of 16 columns, `stride` floats
-   apart, through ddp__gemm_tile: a(i,k) = a[i am + k ak]; start: c = the product. */
+/* rows (rows, hs) of src, ld apart, as the b of ddp__att_product: src itself when hs is
+   a multiple of 16 (panel p is columns 16p.. of every row), else packed into buf, which
+   holds cap rows per panel. */
+static inline const float *ddp__att_panels(float *buf, const float *src, size_t ld, int rows, int hs, int cap,
+                                           size_t *stride, size_t *ldb)
+{
+    if (hs % 16 == 0) {
+        *stride = 16;
+        *ldb = ld;
+        return src;
+    }
+    ddp__att_pack_cols(buf, (size_t)cap * 16, src, ld, rows, hs);
+    *stride = (size_t)cap * 16;
+    *ldb = 16;
+    return buf;
+}
+
+/* c (m, n) (+)= a (m, kc) @ b (kc, n) through ddp__gemm_tile, with a(i,k) = a[i am + k ak]
+   and b in panels of 16 columns, `stride` floats apart, rows ldb apart; start: c = the product. */
 static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t am, size_t ak, const float *bp,
-                                    size_t stride, int m, int n, int kc, int start)
+                                    size_t stride, size_t ldb, int m, int n, int kc, int start)
 {
     for (int i = 0; i < m; i += DDP__MR)
         for (int p = 0; p * 16 < n; p++)
             ddp__gemm_tile(c + (size_t)i * ldc + p * 16, ldc, m - i < DDP__MR ? m - i : DDP__MR,
-                           n - p * 16 < 16 ? n - p * 16 : 16, a + (size_t)i * am, am, ak, bp + p * stride, kc, start,
-                           NULL);
+                           n - p * 16 < 16 ? n - p * 16 : 16, a + (size_t)i * am, am, ak, bp + p * stride, ldb, kc,
+                           start, NULL);
 }
 
 /* out (B,T,C); lse (B,NH,T) log-sum-exp of each softmax row, saved for backward;
    inp (B,T,3C) = [q | k | v] per token, head h at channels h*hs .. h*hs+hs-1 of each.
    Work items are blocks of DDP__ATT_QB queries of one (b,h); keys go in blocks of kb
-   (fixed by hs), packed into panels, and each block is two register-tiled products
-   (ddp__gemm_tile, as the matmuls): scores q k^T for DDP__MR queries at a time over the
-   keys the last of them sees, then out += p v. In between each row's online softmax:
-   its max, exp, sum, and zeros for the keys it must not see (they add exactly nothing).
-   Every query row sees the same key blocks in the same order whatever the work split. */
+   (fixed by hs), and each block is two register-tiled products (ddp__gemm_tile, as the
+   matmuls) that read k and v where they lie: the scores s = k q^T, key by query, with
+   the block's queries packed once as the columns, then out += p v. In between each
+   query's online softmax, vectorized across the queries: its max, exp, sum, and zeros
+   for the keys it must not see (they add exactly nothing). Every query sees the same
+   key blocks in the same order whatever the work split. */
 static inline void ddp_attention_forward_cpu(float *out, float *lse, const float *inp,
                                       int B, int T, int C, int NH)
 {
@@ -628,49 +646,58 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
         const int t0 = qb * DDP__ATT_QB, nr = T - t0 < DDP__ATT_QB ? T - t0 : DDP__ATT_QB;
         const float *q0 = inp + (size_t)b * T * C3 + h * hs, *k0 = q0 + C; /* token 0's q, k; v follows k */
         float *o0 = out + ((size_t)b * T + t0) * C + h * hs;                 /* row t0 of this head */
-        float s[DDP__ATT_QB * DDP__ATT_BLOCK], m[DDP__ATT_QB], l[DDP__ATT_QB];
-        float kp[DDP__ATT_KV], vp[DDP__ATT_KV]; /* keys as columns (hs, kb), values (kb, hs) in panels */
+        float s[DDP__ATT_BLOCK * DDP__ATT_QB]; /* s[j QB + r]: key j0 + j, query t0 + r */
+        float m[DDP__ATT_QB], l[DDP__ATT_QB], mb[DDP__ATT_QB], lb[DDP__ATT_QB];
+        float qp[DDP__ATT_QB * 128], vp[DDP__ATT_KV]; /* the queries as columns (hs, nr); values if packed */
+        size_t vs, vl;
+        ddp__att_pack_rows(qp, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs);
         for (int r = 0; r < nr; r++) {
             for (int d = 0; d < hs; d++) o0[(size_t)r * C + d] = 0.0f;
             m[r] = -INFINITY;
             l[r] = 0.0f;
         }
         for (int j0 = 0; j0 < t0 + nr; j0 += kb) {
-            const int nb = t0 + nr - j0 < kb ? t0 + nr - j0 : kb, r0 = j0 > t0 ? j0 - t0 : 0;
-            ddp__att_pack_rows(kp, k0 + (size_t)j0 * C3, (size_t)C3, nb, hs);
-            ddp__att_pack_cols(vp, (size_t)kb * 16, k0 + (size_t)j0 * C3 + C, (size_t)C3, nb, hs);
-            for (int r = r0; r < nr; r += DDP__MR) { /* s = q k^T, the keys the tile's last row sees */
-                const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
-                ddp__att_product(s + r * kb, (size_t)kb, q0 + (size_t)(t0 + r) * C3, (size_t)C3, 1, kp, (size_t)hs * 16,
-                                 mv, n, hs, 1);
+            const int nb = t0 + nr - j0 < kb ? t0 + nr - j0 : kb;
+            const float *vb = ddp__att_panels(vp, k0 + (size_t)j0 * C3 + C, (size_t)C3, nb, hs, kb, &vs, &vl);
+            for (int j = 0; j < nb; j += DDP__MR) { /* s = k q^T from the first panel of queries that see key j */
+                const int mv = nb - j < DDP__MR ? nb - j : DDP__MR, p = j0 + j > t0 ? (j0 + j - t0) / 16 : 0;
+                ddp__att_product(s + j * DDP__ATT_QB + p * 16, DDP__ATT_QB, k0 + (size_t)(j0 + j) * C3, (size_t)C3, 1,
+                                 qp + (size_t)p * hs * 16, (size_t)hs * 16, 16, mv, nr - p * 16, hs, 1);
             }
-            for (int r = r0; r < nr; r++) {
-                const int n = t0 + r + 1 - j0 < nb ? t0 + r + 1 - j0 : nb;
-                float *sr = s + r * kb, *o = o0 + (size_t)r * C, mb = -INFINITY, lb = 0.0f;
-                for (int j = 0; j < n; j++) {
-                    sr[j] *= scale;
-                    mb = sr[j] > mb ? sr[j] : mb;
+            for (int r = 0; r < nr; r++) mb[r] = -INFINITY;
+            for (int j = 0; j < nb; j++) { /* query t0 + r sees key j0 + j when r >= first */
+                float *sj = s + j * DDP__ATT_QB;
+                const int first = j0 + j > t0 ? j0 + j - t0 : 0;
+                for (int r = first; r < nr; r++) {
+                    sj[r] *= scale;
+                    mb[r] = sj[r] > mb[r] ? sj[r] : mb[r];
                 }
-                /* softmax over blocks: o and l are rescaled whenever the running max grows */
-                if (mb > m[r]) {
+            }
+            /* softmax over blocks: o and l are rescaled whenever the running max grows */
+            for (int r = 0; r < nr; r++)
+                if (mb[r] > m[r]) {
                     if (m[r] != -INFINITY) {
-                        const float f = m[r] - mb < -80.0f ? 0.0f : ddp__exp(m[r] - mb);
+                        const float f = m[r] - mb[r] < -80.0f ? 0.0f : ddp__exp(m[r] - mb[r]);
                         l[r] *= f;
-                        for (int d = 0; d < hs; d++) o[d] *= f;
+                        for (int d = 0; d < hs; d++) o0[(size_t)r * C + d] *= f;
                     }
-                    m[r] = mb;
+                    m[r] = mb[r];
                 }
-                for (int j = 0; j < n; j++) sr[j] -= m[r];
-                ddp__att_floor(sr, n);
-                ddp__att_exp(sr, n);
-                for (int j = 0; j < n; j++) lb += sr[j];
-                for (int j = n; j < nb; j++) sr[j] = 0.0f;
-                l[r] += lb;
+            for (int r = 0; r < nr; r++) lb[r] = 0.0f;
+            for (int j = 0; j < nb; j++) {
+                float *sj = s + j * DDP__ATT_QB;
+                const int first = j0 + j > t0 ? j0 + j - t0 : 0;
+                for (int r = 0; r < first; r++) sj[r] = 0.0f;
+                for (int r = first; r < nr; r++) sj[r] -= m[r];
+                ddp__att_floor(sj + first, nr - first);
+                ddp__att_exp(sj + first, nr - first);
+                for (int r = first; r < nr; r++) lb[r] += sj[r];
             }
-            for (int r = r0; r < nr; r += DDP__MR) { /* o += p v */
+            for (int r = 0; r < nr; r++) l[r] += lb[r];
+            for (int r = 0; r < nr; r += DDP__MR) { /* o += p v over the keys the tile's last query sees */
                 const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
-                ddp__att_product(o0 + (size_t)r * C, (size_t)C, s + r * kb, (size_t)kb, 1, vp, (size_t)kb * 16, mv, hs,
-                                 n, 0);
+                if (n > 0)
+                    ddp__att_product(o0 + (size_t)r * C, (size_t)C, s + r, 1, DDP__ATT_QB, vb, vs, vl, mv, hs, n, 0);
             }
         }
         for (int r = 0; r < nr; r++) {
@@ -751,22 +778,23 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
         float *dq0 = dinp + (size_t)b * T * C3 + h * hs, *dk0 = dq0 + C;
         float p[DDP__ATT_QB * DDP__ATT_BLOCK], ds[DDP__ATT_QB * DDP__ATT_BLOCK];
         float kp[DDP__ATT_KV], vp[DDP__ATT_KV], kc[DDP__ATT_KV], dk[DDP__ATT_KV], dv[DDP__ATT_KV];
-        float qc[DDP__ATT_QB * 128], doc[DDP__ATT_QB * 128]; /* this block's q and dout rows, in panels */
+        float qc[DDP__ATT_QB * 128], doc[DDP__ATT_QB * 128]; /* this block's q and dout rows, if packed */
+        size_t ks, kl, qs, ql, ds_, dl;
         for (int j0 = 0; j0 < T; j0 += kb) {
             const int nb = T - j0 < kb ? T - j0 : kb;
             const float *k = k0 + (size_t)j0 * C3;
             ddp__att_pack_rows(kp, k, (size_t)C3, nb, hs);                      /* for s = q k^T */
             ddp__att_pack_rows(vp, k + C, (size_t)C3, nb, hs);                  /* for dp = dout v^T */
-            ddp__att_pack_cols(kc, (size_t)kb * 16, k, (size_t)C3, nb, hs);     /* for dq += ds k */
+            const float *kr = ddp__att_panels(kc, k, (size_t)C3, nb, hs, kb, &ks, &kl); /* for dq += ds k */
             for (int e = 0; e < nb * hs; e++) dk[e] = dv[e] = 0.0f;
             for (int t0 = j0; t0 < T; t0 += DDP__ATT_QB) {
                 const int nr = T - t0 < DDP__ATT_QB ? T - t0 : DDP__ATT_QB;
                 for (int r = 0; r < nr; r += DDP__MR) {
                     const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
                     ddp__att_product(p + r * kb, (size_t)kb, q0 + (size_t)(t0 + r) * C3, (size_t)C3, 1, kp,
-                                     (size_t)hs * 16, mv, n, hs, 1);
+                                     (size_t)hs * 16, 16, mv, n, hs, 1);
                     ddp__att_product(ds + r * kb, (size_t)kb, do0 + (size_t)(t0 + r) * C, (size_t)C, 1, vp,
-                                     (size_t)hs * 16, mv, n, hs, 1);
+                                     (size_t)hs * 16, 16, mv, n, hs, 1);
                 }
                 for (int r = 0; r < nr; r++) {
                     const size_t t = (size_t)t0 + r;
@@ -781,15 +809,15 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
                     for (int j = 0; j < n; j++) dsr[j] = pr[j] * (dsr[j] - D) * scale;
                     for (int j = n; j < nb; j++) pr[j] = dsr[j] = 0.0f;
                 }
-                ddp__att_pack_cols(qc, DDP__ATT_QB * 16, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs);
-                ddp__att_pack_cols(doc, DDP__ATT_QB * 16, do0 + (size_t)t0 * C, (size_t)C, nr, hs);
+                const float *qr = ddp__att_panels(qc, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs, DDP__ATT_QB, &qs, &ql);
+                const float *dor = ddp__att_panels(doc, do0 + (size_t)t0 * C, (size_t)C, nr, hs, DDP__ATT_QB, &ds_, &dl);
                 for (int r = 0; r < nr; r += DDP__MR) { /* dq += ds k */
                     const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
-                    ddp__att_product(dq0 + (size_t)(t0 + r) * C3, (size_t)C3, ds + r * kb, (size_t)kb, 1, kc,
-                                     (size_t)kb * 16, mv, hs, n, 0);
+                    ddp__att_product(dq0 + (size_t)(t0 + r) * C3, (size_t)C3, ds + r * kb, (size_t)kb, 1, kr, ks, kl,
+                                     mv, hs, n, 0);
                 }
-                ddp__att_product(dk, (size_t)hs, ds, 1, (size_t)kb, qc, DDP__ATT_QB * 16, nb, hs, nr, 0);
-                ddp__att_product(dv, (size_t)hs, p, 1, (size_t)kb, doc, DDP__ATT_QB * 16, nb, hs, nr, 0);
+                ddp__att_product(dk, (size_t)hs, ds, 1, (size_t)kb, qr, qs, ql, nb, hs, nr, 0);
+                ddp__att_product(dv, (size_t)hs, p, 1, (size_t)kb, dor, ds_, dl, nb, hs, nr, 0);
             }
             for (int j = 0; j < nb; j++)
                 for (int d = 0; d < hs; d++) {
