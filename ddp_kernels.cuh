@@ -576,11 +576,21 @@ static inline int ddp__att_keys(int hs)
    (keys become the columns of a score tile). */
 static inline void ddp__att_pack_rows(float *dst, const float *src, size_t ld, int rows, int depth)
 {
-    for (int p = 0; p * 16 < rows; p++)
+    for (int p = 0; p * 16 < rows; p++) {
+        int d = 0;
+        if (rows - p * 16 >= 16) /* whole 16 x 16 blocks through a local copy, which gcc transposes in registers */
+            for (; d + 16 <= depth; d += 16) {
+                float t[16][16], *o = dst + ((size_t)p * depth + d) * 16;
+                for (int j = 0; j < 16; j++)
+                    for (int e = 0; e < 16; e++) t[j][e] = src[(p * 16 + j) * ld + d + e];
+                for (int e = 0; e < 16; e++)
+                    for (int j = 0; j < 16; j++) o[e * 16 + j] = t[j][e];
+            }
         for (int j = 0; j < 16; j++) {
             const int r = p * 16 + j;
-            for (int d = 0; d < depth; d++) dst[((size_t)p * depth + d) * 16 + j] = r < rows ? src[r * ld + d] : 0.0f;
+            for (int e = d; e < depth; e++) dst[((size_t)p * depth + e) * 16 + j] = r < rows ? src[r * ld + e] : 0.0f;
         }
+    }
 }
 
 /* Columns of src in panels of 16: dst[p stride + r 16 + j] = src[r ld + 16 p + j]. */
