@@ -356,11 +356,14 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #endif
 
 /* c[i*ldc + j] for i < mv, j < nv: = bias[j] (0 if NULL) + sum_k a(i,k) bp[k*ldb + j]
-   when start, else += that sum. a(i,k) = a[i*am + k*ak]; rows past mv repeat row mv-1
-   and columns past nv are read (all DDP__NR of each row of bp) but not stored. The rows are unrolled by hand: gcc keeps the tile in
-   registers only when every index into it is a constant. */
+   when start, else += that sum; with cs, that result is added to cs[i*ldcs + j] (double)
+   instead of stored in c. a(i,k) = a[i*am + k*ak]; rows past mv repeat row mv-1 and
+   columns past nv are read (all DDP__NR of each row of bp) but not stored. The rows are
+   unrolled by hand: gcc keeps the tile in registers only when every index into it is a
+   constant. */
 static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const float *a, size_t am, size_t ak,
-                                  const float *bp, size_t ldb, int kc, int start, const float *bias)
+                                  const float *bp, size_t ldb, int kc, int start, const float *bias, double *cs,
+                                  size_t ldcs)
 {
     float acc[DDP__MR][DDP__NR], edge[DDP__MR][DDP__NR], x[DDP__MR];
     const float *ar[DDP__MR];
@@ -392,7 +395,12 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
 #undef DDP__MADD
         }
     }
-    if (full)
+    if (cs) {
+        for (int i = 0; i < DDP__MR; i++)
+            for (int j = 0; j < DDP__NR; j++) edge[i][j] = acc[i][j];
+        for (int i = 0; i < mv; i++)
+            for (int j = 0; j < nv; j++) cs[i * ldcs + j] += edge[i][j];
+    } else if (full)
         for (int i = 0; i < DDP__MR; i++)
             for (int j = 0; j < DDP__NR; j++) c[i * ldc + j] = acc[i][j];
     else {
@@ -418,26 +426,30 @@ static inline void ddp__gemm_pack(float *bp, const float *b, size_t bk, size_t b
 }
 
 /* c (M,N) = (accumulate ? c : bias (N) or 0) + a @ b, with a(i,k) = a[i*am + k*ak] and
-   b(k,j) = b[k*bk + j*bn]. Call it inside a parallel region (or outside one, serially):
-   its tasks are shared out and nobody waits at the end. */
+   b(k,j) = b[k*bk + j*bn]; or, with csum, csum (M,N) += (double) (a @ b), c unused (each
+   task keeps its chains between panels of b in fp32, as c would). Call it inside a
+   parallel region (or outside one, serially): its tasks are shared out and nobody waits
+   at the end. */
 static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, const float *b, size_t bk, size_t bn,
-                             const float *bias, int accumulate, int M, int N, int K)
+                             const float *bias, int accumulate, int M, int N, int K, double *csum)
 {
     /* row blocks of equal size (in whole tiles), so that the tasks balance */
     const int blocks = M > 0 ? (M + DDP__MC - 1) / DDP__MC : 1, tiles = (M + DDP__MR - 1) / DDP__MR;
     const int mc = (tiles + blocks - 1) / blocks * DDP__MR, panels = M > 0 ? (N + DDP__NR - 1) / DDP__NR : 0;
     DDP__OMP(for schedule(dynamic) nowait)
     for (int t = 0; t < blocks * panels; t++) {
-        float bp[DDP__KC * DDP__NR];
+        float bp[DDP__KC * DDP__NR], part[(DDP__MC + DDP__MR) * DDP__NR]; /* a sum's rows (mc <= DDP__MC + MR - 1) */
         const int m0 = t / panels * mc, n0 = t % panels * DDP__NR;
         const int m1 = m0 + mc < M ? m0 + mc : M, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
         for (int k0 = 0; k0 < K || k0 == 0; k0 += DDP__KC) { /* K == 0 still writes bias */
             const int kc = K - k0 < DDP__KC ? K - k0 : DDP__KC;
             ddp__gemm_pack(bp, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
             for (int m = m0; m < m1; m += DDP__MR)
-                ddp__gemm_tile(c + (size_t)m * N + n0, (size_t)N, m1 - m < DDP__MR ? m1 - m : DDP__MR, nv,
+                ddp__gemm_tile(csum ? part + (size_t)(m - m0) * DDP__NR : c + (size_t)m * N + n0,
+                               csum ? DDP__NR : (size_t)N, m1 - m < DDP__MR ? m1 - m : DDP__MR, nv,
                                a + (size_t)m * am + (size_t)k0 * ak, am, ak, bp, DDP__NR, kc, k0 == 0 && !accumulate,
-                               bias ? bias + n0 : NULL);
+                               bias ? bias + n0 : NULL, csum && k0 + kc >= K ? csum + (size_t)m * N + n0 : NULL,
+                               (size_t)N);
         }
     }
 }
@@ -447,7 +459,7 @@ static inline void ddp_matmul_forward_cpu(float *out, const float *inp, const fl
                                    const float *bias, int B, int T, int C, int OC)
 {
     DDP__OMP(parallel)
-    ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C);
+    ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C, NULL);
 }
 
 /* dinp (B,T,C) +=, dweight (OC,C) +=, dbias (OC) += (each may be NULL: not needed);
@@ -459,14 +471,46 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
     const int BT = B * T;
     DDP__OMP(parallel)
     {
-        if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC);
-        if (dweight) ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT);
+        if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC, NULL);
+        if (dweight) ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT, NULL);
         if (dbias) {
             DDP__OMP(for schedule(static) nowait)
             for (int o0 = 0; o0 < OC; o0 += 64) {
                 const int o1 = o0 + 64 < OC ? o0 + 64 : OC;
                 for (int r = 0; r < BT; r++)
                     for (int o = o0; o < o1; o++) dbias[o] += dout[(size_t)r * OC + o];
+            }
+        }
+    }
+}
+
+/* dweight (OC,C) +=, dbias (OC) += (either may be NULL: not needed), in double: the
+   gradient of each of the B sequences on its own (in fp32, its rows in order, the bits of
+   ddp_matmul_backward_cpu with B = 1 into zeros) added in sequence order. A sum made so
+   does not depend on which sequences share a call, a batch or a rank, up to the order of
+   the double additions. dout (B,T,OC); inp (B,T,C). */
+static inline void ddp_matmul_backward_sum_cpu(double *dweight, double *dbias, const float *dout, const float *inp,
+                                               int B, int T, int C, int OC)
+{
+    DDP__OMP(parallel)
+    {
+        for (int b = 0; b < B && dweight; b++) {
+            ddp__gemm(NULL, dout + (size_t)b * T * OC, 1, (size_t)OC, inp + (size_t)b * T * C, (size_t)C, 1, NULL, 0,
+                      OC, C, T, dweight);
+            DDP__OMP(barrier) /* the next sequence adds to the same elements */
+        }
+        if (dbias) {
+            DDP__OMP(for schedule(static) nowait)
+            for (int o0 = 0; o0 < OC; o0 += 64) {
+                const int o1 = o0 + 64 < OC ? o0 + 64 : OC;
+                float s[64];
+                for (int b = 0; b < B; b++) {
+                    const float *d = dout + (size_t)b * T * OC;
+                    for (int o = o0; o < o1; o++) s[o - o0] = 0.0f;
+                    for (int r = 0; r < T; r++)
+                        for (int o = o0; o < o1; o++) s[o - o0] += d[(size_t)r * OC + o];
+                    for (int o = o0; o < o1; o++) dbias[o] += s[o - o0];
+                }
             }
         }
     }
@@ -628,7 +672,7 @@ static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t
         for (int p = 0; p * 16 < n; p++)
             ddp__gemm_tile(c + (size_t)i * ldc + p * 16, ldc, m - i < DDP__MR ? m - i : DDP__MR,
                            n - p * 16 < 16 ? n - p * 16 : 16, a + (size_t)i * am, am, ak, bp + p * stride, ldb, kc,
-                           start, NULL);
+                           start, NULL, NULL, 0);
 }
 
 /* out (B,T,C); lse (B,NH,T) log-sum-exp of each softmax row, saved for backward;
@@ -1002,9 +1046,13 @@ static inline void ddp_global_norm_cpu(float *norm, const float *grads, size_t N
     double part[DDP__NORM_CHUNKS], sum = 0.0;
     DDP__OMP(parallel for schedule(static))
     for (int k = 0; k < DDP__NORM_CHUNKS; k++) {
-        size_t lo = N * k / DDP__NORM_CHUNKS, hi = N * (k + 1) / DDP__NORM_CHUNKS;
-        double s = 0.0;
-        for (size_t i = lo; i < hi; i++) s += (double)grads[i] * grads[i];
+        const size_t lo = N * k / DDP__NORM_CHUNKS, hi = N * (k + 1) / DDP__NORM_CHUNKS;
+        double lane[8] = {0.0}, s = 0.0; /* 8 sums in step, so that they vectorize and do not wait on each other */
+        size_t i = lo;
+        for (; hi - i >= 8; i += 8)
+            for (int j = 0; j < 8; j++) lane[j] += (double)grads[i + j] * grads[i + j];
+        for (; i < hi; i++) s += (double)grads[i] * grads[i];
+        for (int j = 0; j < 8; j++) s += lane[j];
         part[k] = s;
     }
     for (int k = 0; k < DDP__NORM_CHUNKS; k++) sum += part[k];

@@ -372,18 +372,15 @@ static ddp_result allreduce_tensors(ddp_grad *sync, const tensor *first, const t
 }
 
 /* A matmul's backward (shapes as ddp_matmul_backward_cpu's): dinp for the B sequences
-   together, then the gradients of weight w and bias (w + 1, or none) one sequence at a time. */
+   together, then the gradients of weight w and bias (w + 1, or none) one sequence at a
+   time, each added into the double sum as it is made (ddp_matmul_backward_sum_cpu). */
 static void matmul_backward(gpt *g, float *dinp, const tensor *w, int has_bias, const float *dout, const float *inp,
                             int B, int C, int OC)
 {
     const int T = g->cfg.ctx;
-    int b;
     ddp_matmul_backward_cpu(dinp, NULL, NULL, dout, inp, param(g, w), B, T, C, OC);
-    for (b = 0; b < B; b++) {
-        ddp_matmul_backward_cpu(NULL, param_grad(g, w), has_bias ? param_grad(g, w + 1) : NULL,
-                                dout + (size_t)b * T * OC, inp + (size_t)b * T * C, param(g, w), 1, T, C, OC);
-        add_sequence_grad(g, w, w + has_bias);
-    }
+    ddp_matmul_backward_sum_cpu(g->grad_sum + w->offset, has_bias ? g->grad_sum + w[1].offset : NULL, dout, inp, B,
+                                T, C, OC);
 }
 
 /* The same for a layernorm (weight w, bias w + 1). */

@@ -271,6 +271,48 @@ static void test_matmul_blocked(void)
     CHECK("kernels.matmul.blocked.split_rows", same_split, "dweight/dbias differ when the rows come in two calls");
 }
 
+/* The per-sequence sum: each sequence's fp32 gradient (ddp_matmul_backward_cpu with B = 1,
+   into zeros) added in double, bit for bit, also past one panel of depth (T > 256), and
+   with one thread as with many. */
+static void test_matmul_sum(void)
+{
+    enum { SB = 3, ST = 300, SC = 21, SOC = 37 };
+    float *dout = alloc((size_t)SB * ST * SOC), *inp = alloc((size_t)SB * ST * SC), *w = alloc(SOC * SC);
+    float *dw = alloc(SOC * SC), *db = alloc(SOC);
+    double *ew = (double *)calloc(SOC * SC, sizeof(double)), *eb = (double *)calloc(SOC, sizeof(double));
+    double *gw = (double *)calloc(SOC * SC, sizeof(double)), *gb = (double *)calloc(SOC, sizeof(double));
+    double *hw = (double *)calloc(SOC * SC, sizeof(double)), *hb = (double *)calloc(SOC, sizeof(double));
+    fill(dout, (size_t)SB * ST * SOC, 1); fill(inp, (size_t)SB * ST * SC, 2);
+    for (int i = 0; i < SOC * SC; i++) ew[i] = gw[i] = hw[i] = 0.5 * i; /* it adds to what is there */
+    for (int i = 0; i < SOC; i++) eb[i] = gb[i] = hb[i] = -0.25 * i;
+    for (int b = 0; b < SB; b++) {
+        memset(dw, 0, SOC * SC * sizeof(float)); memset(db, 0, SOC * sizeof(float));
+        ddp_matmul_backward_cpu(NULL, dw, db, dout + (size_t)b * ST * SOC, inp + (size_t)b * ST * SC, w, 1, ST, SC, SOC);
+        for (int i = 0; i < SOC * SC; i++) ew[i] += dw[i];
+        for (int i = 0; i < SOC; i++) eb[i] += db[i];
+    }
+    ddp_matmul_backward_sum_cpu(gw, gb, dout, inp, SB, ST, SC, SOC);
+#ifdef _OPENMP
+    omp_set_num_threads(1);
+#endif
+    ddp_matmul_backward_sum_cpu(hw, hb, dout, inp, SB, ST, SC, SOC);
+#ifdef _OPENMP
+    omp_set_num_threads(omp_get_num_procs());
+#endif
+    int same = 1, threads = 1;
+    for (int i = 0; i < SOC * SC; i++) {
+        same &= gw[i] == ew[i];
+        threads &= gw[i] == hw[i];
+    }
+    for (int i = 0; i < SOC; i++) {
+        same &= gb[i] == eb[i];
+        threads &= gb[i] == hb[i];
+    }
+    CHECK("kernels.matmul.sum_per_sequence", same && threads, "the double sum %s the per-sequence fp32 gradients; "
+          "one thread %s", same ? "matches" : "differs from", threads ? "agrees" : "differs");
+    free(dout); free(inp); free(w); free(dw); free(db); free(ew); free(eb); free(gw); free(gb); free(hw); free(hb);
+}
+
 /* ---- attention ---- */
 typedef struct { float x[B * T * 3 * C], out[B * T * C], lse[B * NH * T], w[B * T * C]; } att_s;
 static double att_loss(void *p)
@@ -696,6 +738,7 @@ int main(void)
     test_layernorm();
     test_matmul();
     test_matmul_blocked();
+    test_matmul_sum();
     test_attention();
     test_gelu();
     test_residual();
