@@ -292,30 +292,45 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
     for (int bt = 0; bt < (dinp ? B * T : 0); bt++) {
         const float *x = inp + (size_t)bt * C, *d = dout + (size_t)bt * C;
         float *dx = dinp + (size_t)bt * C;
-        float m = mean[bt], s = rstd[bt], dn_mean = 0.0f, dn_n_mean = 0.0f;
-        for (int c = 0; c < C; c++) {
-            float dn = d[c] * weight[c];
-            dn_mean += dn;
-            dn_n_mean += dn * (x[c] - m) * s;
+        const float m = mean[bt], s = rstd[bt];
+        float s1[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s2[8] = {0, 0, 0, 0, 0, 0, 0, 0}, dn_mean, dn_n_mean;
+        int c = 0;
+        for (; c + 8 <= C; c += 8) /* eight partial sums, as ddp__row_moment */
+            for (int k = 0; k < 8; k++) {
+                const float dn = d[c + k] * weight[c + k];
+                s1[k] += dn;
+                s2[k] += dn * (x[c + k] - m) * s;
+            }
+        for (; c < C; c++) {
+            const float dn = d[c] * weight[c];
+            s1[0] += dn;
+            s2[0] += dn * (x[c] - m) * s;
         }
-        dn_mean /= C;
-        dn_n_mean /= C;
-        for (int c = 0; c < C; c++) {
-            float n = (x[c] - m) * s;
+        dn_mean = (((s1[0] + s1[1]) + (s1[2] + s1[3])) + ((s1[4] + s1[5]) + (s1[6] + s1[7]))) / C;
+        dn_n_mean = (((s2[0] + s2[1]) + (s2[2] + s2[3])) + ((s2[4] + s2[5]) + (s2[6] + s2[7]))) / C;
+        for (c = 0; c < C; c++) {
+            const float n = (x[c] - m) * s;
             dx[c] += (d[c] * weight[c] - dn_mean - n * dn_n_mean) * s;
         }
     }
-    /* parameter gradients: parallel over channels, rows summed in order */
+    /* parameter gradients: parallel over blocks of 64 channels, each channel's rows summed
+       in order (row by row across the block, so that it vectorizes) */
     DDP__OMP(parallel for schedule(static))
-    for (int c = 0; c < (dweight ? C : 0); c++) {
-        float dw = 0.0f, db = 0.0f;
+    for (int c0 = 0; c0 < (dweight ? C : 0); c0 += 64) {
+        const int n = C - c0 < 64 ? C - c0 : 64;
+        float dw[64], db[64];
+        for (int c = 0; c < n; c++) dw[c] = db[c] = 0.0f;
         for (int bt = 0; bt < B * T; bt++) {
-            float d = dout[(size_t)bt * C + c];
-            dw += d * (inp[(size_t)bt * C + c] - mean[bt]) * rstd[bt];
-            db += d;
+            const float *d = dout + (size_t)bt * C + c0, *x = inp + (size_t)bt * C + c0, m = mean[bt], s = rstd[bt];
+            for (int c = 0; c < n; c++) {
+                dw[c] += d[c] * (x[c] - m) * s;
+                db[c] += d[c];
+            }
         }
-        dweight[c] += dw;
-        dbias[c] += db;
+        for (int c = 0; c < n; c++) {
+            dweight[c0 + c] += dw[c];
+            dbias[c0 + c] += db[c];
+        }
     }
 }
 
@@ -341,11 +356,15 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #define DDP__KC 256 /* depth of a panel of b: 16 KB */
 #define DDP__MC 255 /* most rows of a that one task walks per panel: ~128 KB of a in L2 */
 
-/* the tile inlined into each caller, where its strides and flags are constants */
+/* the tile inlined into each caller, where its strides and flags are constants; a
+   prefetch for writing, so that the next tile's rows of c arrive while this one computes
+   (c is new memory each layer: waiting on it cost 15% of the forward) */
 #if defined(__GNUC__) && !defined(__CUDACC__)
 #define DDP__HOT inline __attribute__((always_inline))
+#define DDP__PREFETCH_W(p) __builtin_prefetch((p), 1)
 #else
 #define DDP__HOT inline
+#define DDP__PREFETCH_W(p) ((void)(p))
 #endif
 
 /* fmaf where the hardware has it (one rounding and the full multiply-add rate), else a*b+c */
@@ -444,12 +463,21 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
         for (int k0 = 0; k0 < K || k0 == 0; k0 += DDP__KC) { /* K == 0 still writes bias */
             const int kc = K - k0 < DDP__KC ? K - k0 : DDP__KC;
             ddp__gemm_pack(bp, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
-            for (int m = m0; m < m1; m += DDP__MR)
+            for (int m = m0; m < m1; m += DDP__MR) {
+                for (int i = m + DDP__MR; i < m + 2 * DDP__MR && i < m1; i++)
+                    if (!csum) {
+                        DDP__PREFETCH_W(c + (size_t)i * N + n0);
+                        DDP__PREFETCH_W(c + (size_t)i * N + n0 + nv - 1);
+                    } else if (k0 + kc >= K) {
+                        DDP__PREFETCH_W(csum + (size_t)i * N + n0);
+                        DDP__PREFETCH_W(csum + (size_t)i * N + n0 + nv - 1);
+                    }
                 ddp__gemm_tile(csum ? part + (size_t)(m - m0) * DDP__NR : c + (size_t)m * N + n0,
                                csum ? DDP__NR : (size_t)N, m1 - m < DDP__MR ? m1 - m : DDP__MR, nv,
                                a + (size_t)m * am + (size_t)k0 * ak, am, ak, bp, DDP__NR, kc, k0 == 0 && !accumulate,
                                bias ? bias + n0 : NULL, csum && k0 + kc >= K ? csum + (size_t)m * N + n0 : NULL,
                                (size_t)N);
+            }
         }
     }
 }
@@ -687,7 +715,8 @@ static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t
 static inline void ddp_attention_forward_cpu(float *out, float *lse, const float *inp,
                                       int B, int T, int C, int NH)
 {
-    const int hs = C / NH, C3 = 3 * C, kb = ddp__att_keys(hs);
+    const int hs = C / NH, C3 = 3 * C; /* values read in place need no buffer: blocks of DDP__ATT_BLOCK keys */
+    const int kb = hs % 16 == 0 && hs <= 128 ? DDP__ATT_BLOCK : ddp__att_keys(hs);
     const int nq = (T + DDP__ATT_QB - 1) / DDP__ATT_QB;
     const float scale = 1.0f / sqrtf((float)hs);
     if (kb < 16) {
