@@ -20,6 +20,8 @@
        ddp_layernorm_backward_cpu   dinp, dweight, dbias +=
        ddp_matmul_forward_cpu       out = inp @ weight^T + bias
        ddp_matmul_backward_cpu      dinp, dweight, dbias +=
+       ddp_matmul_backward_sum_cpu  dweight, dbias += in double, each sequence's fp32 gradient
+                                    (CPU only: the world-size-invariant sum train_gpt.c uses)
        ddp_attention_forward_cpu    causal multi-head attention on fused qkv; saves lse
        ddp_attention_backward_cpu   dqkv +=
        ddp_gelu_forward_cpu         out = gelu(inp), tanh form
@@ -75,9 +77,10 @@
    backward pass and overwrites dlogits. An input gradient that is not needed (the
    first layer's dinp) may be NULL in every backward, CPU and GPU; the work for it is
    skipped. So may the parameter gradients of matmul and layernorm (dweight, dbias),
-   for a caller that sums them its own way (train_gpt.c: sequence by sequence, the
-   input gradients over the whole batch). On the GPU, parameter gradients (dweight, dbias, dwte, dwpe, and the grads
-   AdamW reads) are always float*, whatever F is; activations and their gradients are F.
+   for a caller that sums them its own way (train_gpt.c: sequence by sequence, with
+   ddp_matmul_backward_sum_cpu, the input gradients over the whole batch). On the
+   GPU, parameter gradients (dweight, dbias, dwte, dwpe, and the grads AdamW reads) are
+   always float*, whatever F is; activations and their gradients are F.
 
    LOSS ACROSS RANKS
    The cross-entropy's loss and dlogits divide by this rank's count n of valid targets
@@ -106,9 +109,12 @@
      planned once per shape, type, epilogue and alignment and cached in the context
      (DDP_KERNELS_LT_PLANS, round robin); where cuBLASLt has no algorithm (e.g. bf16
      rows of an unpadded 50257 vocabulary) cublasGemmEx does the product and a small
-     kernel adds the bias. CPU: register tiles of 5 rows x 16 columns over panels of
-     the other operand packed contiguous, so gcc vectorizes the inner loop into fused
-     multiply-adds; each element sums in ascending k whatever the threads or batch.
+     kernel adds the bias. CPU: register tiles of 8 rows x 16 columns (5 without
+     AVX-512) over panels of the other operand packed contiguous, so gcc vectorizes
+     the inner loop into fused multiply-adds, and the next tile's output prefetched;
+     each element sums in ascending k whatever the threads, batch or tile shape.
+     Build with -O3 -march=native (and -fno-math-errno, so that AdamW's sqrtf
+     vectorizes).
    - attention: causal softmax(q k^T / sqrt(hs)) v per head, on the fused qkv
      activation (B,T,3C) of the preceding matmul. The GPU forward is tiled in the
      flash-attention way: a block streams key/value tiles through shared memory,
@@ -120,8 +126,9 @@
      to 32, 64, 128) that hold 16 of its dimensions each, so no kernel spills
      registers (tests/test_kernel_regs.sh checks ptxas for sm_80 and sm_90). These
      kernels use CUDA cores (fp32 math), not tensor cores; head sizes up to 128.
-     The CPU twins take the same blocks, each product (q k^T, p v, and in the
-     backward dout v^T, ds k, ds^T q, p^T dout) through the matmul's register tile.
+     The CPU twins take the same blocks, each product (k q^T and p v, and in the
+     backward q k^T, dout v^T, ds k, ds^T q, p^T dout) through the matmul's register
+     tile, reading k, v, q and dout where they lie when hs is a multiple of 16.
    - gelu: the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
    - crossentropy: per row the max, then the exponentials (kept in dlogits on the
      CPU) summed in double on the CPU and in per-thread partial sums on the GPU; the

@@ -351,9 +351,10 @@ static void span(ddp_ctx *ctx, const char *fmt, ...)
 /* ---- backward -----------------------------------------------------------------------
    Layer by layer from the top. The gradients of the activations are computed for the
    whole micro-batch at once (every row on its own, so a sequence gets the same bits in
-   any batch); a parameter's gradient is computed sequence by sequence instead: each
-   sequence's lands in g->grads (fp32, zero before) and is moved into the double sum
-   g->grad_sum at once (add_sequence_grad). When a layer is done its region of grad_sum
+   any batch); a parameter's gradient is computed sequence by sequence instead, in fp32,
+   and added into the double sum g->grad_sum as it is made: by the matmul kernel itself
+   (ddp_matmul_backward_sum_cpu), or through g->grads (zero before) for layernorm and the
+   embeddings (add_sequence_grad). When a layer is done its region of grad_sum
    is final for this micro-step: ddp_grad_ready hands it to the all-reduce, which runs
    while the layers below are still being differentiated. */
 static void add_sequence_grad(gpt *g, const tensor *first, const tensor *last)
@@ -1357,10 +1358,11 @@ static int evaluate(trainer *t, double *loss, char *err, size_t errsize)
    before clipping. gpu_step is the same on the device. */
 static float cpu_step(gpt *g, float lr, float weight_decay, float clip, int step, double tokens)
 {
-    float norm = 0.0f;
-    size_t i;
+    float norm = 0.0f, *grads = g->grads;
+    const double *sum = g->grad_sum;
+    size_t i, n = g->num_params;
     int l;
-    for (i = 0; i < g->num_params; i++) g->grads[i] = (float)(g->grad_sum[i] / tokens);
+    for (i = 0; i < n; i++) grads[i] = (float)(sum[i] / tokens); /* locals: so that gcc vectorizes it */
     ddp_global_norm_cpu(&norm, g->grads, g->num_params);
     if (clip > 0) ddp_clip_by_norm_cpu(g->grads, g->num_params, clip, &norm);
     for (l = 0; l < g->num_tensors; l++) {
