@@ -421,7 +421,10 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
 #undef DDP__MADD
         }
     }
-    if (cs) {
+    if (cs && full) /* constant bounds, so that the conversion and the adds vectorize */
+        for (int i = 0; i < DDP__MR; i++)
+            for (int j = 0; j < DDP__NR; j++) cs[i * ldcs + j] += acc[i][j];
+    else if (cs) {
         for (int i = 0; i < DDP__MR; i++)
             for (int j = 0; j < DDP__NR; j++) edge[i][j] = acc[i][j];
         for (int i = 0; i < mv; i++)
