@@ -143,7 +143,9 @@
    PRECISION AND DETERMINISM
    CPU: fp32 storage and arithmetic; the loss mean, each cross-entropy row's sum of
    exponentials and the grad norm sum in double over a fixed partition, so they do
-   not depend on the thread count. GPU: activations and weights in F (fp32 or bf16),
+   not depend on the thread count. Row sums (layernorm, the norm's chunks) go in
+   eight lanes in a fixed order; no result depends on the threads, the tile shape or
+   which other rows share a call. GPU: activations and weights in F (fp32 or bf16),
    parameter gradients in fp32 (a bf16 "+=" loses small contributions across
    micro-batches); every kernel computes in fp32; layernorm statistics, log-sum-exp,
    losses, AdamW master weights and moments stay fp32.
@@ -160,7 +162,9 @@
    0.2  renamed ddp_global_norm_* / ddp_clip_by_norm_*, AdamW GPU in the CPU order;
         fp32 parameter gradients on the GPU; NULL input gradients; cached cuBLASLt
         plans with a cublasGemmEx fallback; attention without spills, any B*NH;
-        ddp_kernels_error; more accurate CPU layernorm and cross-entropy.
+        ddp_kernels_error; more accurate CPU layernorm and cross-entropy; CPU speed:
+        8-row tiles under AVX-512, output prefetch, attention reading k/v in place,
+        ddp_matmul_backward_sum_cpu, vectorized layernorm sums (new last bits there).
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
 #ifndef DDP_KERNELS_CUH
