@@ -877,7 +877,7 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
         float p[DDP__ATT_QB * DDP__ATT_BLOCK], ds[DDP__ATT_QB * DDP__ATT_BLOCK];
         float kp[DDP__ATT_KV], vp[DDP__ATT_KV], kc[DDP__ATT_KV], dk[DDP__ATT_KV], dv[DDP__ATT_KV];
         float qc[DDP__ATT_QB * 128], doc[DDP__ATT_QB * 128]; /* this block's q and dout rows, if packed */
-        size_t ks, kl, qs, ql, ds_, dl;
+        size_t ks, kl, qs, ql, dos, dol;
         for (int j0 = 0; j0 < T; j0 += kb) {
             const int nb = T - j0 < kb ? T - j0 : kb;
             const float *k = k0 + (size_t)j0 * C3;
@@ -908,14 +908,14 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
                     for (int j = n; j < nb; j++) pr[j] = dsr[j] = 0.0f;
                 }
                 const float *qr = ddp__att_panels(qc, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs, DDP__ATT_QB, &qs, &ql);
-                const float *dor = ddp__att_panels(doc, do0 + (size_t)t0 * C, (size_t)C, nr, hs, DDP__ATT_QB, &ds_, &dl);
+                const float *dor = ddp__att_panels(doc, do0 + (size_t)t0 * C, (size_t)C, nr, hs, DDP__ATT_QB, &dos, &dol);
                 for (int r = 0; r < nr; r += DDP__MR) { /* dq += ds k */
                     const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
                     ddp__att_product(dq0 + (size_t)(t0 + r) * C3, (size_t)C3, ds + r * kb, (size_t)kb, 1, kr, ks, kl,
                                      mv, hs, n, 0);
                 }
                 ddp__att_product(dk, (size_t)hs, ds, 1, (size_t)kb, qr, qs, ql, nb, hs, nr, 0);
-                ddp__att_product(dv, (size_t)hs, p, 1, (size_t)kb, dor, ds_, dl, nb, hs, nr, 0);
+                ddp__att_product(dv, (size_t)hs, p, 1, (size_t)kb, dor, dos, dol, nb, hs, nr, 0);
             }
             for (int j = 0; j < nb; j++)
                 for (int d = 0; d < hs; d++) {
