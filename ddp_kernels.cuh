@@ -333,7 +333,8 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
         float dw[64], db[64];
         for (int c = 0; c < n; c++) dw[c] = db[c] = 0.0f;
         for (int bt = 0; bt < B * T; bt++) {
-            const float *d = dout + (size_t)bt * C + c0, *x = inp + (size_t)bt * C + c0, m = mean[bt], s = rstd[bt];
+            const float *d = dout + (size_t)bt * C + c0, *x = inp + (size_t)bt * C + c0;
+            const float m = mean[bt], s = rstd[bt];
             for (int c = 0; c < n; c++) {
                 dw[c] += d[c] * (x[c] - m) * s;
                 db[c] += d[c];

@@ -1363,15 +1363,15 @@ static float cpu_step(gpt *g, float lr, float weight_decay, float clip, int step
     size_t i, n = g->num_params;
     int l;
     for (i = 0; i < n; i++) grads[i] = (float)(sum[i] / tokens); /* locals: so that gcc vectorizes it */
-    ddp_global_norm_cpu(&norm, g->grads, g->num_params);
-    if (clip > 0) ddp_clip_by_norm_cpu(g->grads, g->num_params, clip, &norm);
+    ddp_global_norm_cpu(&norm, grads, n);
+    if (clip > 0) ddp_clip_by_norm_cpu(grads, n, clip, &norm);
     for (l = 0; l < g->num_tensors; l++) {
         const tensor *t = &g->tensors[l];
         ddp_adamw_update_cpu(param(g, t), param_grad(g, t), g->m + t->offset, g->v + t->offset, t->numel, lr,
                              ADAMW_BETAS_EPS, weight_decay_of(t, weight_decay), step + 1);
     }
-    memset(g->grads, 0, g->num_params * sizeof(float)); /* the backward pass accumulates into both */
-    memset(g->grad_sum, 0, g->num_params * sizeof(double));
+    memset(grads, 0, n * sizeof(float)); /* the backward pass accumulates into both */
+    memset(g->grad_sum, 0, n * sizeof(double));
     return norm;
 }
 
