@@ -2,6 +2,8 @@
 #   make            examples (CPU builds with cc; GPU builds too when nvcc is present)
 #   make run        the main job: a short data-parallel training run
 #   make test       every test; the last line is "N passed, N failed, N skipped"
+#   make test-fast  about a minute: the C tests and the CPU examples' tests, no nvcc
+#                   (tests/README.md: what each test checks, its tier, how long it takes)
 #   make gpu-build  every GPU example and GPU test (needs nvcc, not a GPU)
 #   make check-gpu  on a GPU machine: a probe, the GPU tests, the benchmarks; fails if any
 #                   step fails; builds only binaries that are missing (run gpu-build first)
@@ -32,7 +34,8 @@ LESSONS      = $(patsubst %.c,%,$(wildcard examples/lessons/*/*.c))
 GPU_LESSONS  = $(addsuffix _gpu,$(LESSONS))
 GPU_TESTS    = $(patsubst %.cu,%,$(wildcard tests/test_*.cu))
 GPU_SCRIPTS  = $(wildcard tests/test_*_gpu.sh)
-TESTS        = $(patsubst %.c,%,$(wildcard tests/test_*.c)) $(if $(HAVE_NVCC),$(GPU_TESTS))
+C_TESTS      = $(patsubst %.c,%,$(wildcard tests/test_*.c))
+TESTS        = $(C_TESTS) $(if $(HAVE_NVCC),$(GPU_TESTS))
 TEST_SCRIPTS = $(wildcard tests/test_*.sh)
 HEADERS      = ddp.h ddp_kernels.cuh
 
@@ -41,7 +44,7 @@ HEADERS      = ddp.h ddp_kernels.cuh
 export DDP_EXPECT_ARCH = $(if $(filter file,$(origin NVARCH)),sm_80 sm_90 ptx:sm_90)
 export DDP_NVARCH = $(NVARCH)
 
-.PHONY: all run test gpu-build check-gpu install uninstall clean
+.PHONY: all run test test-fast gpu-build check-gpu install uninstall clean
 all: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS))
 
 examples/%: examples/%.c $(HEADERS)
@@ -61,6 +64,11 @@ run: examples/train_gpt
 
 test: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS)) $(TESTS)
 	@tests/run.sh $(TESTS) $(TEST_SCRIPTS)
+
+# The scripts whose row in tests/README.md's index says "fast" (the index is the list).
+FAST_SCRIPTS = $(shell sed -n 's/^| `\(test_[a-z0-9_]*\.sh\)` | fast |.*/tests\/\1/p' tests/README.md)
+test-fast: $(EXAMPLES) $(LESSONS) $(C_TESTS)
+	@tests/run.sh $(C_TESTS) $(FAST_SCRIPTS)
 
 gpu-build: $(GPU_EXAMPLES) $(GPU_LESSONS) $(GPU_TESTS)
 
