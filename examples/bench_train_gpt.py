@@ -5,7 +5,9 @@
     python3 examples/bench_train_gpt.py --shape large   # 6 layers, dim 384, ctx 256
     python3 examples/bench_train_gpt.py --rounds 5 --steps 30 --forms ddp2,torch_ddp
 
-Runs every form once per round, the forms alternating (A, B, C, A, B, C, ...), so that
+Prints the CPU first (its model as lscpu gives it, the vector instructions that matter for
+the matmul, the caches per core): a figure holds for the CPU it was measured on. Runs
+every form once per round, the forms alternating (A, B, C, A, B, C, ...), so that
 a machine that slows down or speeds up meanwhile touches all of them alike, and prints
 one table: tokens/s as the median of the rounds with the slowest and fastest in
 brackets, the achieved GFLOP/s as a fraction of the measured matmul ceiling, and each
@@ -31,6 +33,7 @@ counts: other work on the machine only lowers it), divided by FLOPs per token.
 """
 import argparse
 import os
+import platform
 import re
 import socket
 import statistics
@@ -225,6 +228,38 @@ def ceiling(args, C, T):
     return found
 
 
+def cpu_summary():
+    """'AMD EPYC (family 25, model 1); avx2 fma; L1d 32K, L2 512K per core; 2 cores' from /proc/cpuinfo
+    and sysfs (Linux), as much of it as this machine tells"""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())  # the first processor's
+    except OSError:
+        pass
+    model = info.get("model name") or info.get("Model") or platform.processor() or platform.machine()
+    if "cpu family" in info:
+        model += " (family %s, model %s)" % (info["cpu family"], info.get("model", "?"))
+    flags = (info.get("flags") or info.get("Features") or "").split()
+    isa = [f for f in ("avx512f", "avx512_bf16", "amx_tile", "avx2", "fma", "sve", "asimd") if f in flags]
+    parts = [model, " ".join(isa) or "no AVX2/AVX-512/NEON flags"]
+    caches = []
+    for index in range(4):
+        d = "/sys/devices/system/cpu/cpu0/cache/index%d/" % index
+        try:
+            level, kind, size = (open(d + n).read().strip() for n in ("level", "type", "size"))
+        except OSError:
+            continue
+        if kind != "Instruction" and level in ("1", "2"):
+            caches.append("L%s%s %s" % (level, "d" if kind == "Data" else "", size))
+    if caches:
+        parts.append(", ".join(caches) + " per core")
+    parts.append("%d cores" % os.cpu_count())
+    return "; ".join(parts)
+
+
 def torch_importable():
     return subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
 
@@ -263,6 +298,8 @@ def main():
         print("note: no PyTorch for %s: train_gpt alone (pip install torch for the comparison)" % sys.executable)
 
     fpt = flops_per_token(L, C, T)
+    cpu = cpu_summary()
+    print("cpu: " + cpu)
     print("shape %s: %d layers, %d heads, dim %d, ctx %d, vocab %d; global batch %d; %d steps per run, the first %d "
           "not timed; %d rounds; %d cores" % (args.shape, L, NH, C, T, VOCAB, args.batch, args.steps, args.warmup,
                                              args.rounds, os.cpu_count()))
@@ -282,7 +319,8 @@ def main():
           (fpt / 1e6, gflops, source, args.rounds, gflops * 1e9 / fpt if gflops else 0))
     med = {f: statistics.median(v) for f, v in results.items()}
     best_torch = max((med[f] for f in forms if f.startswith("torch")), default=0)
-    print("\n| | tokens/s, median (min-max) | of the matmul ceiling |%s" % (" vs best PyTorch |" if best_torch else ""))
+    print("\non %s:" % cpu)
+    print("| | tokens/s, median (min-max) | of the matmul ceiling |%s" % (" vs best PyTorch |" if best_torch else ""))
     print("|---|---:|---:|%s" % ("---:|" if best_torch else ""))
     for f in forms:
         frac = "%.0f%%" % (100 * med[f] * fpt / (gflops * 1e9)) if gflops else "-"
