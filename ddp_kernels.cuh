@@ -174,6 +174,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* OpenMP pragmas that vanish (without -Wunknown-pragmas noise) when OpenMP is off. */
@@ -371,13 +372,16 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 
 /* the tile inlined into each caller, where its strides and flags are constants; a
    prefetch for writing, so that the next tile's rows of c arrive while this one computes
-   (c is new memory each layer: waiting on it cost 15% of the forward) */
+   (c is new memory each layer: waiting on it cost 15% of the forward), and one for
+   reading a ahead where a is strided along k (the weight gradient's) */
 #if defined(__GNUC__) && !defined(__CUDACC__)
 #define DDP__HOT inline __attribute__((always_inline))
 #define DDP__PREFETCH_W(p) __builtin_prefetch((p), 1)
+#define DDP__PREFETCH_R(p) __builtin_prefetch((p))
 #else
 #define DDP__HOT inline
 #define DDP__PREFETCH_W(p) ((void)(p))
+#define DDP__PREFETCH_R(p) ((void)(p))
 #endif
 
 /* fmaf where the hardware has it (one rounding and the full multiply-add rate), else a*b+c */
@@ -418,6 +422,7 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
     for (int k = 0; k < kc; k++) {
         const float *b = bp + k * ldb;
 #define DDP__LOAD(i) x[i] = *ar[i]; ar[i] += ak;
+        if (ak != 1) DDP__PREFETCH_R(ar[0] + 8 * ak); /* each k a new line, often a new page: no hardware prefetch */
         DDP__TILE_ROWS(DDP__LOAD)
 #undef DDP__LOAD
         for (int j = 0; j < DDP__NR; j++) {
@@ -446,10 +451,37 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
     }
 }
 
+/* The packed panels that ddp__gemm_tile reads (16 columns per row of a panel), zero past
+   the last column. Rows of src as columns: dst[(p depth + d) 16 + j] = src[(16 p + j) ld + d]
+   (the forward's weight rows become the columns of its product, attention's keys those of
+   a score tile). */
+static inline void ddp__pack_rows(float *dst, const float *src, size_t ld, int rows, int depth)
+{
+    for (int p = 0; p * 16 < rows; p++) {
+        int d = 0;
+        if (rows - p * 16 >= 16) /* whole 16 x 16 blocks through a local copy, which gcc transposes in registers */
+            for (; d + 16 <= depth; d += 16) {
+                float t[16][16], *o = dst + ((size_t)p * depth + d) * 16;
+                for (int j = 0; j < 16; j++)
+                    for (int e = 0; e < 16; e++) t[j][e] = src[(p * 16 + j) * ld + d + e];
+                for (int e = 0; e < 16; e++)
+                    for (int j = 0; j < 16; j++) o[e * 16 + j] = t[j][e];
+            }
+        for (int j = 0; j < 16; j++) {
+            const int r = p * 16 + j;
+            for (int e = d; e < depth; e++) dst[((size_t)p * depth + e) * 16 + j] = r < rows ? src[r * ld + e] : 0.0f;
+        }
+    }
+}
+
 /* bp (kc, DDP__NR) = b[k*bk + j*bn] for j < nv, zero past nv; loads run along
    whichever of k and j is contiguous */
 static inline void ddp__gemm_pack(float *bp, const float *b, size_t bk, size_t bn, int kc, int nv)
 {
+    if (bk == 1) { /* b's columns are rows in memory (the forward's weight): transposed in blocks */
+        ddp__pack_rows(bp, b, bn, nv, kc);
+        return;
+    }
     if (nv < DDP__NR)
         for (int i = 0; i < kc * DDP__NR; i++) bp[i] = 0.0f;
     if (bn == 1 && nv == DDP__NR)
@@ -460,25 +492,45 @@ static inline void ddp__gemm_pack(float *bp, const float *b, size_t bk, size_t b
             for (int k = 0; k < kc; k++) bp[k * DDP__NR + j] = b[k * bk + j * bn];
 }
 
+/* Room for all of b packed (K, N rounded up to whole panels) when ddp__gemm's row blocks
+   would each pack the same panels again (M past one block): NULL when there is one block
+   or too little memory, and then each task packs its own. The bits are the same. */
+static inline float *ddp__gemm_packed(int M, int N, int K)
+{
+    if (M <= DDP__MC || N <= 0 || K <= 0) return NULL;
+    return (float *)malloc((size_t)K * (size_t)((N + DDP__NR - 1) / DDP__NR) * DDP__NR * sizeof(float));
+}
+
 /* c (M,N) = (accumulate ? c : bias (N) or 0) + a @ b, with a(i,k) = a[i*am + k*ak] and
    b(k,j) = b[k*bk + j*bn]; or, with csum, csum (M,N) += (double) (a @ b), c unused (each
    task keeps its chains between panels of b in fp32, as c would). Call it inside a
-   parallel region (or outside one, serially): its tasks are shared out and nobody waits
-   at the end. */
+   parallel region (or outside one, serially), every thread with the same arguments: its
+   tasks are shared out and nobody waits at the end. With bpk (from ddp__gemm_packed) the
+   team first packs every panel of b into it once, then waits for all of it. */
 static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, const float *b, size_t bk, size_t bn,
-                             const float *bias, int accumulate, int M, int N, int K, double *csum)
+                             const float *bias, int accumulate, int M, int N, int K, double *csum, float *bpk)
 {
     /* row blocks of equal size (in whole tiles), so that the tasks balance */
     const int blocks = M > 0 ? (M + DDP__MC - 1) / DDP__MC : 1, tiles = (M + DDP__MR - 1) / DDP__MR;
     const int mc = (tiles + blocks - 1) / blocks * DDP__MR, panels = M > 0 ? (N + DDP__NR - 1) / DDP__NR : 0;
+    const int depths = (K + DDP__KC - 1) / DDP__KC;
+    if (bpk) { /* panel p at bpk + 16 p K, depth k0 of it 16 k0 further */
+        DDP__OMP(for schedule(dynamic))
+        for (int t = 0; t < panels * depths; t++) {
+            const int n0 = t / depths * DDP__NR, k0 = t % depths * DDP__KC;
+            ddp__gemm_pack(bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn,
+                           K - k0 < DDP__KC ? K - k0 : DDP__KC, N - n0 < DDP__NR ? N - n0 : DDP__NR);
+        }
+    }
     DDP__OMP(for schedule(dynamic) nowait)
     for (int t = 0; t < blocks * panels; t++) {
-        float bp[DDP__KC * DDP__NR], part[(DDP__MC + DDP__MR) * DDP__NR]; /* a sum's rows (mc <= DDP__MC + MR - 1) */
+        float own[DDP__KC * DDP__NR], part[(DDP__MC + DDP__MR) * DDP__NR]; /* a sum's rows (mc <= DDP__MC + MR - 1) */
         const int m0 = t / panels * mc, n0 = t % panels * DDP__NR;
         const int m1 = m0 + mc < M ? m0 + mc : M, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
         for (int k0 = 0; k0 < K || k0 == 0; k0 += DDP__KC) { /* K == 0 still writes bias */
             const int kc = K - k0 < DDP__KC ? K - k0 : DDP__KC;
-            ddp__gemm_pack(bp, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
+            const float *bp = bpk ? bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR : own;
+            if (!bpk) ddp__gemm_pack(own, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
             for (int m = m0; m < m1; m += DDP__MR) {
                 for (int i = m + DDP__MR; i < m + 2 * DDP__MR && i < m1; i++)
                     if (!csum) {
@@ -502,8 +554,10 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
 static inline void ddp_matmul_forward_cpu(float *out, const float *inp, const float *weight,
                                    const float *bias, int B, int T, int C, int OC)
 {
+    float *bpk = ddp__gemm_packed(B * T, OC, C);
     DDP__OMP(parallel)
-    ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C, NULL);
+    ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C, NULL, bpk);
+    free(bpk);
 }
 
 /* dinp (B,T,C) +=, dweight (OC,C) +=, dbias (OC) += (each may be NULL: not needed);
@@ -513,10 +567,11 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
                                     const float *inp, const float *weight, int B, int T, int C, int OC)
 {
     const int BT = B * T;
+    float *wpk = dinp ? ddp__gemm_packed(BT, C, OC) : NULL, *ipk = dweight ? ddp__gemm_packed(OC, C, BT) : NULL;
     DDP__OMP(parallel)
     {
-        if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC, NULL);
-        if (dweight) ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT, NULL);
+        if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC, NULL, wpk);
+        if (dweight) ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT, NULL, ipk);
         if (dbias) {
             DDP__OMP(for schedule(static) nowait)
             for (int o0 = 0; o0 < OC; o0 += 64) {
@@ -526,6 +581,8 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
             }
         }
     }
+    free(wpk);
+    free(ipk);
 }
 
 /* dweight (OC,C) +=, dbias (OC) += (either may be NULL: not needed), in double: the
@@ -536,12 +593,13 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
 static inline void ddp_matmul_backward_sum_cpu(double *dweight, double *dbias, const float *dout, const float *inp,
                                                int B, int T, int C, int OC)
 {
+    float *ipk = dweight ? ddp__gemm_packed(OC, C, T) : NULL;
     DDP__OMP(parallel)
     {
         for (int b = 0; b < B && dweight; b++) {
             ddp__gemm(NULL, dout + (size_t)b * T * OC, 1, (size_t)OC, inp + (size_t)b * T * C, (size_t)C, 1, NULL, 0,
-                      OC, C, T, dweight);
-            DDP__OMP(barrier) /* the next sequence adds to the same elements */
+                      OC, C, T, dweight, ipk);
+            DDP__OMP(barrier) /* the next sequence adds to the same elements (and packs over ipk) */
         }
         if (dbias) {
             DDP__OMP(for schedule(static) nowait)
@@ -558,6 +616,7 @@ static inline void ddp_matmul_backward_sum_cpu(double *dweight, double *dbias, c
             }
         }
     }
+    free(ipk);
 }
 
 // >>attention cpu
@@ -659,28 +718,6 @@ static inline int ddp__att_keys(int hs)
     return kb < DDP__ATT_BLOCK ? kb : DDP__ATT_BLOCK;
 }
 
-/* The packed panels that ddp__gemm_tile reads (16 columns per row of a panel), zero past
-   the last column. Rows of src as columns: dst[(p depth + d) 16 + j] = src[(16 p + j) ld + d]
-   (keys become the columns of a score tile). */
-static inline void ddp__att_pack_rows(float *dst, const float *src, size_t ld, int rows, int depth)
-{
-    for (int p = 0; p * 16 < rows; p++) {
-        int d = 0;
-        if (rows - p * 16 >= 16) /* whole 16 x 16 blocks through a local copy, which gcc transposes in registers */
-            for (; d + 16 <= depth; d += 16) {
-                float t[16][16], *o = dst + ((size_t)p * depth + d) * 16;
-                for (int j = 0; j < 16; j++)
-                    for (int e = 0; e < 16; e++) t[j][e] = src[(p * 16 + j) * ld + d + e];
-                for (int e = 0; e < 16; e++)
-                    for (int j = 0; j < 16; j++) o[e * 16 + j] = t[j][e];
-            }
-        for (int j = 0; j < 16; j++) {
-            const int r = p * 16 + j;
-            for (int e = d; e < depth; e++) dst[((size_t)p * depth + e) * 16 + j] = r < rows ? src[r * ld + e] : 0.0f;
-        }
-    }
-}
-
 /* Columns of src in panels of 16: dst[p stride + r 16 + j] = src[r ld + 16 p + j]. */
 static inline void ddp__att_pack_cols(float *dst, size_t stride, const float *src, size_t ld, int rows, int cols)
 {
@@ -749,7 +786,7 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
         float m[DDP__ATT_QB], l[DDP__ATT_QB], mb[DDP__ATT_QB], lb[DDP__ATT_QB];
         float qp[DDP__ATT_QB * 128], vp[DDP__ATT_KV]; /* the queries as columns (hs, nr); values if packed */
         size_t vs, vl;
-        ddp__att_pack_rows(qp, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs);
+        ddp__pack_rows(qp, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs);
         for (int r = 0; r < nr; r++) {
             for (int d = 0; d < hs; d++) o0[(size_t)r * C + d] = 0.0f;
             m[r] = -INFINITY;
@@ -882,8 +919,8 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
         for (int j0 = 0; j0 < T; j0 += kb) {
             const int nb = T - j0 < kb ? T - j0 : kb;
             const float *k = k0 + (size_t)j0 * C3;
-            ddp__att_pack_rows(kp, k, (size_t)C3, nb, hs);                      /* for s = q k^T */
-            ddp__att_pack_rows(vp, k + C, (size_t)C3, nb, hs);                  /* for dp = dout v^T */
+            ddp__pack_rows(kp, k, (size_t)C3, nb, hs);                          /* for s = q k^T */
+            ddp__pack_rows(vp, k + C, (size_t)C3, nb, hs);                      /* for dp = dout v^T */
             const float *kr = ddp__att_panels(kc, k, (size_t)C3, nb, hs, kb, &ks, &kl); /* for dq += ds k */
             for (int e = 0; e < nb * hs; e++) dk[e] = dv[e] = 0.0f;
             for (int t0 = j0; t0 < T; t0 += DDP__ATT_QB) {
