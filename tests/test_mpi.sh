@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The MPI backend on one host: tests/test_mpi.c built with mpicc -DDDP_MPI and run
 # under Open MPI's mpirun for 1-5 ranks (every collective x dtype x op, bit for bit),
-# then ranks that disagree, a rank that leaves, a rank past the timeout, and a rank
-# killed mid-run (the job must end within seconds). Skips where mpicc/mpirun are
+# for 3 ranks again with the all-reduce chain in small chunks (many rounds) and with
+# the exchange (DDP_MPI_ALLREDUCE=exchange: the form for ranks dealt round-robin over
+# hosts), then ranks that disagree, a rank that leaves, a rank past the timeout, and a
+# rank killed mid-run (the job must end within seconds). Skips where mpicc/mpirun are
 # missing (.ci/run installs Debian's Open MPI).
 cd "$(dirname "$0")/.." || exit 1
 if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
@@ -22,6 +24,15 @@ for n in 1 2 3 5; do
   grep -E '^(PASS|FAIL|SKIP) ' "$tmp/out"
   if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/out"; then
     echo "FAIL mpi.w$n.run: mpirun exited $rc: $(grep -v '^PASS' "$tmp/out" | head -c 400 | tr '\n' ' ')"; fail=1
+  fi
+done
+for form in "small_chunks DDP_SHM_CHUNK=4096" "exchange DDP_MPI_ALLREDUCE=exchange"; do
+  set -- $form
+  DDP_TIMEOUT=60 run 300 -np 3 -x "$2" "$tmp/test_mpi" >"$tmp/out" 2>&1
+  rc=$?
+  grep -E '^(PASS|FAIL|SKIP) ' "$tmp/out" | sed "s/ mpi\./ mpi.$1./"
+  if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/out"; then
+    echo "FAIL mpi.$1.run: mpirun exited $rc: $(grep -v '^PASS' "$tmp/out" | head -c 400 | tr '\n' ' ')"; fail=1
   fi
 done
 check() { # name want-rc seconds-at-most mode np grep...
