@@ -26,10 +26,11 @@ token + position embedding, pre-LN blocks (fused qkv, causal attention, GELU tan
 tied lm_head, AdamW (0.9, 0.95, eps 1e-8, weight decay 0.1 on matrices), clipping at 1.
 
 FLOPs per token: 6 N + 12 L T C (N: the weights of the matmuls, lm_head included; the
-attention term as nanoGPT and PaLM count it). The ceiling: the best of sgemm through
-PyTorch (MKL/oneDNN) and ddp_kernels.cuh's own CPU matmul (train_gpt --bench-matmul)
-on the model's matmul shapes with all cores, measured once per round (the best round
-counts: other work on the machine only lowers it), divided by FLOPs per token.
+attention term as nanoGPT and PaLM count it). The ceiling: the better of the two rates
+train_gpt --bench-matmul measures on the model's matmul shapes with all cores,
+ddp_kernels.cuh's own CPU matmul and PyTorch's sgemm (MKL/oneDNN), once per round (the
+best round counts: other work on the machine only lowers it), divided by FLOPs per token.
+Both rates are printed, and ours as a fraction of PyTorch's.
 """
 import argparse
 import os
@@ -198,33 +199,42 @@ def command_of(form, args):
 
 
 # ---- the matmul ceiling -------------------------------------------------------------------
-def ceiling(args, C, T):
-    """[(GFLOP/s, what measured it)]: sgemm rates at the model's shapes, all cores"""
-    found = []
-    out = subprocess.run([TRAIN_GPT, "--bench-matmul", "--dim", str(C), "--ctx", str(T), "--batch-size",
-                          str(args.batch)], capture_output=True, text=True, timeout=args.timeout)
-    m = re.search(r"([0-9.]+) GFLOP/s", out.stdout)
-    if out.returncode == 0 and m:
-        found.append((float(m.group(1)), "ddp_kernels.cuh matmul"))
+def torch_matmul(args):
+    """--torch-matmul (train_gpt --bench-matmul asks for it): torch.mm's GFLOP/s on each weight's
+    forward, input-gradient and weight-gradient products at the model's shapes (batch x ctx
+    rows), each the best of 5, with --threads threads; one line of torch's version, then
+    'out in fwd dinp dweight' per weight"""
     try:
         import torch
-        torch.set_num_threads(args.threads)
-        M, flops, best = args.batch * T, 0.0, 0.0
-        for _ in range(3):
-            seconds = 0.0
-            for oc, ic in matmul_shapes(C):
-                x, w, dy = torch.randn(M, ic), torch.randn(oc, ic), torch.randn(M, oc)
-                for _ in range(2):  # warm
-                    x @ w.t()
+    except ImportError as e:
+        print("no PyTorch for %s (%s)" % (sys.executable, e))
+        return 1
+    torch.set_num_threads(args.threads)
+    M = args.batch * args.ctx
+    print("PyTorch %s" % torch.__version__)
+    for oc, ic in matmul_shapes(args.dim, args.vocab):
+        x, w, dy = torch.randn(M, ic), torch.randn(oc, ic), torch.randn(M, oc)
+        rates = []
+        for product in (lambda: x @ w.t(), lambda: dy @ w, lambda: dy.t() @ x):
+            product()  # warm
+            best = float("inf")
+            for _ in range(5):
                 t0 = time.perf_counter()
-                for _ in range(5):  # forward, and the two products of the backward
-                    x @ w.t(), dy @ w, dy.t() @ x
-                seconds += time.perf_counter() - t0
-            flops = sum(5 * 3 * 2.0 * M * oc * ic for oc, ic in matmul_shapes(C))
-            best = max(best, flops / seconds / 1e9)
-        found.append((best, "PyTorch %s sgemm" % torch.__version__))
-    except ImportError:
-        pass
+                product()
+                best = min(best, time.perf_counter() - t0)
+            rates.append(2.0 * M * oc * ic / best / 1e9)
+        print("%d %d %.4g %.4g %.4g" % (oc, ic, rates[0], rates[1], rates[2]))
+    return 0
+
+
+def ceiling(args, C, T):
+    """[(GFLOP/s, what measured it)]: train_gpt --bench-matmul's rates at the model's shapes with
+    all cores, ddp_kernels.cuh's own and PyTorch's sgemm where torch imports"""
+    out = subprocess.run([TRAIN_GPT, "--bench-matmul", "--dim", str(C), "--ctx", str(T), "--batch-size",
+                          str(args.batch)], capture_output=True, text=True, timeout=args.timeout)
+    found = []
+    for rate, what in re.findall(r"^matmul: ([0-9.]+) GFLOP/s \((ddp_kernels.cuh|PyTorch \S+ sgemm)", out.stdout, re.M):
+        found.append((float(rate), "ddp_kernels.cuh matmul" if what.startswith("ddp") else what))
     return found
 
 
@@ -278,10 +288,14 @@ def main():
     ap.add_argument("--heads", type=int)
     ap.add_argument("--dim", type=int)
     ap.add_argument("--ctx", type=int)
+    ap.add_argument("--vocab", type=int, default=VOCAB)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--torch-matmul", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return torch_worker(args)
+    if args.torch_matmul:
+        return torch_matmul(args)
     if args.steps <= args.warmup or args.rounds < 1 or args.batch % 4:
         ap.error("need --steps > --warmup, --rounds >= 1, and a --batch that 1, 2 and 4 ranks divide")
     if not os.access(TRAIN_GPT, os.X_OK):
@@ -301,8 +315,7 @@ def main():
     cpu = cpu_summary()
     print("cpu: " + cpu)
     print("shape %s: %d layers, %d heads, dim %d, ctx %d, vocab %d; global batch %d; %d steps per run, the first %d "
-          "not timed; %d rounds; %d cores" % (args.shape, L, NH, C, T, VOCAB, args.batch, args.steps, args.warmup,
-                                             args.rounds, os.cpu_count()))
+          "not timed; %d rounds" % (args.shape, L, NH, C, T, VOCAB, args.batch, args.steps, args.warmup, args.rounds))
     results, ceilings = {f: [] for f in forms}, []
     for r in range(args.rounds):
         ceilings += ceiling(args, C, T)
@@ -315,6 +328,14 @@ def main():
             print("round %d %-14s %9.0f tokens/s" % (r + 1, f, tps), flush=True)
 
     gflops, source = max(ceilings) if ceilings else (0.0, "nothing measured")
+    best = {}
+    for rate, what in ceilings:
+        best[what] = max(rate, best.get(what, 0.0))
+    print("\nmatmul at the model's shapes, best of %d rounds: %s" % (args.rounds, ", ".join(
+        "%s %.1f GFLOP/s" % (what, rate) for what, rate in sorted(best.items()))))
+    ours = best.pop("ddp_kernels.cuh matmul", 0.0)
+    for what, rate in best.items():
+        print("ddp_kernels.cuh matmul at %.0f%% of %s" % (100 * ours / rate, what))
     print("\n%.2f MFLOP per token; matmul ceiling %.1f GFLOP/s (%s, best of %d rounds) = %.0f tokens/s" %
           (fpt / 1e6, gflops, source, args.rounds, gflops * 1e9 / fpt if gflops else 0))
     med = {f: statistics.median(v) for f, v in results.items()}
