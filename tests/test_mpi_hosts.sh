@@ -73,15 +73,13 @@ if [ "$1" = bench ]; then # median (min-max) of each form's bus bandwidth per si
   done
   echo; echo "busbw GB/s, 2 hosts x 2 ranks, f32 sum, median of 3 (min-max); bench_allreduce --iters 10"
   echo "| size | exchange | chain | chain / exchange |"; echo "|---:|---:|---:|---:|"
-  for size in $(awk '{ print $2 }' "$tmp/rates" | sort -nu); do
-    row=$(for form in exchange chain; do
-      awk -v f=$form -v s=$size '$1 == f && $2 == s { print $3 }' "$tmp/rates" | sort -g | awk '{ v[NR] = $1 }
-        END { printf "%s %s %s ", v[int((NR + 1) / 2)], v[1], v[NR] }'; done)
-    set -- $row
-    awk -v s=$size -v a="$1" -v al="$2" -v ah="$3" -v b="$4" -v bl="$5" -v bh="$6" 'BEGIN {
-      printf "| %s | %.3f (%.3f-%.3f) | %.3f (%.3f-%.3f) | %.2fx |\n",
-        s >= 1048576 ? s / 1048576 " MB" : s / 1024 " KB", a, al, ah, b, bl, bh, b / a }'
-  done
+  sort -k2,2n -k3,3g "$tmp/rates" | awk '
+    function cell(f, s) { n = count[f, s]; return sprintf("%.3f (%.3f-%.3f)", v[f, s, int((n + 1) / 2)], v[f, s, 1], v[f, s, n]) }
+    { v[$1, $2, ++count[$1, $2]] = $3; if (!seen[$2]++) sizes[++ns] = $2 }
+    END { for (i = 1; i <= ns; i++) { s = sizes[i]; e = v["exchange", s, int((count["exchange", s] + 1) / 2)]
+            c = v["chain", s, int((count["chain", s] + 1) / 2)]
+            size = s >= 1048576 ? (s / 1048576) " MB" : (s / 1024) " KB"
+            printf "| %s | %s | %s | %.2fx |\n", size, cell("exchange", s), cell("chain", s), (e > 0 ? c / e : 0) } }'
   exit 0
 fi
 build examples/train_classifier.c clf
