@@ -422,7 +422,7 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
     for (int k = 0; k < kc; k++) {
         const float *b = bp + k * ldb;
 #define DDP__LOAD(i) x[i] = *ar[i]; ar[i] += ak;
-        if (ak != 1) DDP__PREFETCH_R(ar[0] + 8 * ak); /* each k a new line, often a new page: no hardware prefetch */
+        if (ak >= 16) DDP__PREFETCH_R(ar[0] + 8 * ak); /* each k a new line, often a new page: no hardware prefetch */
         DDP__TILE_ROWS(DDP__LOAD)
 #undef DDP__LOAD
         for (int j = 0; j < DDP__NR; j++) {
@@ -492,35 +492,66 @@ static inline void ddp__gemm_pack(float *bp, const float *b, size_t bk, size_t b
             for (int k = 0; k < kc; k++) bp[k * DDP__NR + j] = b[k * bk + j * bn];
 }
 
-/* Room for all of b packed (K, N rounded up to whole panels) when ddp__gemm's row blocks
-   would each pack the same panels again (M past one block): NULL when there is one block
-   or too little memory, and then each task packs its own. The bits are the same. */
-static inline float *ddp__gemm_packed(int M, int N, int K)
+/* Floats of ddp__gemm's scratch: b packed whole (K, N rounded up to whole panels) when its
+   row blocks would each pack the same panels again (M past one block), then a packed
+   (M rounded up to whole tiles, K) when it is strided along k (ak != 1: each k a new
+   line, often a new page, where the hardware prefetches nothing), each tile's rows k by k. */
+static inline size_t ddp__gemm_b_floats(int M, int N, int K)
 {
-    if (M <= DDP__MC || N <= 0 || K <= 0) return NULL;
-    return (float *)malloc((size_t)K * (size_t)((N + DDP__NR - 1) / DDP__NR) * DDP__NR * sizeof(float));
+    return M > DDP__MC && N > 0 && K > 0 ? (size_t)K * (size_t)((N + DDP__NR - 1) / DDP__NR) * DDP__NR : 0;
+}
+static inline size_t ddp__gemm_a_floats(int M, int K, size_t ak)
+{
+    return ak != 1 && M > 0 && K > 0 ? (size_t)K * (size_t)((M + DDP__MR - 1) / DDP__MR) * DDP__MR : 0;
+}
+
+/* ddp__gemm's scratch for these shapes, or NULL: not needed, or too little memory, and
+   then ddp__gemm packs b per task and reads a in place. The bits are the same. */
+static inline float *ddp__gemm_scratch(int M, int N, int K, size_t ak)
+{
+    const size_t n = ddp__gemm_b_floats(M, N, K) + ddp__gemm_a_floats(M, K, ak);
+    return n ? (float *)malloc(n * sizeof(float)) : NULL;
+}
+
+/* Rows k0..k1-1 of a (a(m,k) = a[m*am + k*ak], M rows) into every tile of ap: tile i's
+   (MR, K) rows k-major at ap + i MR K, rows past M repeating the last. */
+static inline void ddp__gemm_pack_a(float *ap, const float *a, size_t am, size_t ak, int M, int K, int k0, int k1)
+{
+    for (int i = 0; i * DDP__MR < M; i++)
+        for (int k = k0; k < k1; k++)
+            for (int r = 0; r < DDP__MR; r++) {
+                const int m = i * DDP__MR + r < M ? i * DDP__MR + r : M - 1;
+                ap[((size_t)i * K + k) * DDP__MR + r] = a[(size_t)m * am + (size_t)k * ak];
+            }
 }
 
 /* c (M,N) = (accumulate ? c : bias (N) or 0) + a @ b, with a(i,k) = a[i*am + k*ak] and
    b(k,j) = b[k*bk + j*bn]; or, with csum, csum (M,N) += (double) (a @ b), c unused (each
    task keeps its chains between panels of b in fp32, as c would). Call it inside a
    parallel region (or outside one, serially), every thread with the same arguments: its
-   tasks are shared out and nobody waits at the end. With bpk (from ddp__gemm_packed) the
-   team first packs every panel of b into it once, then waits for all of it. */
+   tasks are shared out and nobody waits at the end. With scratch (ddp__gemm_scratch's for
+   the same M, N, K and ak) the team first packs b and a into it, then waits for all of it. */
 static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, const float *b, size_t bk, size_t bn,
-                             const float *bias, int accumulate, int M, int N, int K, double *csum, float *bpk)
+                             const float *bias, int accumulate, int M, int N, int K, double *csum, float *scratch)
 {
     /* row blocks of equal size (in whole tiles), so that the tasks balance */
     const int blocks = M > 0 ? (M + DDP__MC - 1) / DDP__MC : 1, tiles = (M + DDP__MR - 1) / DDP__MR;
     const int mc = (tiles + blocks - 1) / blocks * DDP__MR, panels = M > 0 ? (N + DDP__NR - 1) / DDP__NR : 0;
     const int depths = (K + DDP__KC - 1) / DDP__KC;
-    if (bpk) { /* panel p at bpk + 16 p K, depth k0 of it 16 k0 further */
+    const size_t bfl = scratch ? ddp__gemm_b_floats(M, N, K) : 0, afl = scratch ? ddp__gemm_a_floats(M, K, ak) : 0;
+    float *bpk = bfl ? scratch : NULL, *apk = afl ? scratch + bfl : NULL;
+    const int bjobs = bpk ? panels * depths : 0, jobs = bjobs + (apk ? (K + 15) / 16 : 0);
+    if (jobs) { /* b's panel p at bpk + 16 p K, depth k0 of it 16 k0 further; a by 16 rows of k */
         DDP__OMP(for schedule(dynamic))
-        for (int t = 0; t < panels * depths; t++) {
-            const int n0 = t / depths * DDP__NR, k0 = t % depths * DDP__KC;
-            ddp__gemm_pack(bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn,
-                           K - k0 < DDP__KC ? K - k0 : DDP__KC, N - n0 < DDP__NR ? N - n0 : DDP__NR);
-        }
+        for (int t = 0; t < jobs; t++)
+            if (t < bjobs) {
+                const int n0 = t / depths * DDP__NR, k0 = t % depths * DDP__KC;
+                ddp__gemm_pack(bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR, b + (size_t)k0 * bk + (size_t)n0 * bn, bk,
+                               bn, K - k0 < DDP__KC ? K - k0 : DDP__KC, N - n0 < DDP__NR ? N - n0 : DDP__NR);
+            } else {
+                const int k0 = (t - bjobs) * 16;
+                ddp__gemm_pack_a(apk, a, am, ak, M, K, k0, K - k0 < 16 ? K : k0 + 16);
+            }
     }
     DDP__OMP(for schedule(dynamic) nowait)
     for (int t = 0; t < blocks * panels; t++) {
@@ -542,7 +573,8 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                     }
                 ddp__gemm_tile(csum ? part + (size_t)(m - m0) * DDP__NR : c + (size_t)m * N + n0,
                                csum ? DDP__NR : (size_t)N, m1 - m < DDP__MR ? m1 - m : DDP__MR, nv,
-                               a + (size_t)m * am + (size_t)k0 * ak, am, ak, bp, DDP__NR, kc, k0 == 0 && !accumulate,
+                               apk ? apk + ((size_t)(m / DDP__MR) * K + k0) * DDP__MR : a + (size_t)m * am + (size_t)k0 * ak,
+                               apk ? 1 : am, apk ? DDP__MR : ak, bp, DDP__NR, kc, k0 == 0 && !accumulate,
                                bias ? bias + n0 : NULL, csum && k0 + kc >= K ? csum + (size_t)m * N + n0 : NULL,
                                (size_t)N);
             }
@@ -554,10 +586,10 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
 static inline void ddp_matmul_forward_cpu(float *out, const float *inp, const float *weight,
                                    const float *bias, int B, int T, int C, int OC)
 {
-    float *bpk = ddp__gemm_packed(B * T, OC, C);
+    float *scratch = ddp__gemm_scratch(B * T, OC, C, 1);
     DDP__OMP(parallel)
-    ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C, NULL, bpk);
-    free(bpk);
+    ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C, NULL, scratch);
+    free(scratch);
 }
 
 /* dinp (B,T,C) +=, dweight (OC,C) +=, dbias (OC) += (each may be NULL: not needed);
@@ -567,11 +599,11 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
                                     const float *inp, const float *weight, int B, int T, int C, int OC)
 {
     const int BT = B * T;
-    float *wpk = dinp ? ddp__gemm_packed(BT, C, OC) : NULL, *ipk = dweight ? ddp__gemm_packed(OC, C, BT) : NULL;
+    float *ds = dinp ? ddp__gemm_scratch(BT, C, OC, 1) : NULL, *ws = dweight ? ddp__gemm_scratch(OC, C, BT, OC) : NULL;
     DDP__OMP(parallel)
     {
-        if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC, NULL, wpk);
-        if (dweight) ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT, NULL, ipk);
+        if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC, NULL, ds);
+        if (dweight) ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT, NULL, ws);
         if (dbias) {
             DDP__OMP(for schedule(static) nowait)
             for (int o0 = 0; o0 < OC; o0 += 64) {
@@ -581,8 +613,8 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
             }
         }
     }
-    free(wpk);
-    free(ipk);
+    free(ds);
+    free(ws);
 }
 
 /* dweight (OC,C) +=, dbias (OC) += (either may be NULL: not needed), in double: the
@@ -593,13 +625,13 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
 static inline void ddp_matmul_backward_sum_cpu(double *dweight, double *dbias, const float *dout, const float *inp,
                                                int B, int T, int C, int OC)
 {
-    float *ipk = dweight ? ddp__gemm_packed(OC, C, T) : NULL;
+    float *scratch = dweight ? ddp__gemm_scratch(OC, C, T, (size_t)OC) : NULL;
     DDP__OMP(parallel)
     {
         for (int b = 0; b < B && dweight; b++) {
             ddp__gemm(NULL, dout + (size_t)b * T * OC, 1, (size_t)OC, inp + (size_t)b * T * C, (size_t)C, 1, NULL, 0,
-                      OC, C, T, dweight, ipk);
-            DDP__OMP(barrier) /* the next sequence adds to the same elements (and packs over ipk) */
+                      OC, C, T, dweight, scratch);
+            DDP__OMP(barrier) /* the next sequence adds to the same elements (and packs over the scratch) */
         }
         if (dbias) {
             DDP__OMP(for schedule(static) nowait)
@@ -616,7 +648,7 @@ static inline void ddp_matmul_backward_sum_cpu(double *dweight, double *dbias, c
             }
         }
     }
-    free(ipk);
+    free(scratch);
 }
 
 // >>attention cpu
