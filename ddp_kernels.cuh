@@ -110,9 +110,11 @@
      (DDP_KERNELS_LT_PLANS, round robin); where cuBLASLt has no algorithm (e.g. bf16
      rows of an unpadded 50257 vocabulary) cublasGemmEx does the product and a small
      kernel adds the bias. CPU: register tiles of 8 rows x 16 columns (5 without
-     AVX-512) over panels of the other operand packed contiguous, so gcc vectorizes
-     the inner loop into fused multiply-adds, and the next tile's output prefetched;
-     each element sums in ascending k whatever the threads, batch or tile shape.
+     AVX-512) over panels of the other operand packed contiguous (once per call,
+     shared by the threads), so gcc vectorizes the inner loop into fused
+     multiply-adds; the weight gradient's transposed operand packed too, tile by
+     tile, and the next tile's output prefetched; each element sums in ascending k
+     whatever the threads, batch or tile shape.
      Build with -O3 -march=native (and -fno-math-errno, so that AdamW's sqrtf
      vectorizes).
    - attention: causal softmax(q k^T / sqrt(hs)) v per head, on the fused qkv
@@ -352,10 +354,12 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 /* ---- matmul ------------------------------------------------------------- */
 /* The forward and both backward products run through one blocked kernel,
    c (M,N) = init + a (M,K) @ b (K,N), with each operand given by its strides. A task
-   owns up to DDP__MC rows by DDP__NR columns of c; it copies a DDP__KC-deep slice of those
-   columns of b into a contiguous panel (zero past N) that stays in L1, and sweeps a
+   owns up to DDP__MC rows by DDP__NR columns of c; it takes a DDP__KC-deep slice of those
+   columns of b as a contiguous panel (zero past N) that stays in L1, and sweeps a
    register tile of DDP__MR rows down it, so the inner loop is DDP__MR vector
-   multiply-adds along the columns per loaded panel row. Each element of c is one
+   multiply-adds along the columns per loaded panel row. The panels are packed once per
+   call for all row blocks (into a scratch the call allocates; without it, each task
+   packs its own), and so is a where it is strided along k. Each element of c is one
    chain of multiply-adds in ascending k, started from init (bias, zero, or c itself)
    and stored in fp32 between panels, so its bits do not depend on the blocking, on
    which other rows are in the batch, or on how many threads share the tasks. */
@@ -372,16 +376,13 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 
 /* the tile inlined into each caller, where its strides and flags are constants; a
    prefetch for writing, so that the next tile's rows of c arrive while this one computes
-   (c is new memory each layer: waiting on it cost 15% of the forward), and one for
-   reading a ahead where a is strided along k (the weight gradient's) */
+   (c is new memory each layer: waiting on it cost 15% of the forward) */
 #if defined(__GNUC__) && !defined(__CUDACC__)
 #define DDP__HOT inline __attribute__((always_inline))
 #define DDP__PREFETCH_W(p) __builtin_prefetch((p), 1)
-#define DDP__PREFETCH_R(p) __builtin_prefetch((p))
 #else
 #define DDP__HOT inline
 #define DDP__PREFETCH_W(p) ((void)(p))
-#define DDP__PREFETCH_R(p) ((void)(p))
 #endif
 
 /* fmaf where the hardware has it (one rounding and the full multiply-add rate), else a*b+c */
@@ -422,7 +423,6 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
     for (int k = 0; k < kc; k++) {
         const float *b = bp + k * ldb;
 #define DDP__LOAD(i) x[i] = *ar[i]; ar[i] += ak;
-        if (ak >= 16) DDP__PREFETCH_R(ar[0] + 8 * ak); /* each k a new line, often a new page: no hardware prefetch */
         DDP__TILE_ROWS(DDP__LOAD)
 #undef DDP__LOAD
         for (int j = 0; j < DDP__NR; j++) {
