@@ -2853,7 +2853,7 @@ static int ddp__nccl_usable(char *why, size_t n)
 typedef struct ddp__mpi {
     MPI_Comm comm;
     int has_comm;
-    char *stage;           /* W blocks of a piece; the chain's requests */
+    char *stage;           /* W blocks of a piece */
     size_t staged;
     int *counts, *displs;  /* per rank, in bytes */
     int owns_mpi;          /* this context initialised MPI and finalises it */
@@ -3180,6 +3180,16 @@ static ddp_result ddp__mpi_chain_init(ddp_ctx *ctx)
     return DDP_OK;
 }
 
+static void ddp__mpi_chain_release(ddp__mpi *b)
+{
+    if (!b) return;
+    if (b->chain) MPI_Win_unlock_all(b->win);
+    if (b->win != MPI_WIN_NULL) MPI_Win_free(&b->win);
+    if (b->leaders != MPI_COMM_NULL) MPI_Comm_free(&b->leaders);
+    if (b->results != MPI_COMM_NULL) MPI_Comm_free(&b->results);
+    if (b->local != MPI_COMM_NULL) MPI_Comm_free(&b->local);
+}
+
 /* The group from MPI itself: rank, size, local ranks, nodes, and the settings that
    must match, all without the store. */
 static ddp_result ddp__mpi_group(ddp_ctx *ctx)
@@ -3246,12 +3256,8 @@ static ddp_result ddp__mpi_init(ddp_ctx *ctx)
 static void ddp__mpi_release(ddp_ctx *ctx)
 {
     ddp__mpi *b = ddp__mpi_of(ctx);
+    ddp__mpi_chain_release(b);
     if (!b) return;
-    if (b->chain) MPI_Win_unlock_all(b->win);
-    if (b->win != MPI_WIN_NULL) MPI_Win_free(&b->win);
-    if (b->leaders != MPI_COMM_NULL) MPI_Comm_free(&b->leaders);
-    if (b->results != MPI_COMM_NULL) MPI_Comm_free(&b->results);
-    if (b->local != MPI_COMM_NULL) MPI_Comm_free(&b->local);
     if (b->has_comm) MPI_Comm_free(&b->comm);
     if (b->owns_mpi) {
         int finalized = 0;
