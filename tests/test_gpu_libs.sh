@@ -25,6 +25,7 @@ for src in examples/*.c examples/*.cu examples/lessons/[0-9]*/*.c tests/test_*.c
   want=""
   grep -q '^#define DDP_IMPLEMENTATION' "$src" && want="libnccl.so.2"
   grep -q '^#include "ddp_kernels.cuh"' "$src" && want="$want libcublasLt.so.$major libcublas.so.$major"
+  want=${want# }
   bad=""
   for lib in libnccl.so.2 "libcublasLt.so.$major" "libcublas.so.$major"; do
     case " $want " in *" $lib "*) in_want=1 ;; *) in_want=0 ;; esac
