@@ -2730,7 +2730,7 @@ static ddp_result ddp__nccl_own_gpu(ddp_ctx *ctx, int visible)
     cudaDeviceGetAttribute(&dom, cudaDevAttrPciDomainId, ctx->device);
     cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, ctx->device);
     cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, ctx->device);
-    snprintf(mine, sizeof mine, "%d %04x:%02x:%02x.0", ctx->node_rank, dom, bus, slot);
+    snprintf(mine, sizeof mine, "%04x:%02x:%02x.0 of node %d", dom, bus, slot, ctx->node_rank);
     parts = DDP__CAST(const char **, DDP_MALLOC(sizeof(char *) * (size_t)w));
     lens = DDP__CAST(uint32_t *, DDP_MALLOC(sizeof(uint32_t) * (size_t)w));
     r = parts && lens ? ddp__store_gather(ctx, "gpu", mine, (uint32_t)strlen(mine), &all, parts, lens,
@@ -2739,10 +2739,10 @@ static ddp_result ddp__nccl_own_gpu(ddp_ctx *ctx, int visible)
     for (i = 0; r == DDP_OK && i < w; i++)
         for (j = i + 1; r == DDP_OK && j < w; j++)
             if (lens[i] == lens[j] && memcmp(parts[i], parts[j], lens[i]) == 0)
-                r = ddp__fail(ctx, DDP_ERR_ENV, "ranks %d and %d would share GPU %s of node %d (this rank sees %d, "
+                r = ddp__fail(ctx, DDP_ERR_ENV, "ranks %d and %d would share GPU %.*s (this rank sees %d, "
                               "CUDA_VISIBLE_DEVICES=%s%s%s): NCCL needs a GPU per rank; start at most one rank per GPU, "
-                              "or use DDP_BACKEND=cpu", i, j, strchr(mine, ' ') + 1, ctx->node_rank, visible,
-                              cvd ? "'" : "", cvd ? cvd : "unset", cvd ? "'" : "");
+                              "or use DDP_BACKEND=cpu", i, j, (int)lens[i], parts[i], visible, cvd ? "'" : "",
+                              cvd ? cvd : "unset", cvd ? "'" : "");
     DDP_FREE(all);
     DDP_FREE(parts);
     DDP_FREE(lens);
