@@ -40,12 +40,12 @@ export DDP_REQUIRE_GPU=1 DDP_CPU_TWIN=$PWD/tests/train_gpt_twin
 
 row() { rows+=("| $1 | $2 | $3 | ${4//|//} |"); } # step, result, seconds, detail
 
-# step NAME TIMEOUT CMD...: runs CMD under the smaller of TIMEOUT and what the budget has
-# left (less a reserve for the table), its output to the terminal, the log and $out;
-# sets rc (124: timed out; 255: not run) and secs
+# step TIMEOUT CMD...: runs CMD under the smaller of TIMEOUT and what the budget has left
+# (less a reserve for the table), its output to the terminal, the log and $out; sets rc
+# (124: timed out; 255: not run) and secs
 step() {
-  local name=$1 limit=$2 t0 left
-  shift 2
+  local limit=$1 t0 left
+  shift
   left=$(( deadline - $(date +%s) - 10 ))
   if [ "$left" -lt 5 ]; then
     rc=255 secs=0
@@ -85,7 +85,7 @@ build() {
   for b in "$@"; do [ -x "$b" ] || missing="$missing $b"; done
   [ -z "$missing" ] && return
   echo "check-gpu: not built here:$missing; building them (make gpu-build beforehand, and carry examples/ and tests/, saves this)"
-  step "build" 300 make -j"$(nproc)" --no-print-directory $missing
+  step 300 make -j"$(nproc)" --no-print-directory $missing
   verdict "build$missing" "$(tail -n 1 "$out" | head -c 120)"
 }
 
@@ -133,7 +133,7 @@ if [ "${1-}" = --libraries ]; then # BIN...: this step alone (tests/test_gpu_lib
 fi
 build tests/test_gpu_probe
 libraries
-step probe 30 tests/test_gpu_probe
+step 30 tests/test_gpu_probe
 verdict "probe" "$(grep -m1 '^device 0:' "$out" || grep -m1 '^FAIL' "$out" | head -c 160)"
 if [ "$rc" -ne 0 ]; then
   echo "check-gpu: FAILED: no usable GPU (the probe says why above)"
@@ -147,7 +147,7 @@ libraries
 for t in tests/test_*.cu tests/test_*_gpu.sh; do
   t=${t%.cu}
   [ "$t" = tests/test_gpu_probe ] && continue
-  step "$t" 120 tests/run.sh "$t"
+  step 120 tests/run.sh "$t"
   verdict "$t" "$(tail -n 1 "$out")"
 done
 
@@ -156,7 +156,7 @@ gpt2="--layers 12 --heads 12 --dim 768 --ctx 1024 --vocab 50304 --val-every 0 --
 run() { # name timeout detail-pattern cmd...
   local name=$1 limit=$2 pattern=$3
   shift 3
-  step "$name" "$limit" "$@"
+  step "$limit" "$@"
   verdict "$name" "$(grep -m1 -E "$pattern" "$out" | head -c 160)"
 }
 run hello_allreduce_gpu 30 '^sum' ./examples/hello_allreduce_gpu
@@ -179,7 +179,7 @@ for tool in memcheck synccheck racecheck; do
     row "$name" SKIP 0 "compute-sanitizer not found (PATH, the CUDA toolkit's bin/)"
     continue
   fi
-  step "$name" 90 "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 tests/test_kernels_gpu
+  step 90 "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 tests/test_kernels_gpu
   errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$out" | tail -n 1)
   if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 255 ]; then
     verdict "$name" "${errors:-?} errors"
@@ -197,7 +197,7 @@ trap 'rm -rf "$out" "$lessons"' EXIT
 for src in examples/lessons/[0-9]*/*.c; do
   case $src in */exercise.c) continue ;; esac
   b=${src%.c}_gpu
-  step "$b" 20 env -C "$lessons" "$PWD/$b"
+  step 20 env -C "$lessons" "$PWD/$b"
   verdict "${b#examples/}" "$(tail -n 1 "$out" | head -c 100)"
 done
 
