@@ -358,7 +358,8 @@ int main(int argc, char **argv)
 
     /* template: parser.add_argument('--local_rank'); dist.init_process_group('nccl', ...);
        torch.cuda.set_device(args.local_rank). ddp_init reads the rank from whatever
-       launched us, picks NCCL when there is a GPU, and binds this rank to GPU local_rank. */
+       launched us, picks NCCL when there is a GPU, and binds this rank to GPU local_rank
+       (or to the only GPU it sees, where the launcher gave each rank its own). */
     memset(&desc, 0, sizeof desc);
     memset(&train, 0, sizeof train); /* everything below is freed at `done`, made or not */
     memset(&val, 0, sizeof val);

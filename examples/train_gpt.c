@@ -104,10 +104,9 @@ typedef struct tensor {
 /* Activations of a micro-batch, kept for the backward pass, one row each: type, name,
    slices (L: one per block; L + 1 for the residual stream: x[l] enters block l, x[L]
    leaves the last; 1: one for the model), elements of one slice. BT is B T (B: the
-   sequences there is room for), S the rows of the backward scratch: the whole
-   micro-batch (B T), or none for the host side of a GPU run. ACT is the type of an
-   activation and its gradient: float on the CPU, float or bf16 on the GPU (--dtype);
-   statistics and losses stay float. */
+   sequences there is room for). ACT is the type of an activation and its gradient:
+   float on the CPU, float or bf16 on the GPU (--dtype); statistics and losses stay
+   float. */
 #define GPT_ACTIVATIONS(X)                                                                   \
     X(int, tokens, 1, BT)                                                                    \
     X(int, targets, 1, BT)                                                                   \
@@ -131,11 +130,11 @@ typedef struct tensor {
     X(float, losses, 1, BT)                                                                  \
     X(ACT, tmp, 1, BT * C)           /* a projection before its residual add */             \
     X(ACT, dx, 1, BT * C)            /* backward: gradient of the residual stream */        \
-    X(ACT, dfch_gelu, 1, S * 4 * C)  /* backward scratch */                                 \
-    X(ACT, dfch, 1, S * 4 * C)                                                               \
-    X(ACT, dln, 1, S * C)                                                                    \
-    X(ACT, datty, 1, S * C)                                                                  \
-    X(ACT, dqkv, 1, S * 3 * C)
+    X(ACT, dfch_gelu, 1, BT * 4 * C) /* backward scratch */                                 \
+    X(ACT, dfch, 1, BT * 4 * C)                                                              \
+    X(ACT, dln, 1, BT * C)                                                                   \
+    X(ACT, datty, 1, BT * C)                                                                 \
+    X(ACT, dqkv, 1, BT * 3 * C)
 #define ACT float
 #define ACTIVATION_FIELD(type, name, slices, size) type *name;
 /* in a layout function (a, memory, bytes and the shape in scope): points a's buffer
@@ -153,7 +152,7 @@ typedef struct activations {
 } activations;
 
 /* Points a's buffers into memory (NULL: only measures); returns the bytes they take. */
-static size_t layout_activations(activations *a, char *memory, config cfg, size_t B, size_t S)
+static size_t layout_activations(activations *a, char *memory, config cfg, size_t B)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
     const size_t BT = B * (size_t)cfg.ctx;
@@ -167,9 +166,9 @@ static size_t layout_activations(activations *a, char *memory, config cfg, size_
 static activations block_slices(const activations *a, config cfg, size_t B, int l)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
-    const size_t BT = B * (size_t)cfg.ctx, S = 0;
+    const size_t BT = B * (size_t)cfg.ctx;
     activations s = *a;
-    (void)V, (void)S;
+    (void)V;
     GPT_ACTIVATIONS(ACTIVATION_SLICE)
     return s;
 }
@@ -244,19 +243,25 @@ static int gpt_create(gpt *g, config cfg, int B)
 
 /* What training needs on the host. The CPU trains here: the activations of B
    sequences and the gradients. A GPU keeps those on the device (gpu_create), and the
-   host needs only the model-level rows of GPT_ACTIVATIONS (the micro-batch's tokens
-   and targets going up, losses and logits coming back): the layout of a model
-   without blocks. Returns 0 when out of memory. */
+   host holds only the micro-batch's tokens and targets going up, its losses coming
+   back, and the one row of logits a sample draws from (all B T rows would be 13 GB at
+   GPT-2's batch 64). Returns 0 when out of memory. */
 static int gpt_alloc_training(gpt *g, int on_gpu)
 {
-    config host = g->cfg;
+    const size_t BT = (size_t)g->B * g->cfg.ctx;
     size_t bytes;
-    if (on_gpu) host.layers = 0;
-    const size_t S = on_gpu ? 0 : (size_t)g->B * host.ctx;
-    bytes = layout_activations(NULL, NULL, host, (size_t)g->B, S);
+    if (on_gpu) {
+        if (!(g->act_memory = calloc(1, BT * (2 * sizeof(int) + sizeof(float)) + (size_t)g->cfg.vocab * sizeof(float))))
+            return 0;
+        g->a.tokens = (int *)g->act_memory;
+        g->a.targets = g->a.tokens + BT;
+        g->a.losses = (float *)(g->a.targets + BT);
+        g->a.logits = g->a.losses + BT;
+        return 1;
+    }
+    bytes = layout_activations(NULL, NULL, g->cfg, (size_t)g->B);
     if (!(g->act_memory = calloc(1, bytes))) return 0;
-    layout_activations(&g->a, (char *)g->act_memory, host, (size_t)g->B, S);
-    if (on_gpu) return 1;
+    layout_activations(&g->a, (char *)g->act_memory, g->cfg, (size_t)g->B);
     g->grads = (float *)calloc(g->num_params, sizeof(float));
     g->grad_sum = (double *)calloc(g->num_params, sizeof(double));
     return g->grads && g->grad_sum;
@@ -501,7 +506,7 @@ template <typename F> struct device_activations {
 
 /* layout_activations and block_slices for them */
 template <typename F>
-static size_t layout_device(device_activations<F> *a, char *memory, config cfg, size_t B, size_t S)
+static size_t layout_device(device_activations<F> *a, char *memory, config cfg, size_t B)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
     const size_t BT = B * (size_t)cfg.ctx;
@@ -514,9 +519,9 @@ template <typename F>
 static device_activations<F> device_slices(const device_activations<F> *a, config cfg, size_t B, int l)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
-    const size_t BT = B * (size_t)cfg.ctx, S = 0;
+    const size_t BT = B * (size_t)cfg.ctx;
     device_activations<F> s = *a;
-    (void)V, (void)S;
+    (void)V;
     GPT_ACTIVATIONS(ACTIVATION_SLICE)
     return s;
 }
@@ -559,7 +564,7 @@ static float *dgrad(const gpu *d, const tensor *t) { return d->grads + t->offset
 template <typename F> static device_activations<F> device_acts(const gpt *g, const gpu *d)
 {
     device_activations<F> a;
-    layout_device(&a, (char *)d->act_memory, g->cfg, (size_t)g->B, (size_t)g->B * g->cfg.ctx);
+    layout_device(&a, (char *)d->act_memory, g->cfg, (size_t)g->B);
     return a;
 }
 
@@ -586,13 +591,12 @@ static __global__ void widen_kernel(float *out, const bf16 *in, size_t n)
 
 /* The device copy of the model: this rank's host params go up (ddp_grad_init then
    broadcasts rank 0's; gpu_weights_ready rounds them for a bf16 run), and m and v
-   after a --resume. The activations as GPT_ACTIVATIONS lists them, with backward
-   scratch for the whole micro-batch (S = B T). */
+   after a --resume. The activations as GPT_ACTIVATIONS lists them. */
 static gpu *gpu_create(gpt *g, int resumed, int use_bf16, int allreduce_bf16)
 {
     const size_t BT = (size_t)g->B * g->cfg.ctx, P = g->num_params;
-    const size_t act_bytes = use_bf16 ? layout_device<bf16>(NULL, NULL, g->cfg, (size_t)g->B, BT)
-                                      : layout_device<float>(NULL, NULL, g->cfg, (size_t)g->B, BT);
+    const size_t act_bytes = use_bf16 ? layout_device<bf16>(NULL, NULL, g->cfg, (size_t)g->B)
+                                      : layout_device<float>(NULL, NULL, g->cfg, (size_t)g->B);
     gpu *d = (gpu *)calloc(1, sizeof(gpu));
     cudaStream_t s;
     if (!d) {
@@ -704,22 +708,24 @@ static void gpu_forward(gpt *g, gpu *d, int B, int with_targets, int train)
     else gpu_forward_as<float>(g, d, B, with_targets, train);
 }
 
-/* Row `row` of the last forward's logits (sequence 0) to the host's g->a.logits (fp32). */
-static void gpu_logits_to_host(gpt *g, gpu *d, int row)
+/* Row `row` of the last forward's logits (sequence 0), as fp32 in the host's one row
+   g->a.logits, which it returns. */
+static const float *gpu_logits_to_host(gpt *g, gpu *d, int row)
 {
     const size_t V = (size_t)g->cfg.vocab;
-    float *out = g->a.logits + row * V;
+    float *out = g->a.logits;
     size_t i;
     if (!d->act_bf16) {
         CUDA(cudaMemcpyAsync(out, device_acts<float>(g, d).logits + row * V, V * sizeof(float),
                              cudaMemcpyDeviceToHost, d->stream));
         CUDA(cudaStreamSynchronize(d->stream));
-        return;
+        return out;
     }
     CUDA(cudaMemcpyAsync(d->h_logits16, device_acts<bf16>(g, d).logits + row * V, V * sizeof(bf16),
                          cudaMemcpyDeviceToHost, d->stream));
     CUDA(cudaStreamSynchronize(d->stream));
     for (i = 0; i < V; i++) out[i] = __bfloat162float(d->h_logits16[i]);
+    return out;
 }
 
 /* allreduce_tensors for the device: with --allreduce bf16 the region is rounded into
@@ -885,7 +891,7 @@ static void gpu_forward(gpt *g, gpu *d, int B, int targets, int train)
 {
     (void)g, (void)d, (void)B, (void)targets, (void)train;
 }
-static void gpu_logits_to_host(gpt *g, gpu *d, int row) { (void)g, (void)d, (void)row; }
+static const float *gpu_logits_to_host(gpt *g, gpu *d, int row) { return (void)g, (void)d, (void)row, NULL; }
 static ddp_result gpu_backward(gpt *g, gpu *d, int B, ddp_grad *sync)
 {
     return (void)g, (void)d, (void)B, (void)sync, DDP_ERR_BACKEND;
@@ -1072,7 +1078,8 @@ static const char usage[] =
     "            --trace FILE.json (where the time goes, per rank: open it in ui.perfetto.dev)\n"
     "  sample:   --prompt \"The \" --sample-len 300 (at most; ends at a sentence past half)\n"
     "            --temperature 0.7 (0: greedy) --top-k 10 (0: all)\n"
-    "  sync:     --bucket-kb 1024 (gradient bucket size)\n"
+    "  sync:     --bucket-kb N (gradient bucket size; default 1024 on the CPU, 25600 on GPUs,\n"
+    "            where NCCL wants few large messages: PyTorch's 25 MiB)\n"
     "            --bench-no-sync (benchmark only: no gradient all-reduce; ranks diverge)\n"
     "  compare:  train_gpt --compare A.safetensors B.safetensors [PREFIX] (max relative difference,\n"
     "            of the tensors whose names start with PREFIX, e.g. opt.m.)\n"
@@ -1123,7 +1130,6 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
     o->sample_len = 300;
     o->temperature = 0.7f;
     o->top_k = 10;
-    o->bucket_kb = 1024;
     o->nproc = 1;
     o->bf16 = -1;
     for (i = 1; i < argc; i++) {
@@ -1503,16 +1509,18 @@ static void generate(gpt *g, gpu *dev, const options *o)
     for (k = 0; k < o->sample_len; k++) {
         /* the last T tokens; positions after them are padding the causal mask ignores */
         int start = n > T ? n - T : 0, len = n - start, next, banned = -1;
+        const float *logits;
         for (i = 0; i < T; i++) g->a.tokens[i] = i < len ? seq[start + i] : 0;
         if (dev) { /* the device's forward; only the row we sample from comes back */
             gpu_forward(g, dev, 1, 0, 0);
-            gpu_logits_to_host(g, dev, len - 1);
+            logits = gpu_logits_to_host(g, dev, len - 1);
         } else {
             gpt_forward(g, 1, 0, 0);
+            logits = g->a.logits + (size_t)(len - 1) * V;
         }
         if (bytes && n >= 3 && seq[n - 1] == seq[n - 2] && seq[n - 2] == seq[n - 3] && !isalnum(seq[n - 1]))
             banned = seq[n - 1];
-        next = sample_token(g->a.logits + (size_t)(len - 1) * V, V, o->temperature, o->top_k, banned, scratch, &rng);
+        next = sample_token(logits, V, o->temperature, o->top_k, banned, scratch, &rng);
         seq[n++] = next;
         if (!bytes) {
             printf("%d ", next);
@@ -1653,7 +1661,9 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     gd.count = g->num_params;
     gd.dtype = DDP_F64;
     gd.sum = 1;
-    gd.bucket_bytes = (size_t)o->bucket_kb << 10;
+    /* buckets: 1 MiB on the CPU (as before); on GPUs ddp.h's 25 MiB, PyTorch's: NCCL moves
+       few large buckets far faster than many small ones (GPT-2 124M: 19, not 475) */
+    gd.bucket_bytes = o->bucket_kb ? (size_t)o->bucket_kb << 10 : t->dev ? 0 : (size_t)1 << 20;
     gd.params = g->params;
     gd.param_dtype = DDP_F32;
     if (t->dev) gpu_grad_desc(t->dev, &gd); /* fp32 device gradients, summed in place */
