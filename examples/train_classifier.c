@@ -467,7 +467,7 @@ int main(int argc, char **argv)
        template, so the other hosts need no copy. */
     snprintf(run.v[0], sizeof run.v[0], "%llu", (unsigned long long)opt.seed);
     snprintf(run.v[1], sizeof run.v[1], "%d", opt.batch_size * ctx.world_size);
-    snprintf(run.v[2], sizeof run.v[2], "%.9g", opt.lr);
+    st_float(run.v[2], sizeof run.v[2], opt.lr);
     snprintf(run.v[3], sizeof run.v[3], "%d", opt.epochs);
     if (opt.resume_auto) {
         if (ddp_is_main(&ctx)) start = load_checkpoint(opt.out, params, &run, opt.epochs);

@@ -1306,7 +1306,7 @@ static float learning_rate(const options *o, int step)
    weights). As text, the way the checkpoint's metadata holds it; "" where not known. */
 enum { RUN_SEED, RUN_DATA, RUN_BATCH, RUN_STEPS, RUN_LR, RUN_WARMUP, RUN_MIN_LR, RUN_DECAY, RUN_CLIP, RUN_STRIDE, RUN_KEYS };
 static const char *const run_keys[RUN_KEYS][2] = { /* metadata key, how a run sets it */
-    {"seed", "--seed"}, {"data", "--data"}, {"global_batch", "a global batch (--batch-size x ranks x --grad-accum) of"},
+    {"seed", "--seed"}, {"data", "--data"}, {"global_batch", "global batch (--batch-size x ranks x --grad-accum)"},
     {"steps", "--steps"}, {"lr", "--lr"}, {"warmup", "--warmup"}, {"min_lr_frac", "--min-lr-frac"},
     {"weight_decay", "--weight-decay"}, {"clip", "--clip"}, {"stride", "--stride"}};
 typedef struct run_identity {
@@ -1578,11 +1578,11 @@ static void describe_run(trainer *t)
     snprintf(id->v[RUN_SEED], sizeof id->v[0], "%llu", (unsigned long long)o->seed);
     snprintf(id->v[RUN_DATA], sizeof id->v[0], "%zu tokens, fnv1a %016llx", t->data.n, (unsigned long long)h);
     snprintf(id->v[RUN_STEPS], sizeof id->v[0], "%d", o->steps);
-    snprintf(id->v[RUN_LR], sizeof id->v[0], "%.9g", o->lr);
+    st_float(id->v[RUN_LR], sizeof id->v[0], o->lr);
     snprintf(id->v[RUN_WARMUP], sizeof id->v[0], "%d", o->warmup);
-    snprintf(id->v[RUN_MIN_LR], sizeof id->v[0], "%.9g", o->min_lr_frac);
-    snprintf(id->v[RUN_DECAY], sizeof id->v[0], "%.9g", o->weight_decay);
-    snprintf(id->v[RUN_CLIP], sizeof id->v[0], "%.9g", o->clip);
+    st_float(id->v[RUN_MIN_LR], sizeof id->v[0], o->min_lr_frac);
+    st_float(id->v[RUN_DECAY], sizeof id->v[0], o->weight_decay);
+    st_float(id->v[RUN_CLIP], sizeof id->v[0], o->clip);
     snprintf(id->v[RUN_STRIDE], sizeof id->v[0], "%d", o->stride);
 }
 
@@ -1636,6 +1636,13 @@ static int check_writable(const char *flag, const char *path, char *err, size_t 
     return 1;
 }
 
+static int nothing_to_train(const trainer *t, char *err, size_t errsize)
+{
+    snprintf(err, errsize, "nothing to train: %s was written after step %d, and this run ends at step %d",
+             t->o.resume, t->start_step, t->stop);
+    return -1;
+}
+
 /* Everything that can be checked before the ranks start, so that a bad file is one
    line, once: the data, the model's memory, --resume, --save. Returns 1 to train, 0
    with the reason in err, -1 when there is nothing to train (said in err). */
@@ -1674,12 +1681,19 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
     if (o->trace && !check_writable("--trace", o->trace, err, errsize)) return 0;
     /* --stop-after pauses a run (a job's time limit): the schedule still spans --steps */
     t->stop = o->stop_after && o->stop_after < o->steps ? o->stop_after : o->steps;
-    if (t->stop <= t->start_step) {
-        snprintf(err, errsize, "nothing to train: %s was written after step %d, and this run ends at step %d",
-                 o->resume, t->start_step, t->stop);
-        return -1;
-    }
+    /* (--resume auto's file may yet belong to another global batch: start_rank says) */
+    if (t->stop <= t->start_step && !o->resume_auto) return nothing_to_train(t, err, errsize);
     return 1;
+}
+
+/* A refusal every rank reaches: rank 0 says why (err), the others wait until it has. */
+static int refuse(trainer *t, char *err)
+{
+    if (t->ctx.rank == 0) fprintf(stderr, PROG ": %s\n", err);
+    fflush(stderr);
+    ddp_barrier(&t->ctx);
+    err[0] = 0;
+    return 0;
 }
 
 /* Every rank starts from the same step: --resume auto on hosts that do not share
@@ -1692,17 +1706,15 @@ static int same_start(trainer *t, char *err, size_t errsize)
     ddp_metric_add(&m, t->start_step, 1);
     if ((r = ddp_metric_reduce(&t->ctx, &m, 1)) != DDP_OK) return ddp_reason(t, "ddp_metric_reduce", r, err, errsize);
     if (m.min == m.max) return 1;
-    if (t->ctx.rank == 0)
-        snprintf(err, errsize, "the ranks start after different steps (%.0f to %.0f; this rank: %d): every rank needs "
-                 "the same checkpoint (a file system all hosts share)", m.min, m.max, t->start_step);
-    else
-        err[0] = 0;
+    snprintf(err, errsize, "the ranks start after different steps (%.0f to %.0f; rank 0: %d): every rank needs the "
+             "same checkpoint (a file system all hosts share)", m.min, m.max, t->start_step);
     return 0;
 }
 
 /* This rank's side: the process group (template: init_process_group), the model on
    its device, gradient sync (template: DistributedDataParallel(model)), samplers
-   (template: DistributedSampler) and the log. */
+   (template: DistributedSampler) and the log. Returns 1 to train, 0 with the reason in
+   err, -1 when --resume auto finds the run done (rank 0 says so in err). */
 static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errsize)
 {
     const options *o = &t->o;
@@ -1735,11 +1747,14 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
         return 0;
     }
     snprintf(t->id.v[RUN_BATCH], sizeof t->id.v[0], "%zu", t->global_batch);
-    if (o->resume_auto && o->resume && !same_run(&t->id, &t->found, o->resume, err, errsize)) {
-        if (t->ctx.rank != 0) err[0] = 0; /* every rank refuses; rank 0 says why */
-        return 0;
+    if ((o->resume_auto && o->resume && !same_run(&t->id, &t->found, o->resume, err, errsize)) ||
+        !same_start(t, err, errsize))
+        return refuse(t, err);
+    if (t->stop <= t->start_step) { /* --resume auto found this run done */
+        if (t->ctx.rank != 0) err[0] = 0;
+        else nothing_to_train(t, err, errsize);
+        return -1;
     }
-    if (!same_start(t, err, errsize)) return 0;
 
     /* Without --resume every rank draws its own weights; ddp_grad_init broadcasts rank
        0's, so all ranks start equal. The gradient sum is what the ranks reduce: sum,
@@ -1895,7 +1910,13 @@ int main(int argc, char **argv)
     /* "--nproc N": this process becomes the launcher of N ranks and returns here */
     status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
-    if (!start_rank(&t, &argc, argv, err, sizeof err)) return fail(err);
+    status = start_rank(&t, &argc, argv, err, sizeof err);
+    if (status == 0) return fail(err);
+    if (status < 0) { /* nothing to train, rank 0 says */
+        if (*err) printf(PROG ": %s\n", err);
+        ddp_destroy(&t.ctx);
+        return 0;
+    }
     print_setup(&t);
 
     t.t_start = now_s();
@@ -2054,9 +2075,9 @@ static int same_run(const run_identity *mine, const run_identity *theirs, const 
     int k;
     for (k = 0; k < RUN_KEYS; k++)
         if (*mine->v[k] && strcmp(mine->v[k], theirs->v[k]) != 0) {
-            snprintf(err, errsize, "%s belongs to another run: it was written with %s %s, this run has %s %s (--resume "
-                     "auto goes on with its own run only: give another --save, or remove the file)", path,
-                     run_keys[k][1], *theirs->v[k] ? theirs->v[k] : "(not recorded)", run_keys[k][1], mine->v[k]);
+            snprintf(err, errsize, "%s belongs to another run: its %s is %s, this run's is %s (--resume auto goes on "
+                     "with its own run only: give another --save, or remove the file)", path, run_keys[k][1],
+                     *theirs->v[k] ? theirs->v[k] : "not recorded", mine->v[k]);
             return 0;
         }
     return 1;
