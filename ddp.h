@@ -42,6 +42,7 @@
    LAUNCHING (any of these; the program reads whichever environment it finds)
      ./prog --nproc 4 args                    built-in launcher (ddp_launch; also
                                               --nproc_per_node=4); a job's own secret
+     ./prog --nproc 4 --max-restarts 3 args   and the job again after a failure (RESTARTS)
      ddprun -n 4 ./prog args                  examples/ddprun.c, for any program
      torchrun --no_python --nproc_per_node=4 ./prog args   (RANK, WORLD_SIZE, ...)
      mpirun -np 4 ./prog                      one host: MASTER_ADDR defaults to 127.0.0.1
@@ -70,6 +71,20 @@
                             the store too (the CPU backend always compares, in shared
                             memory; this is how NCCL jobs get the check)
      DDP_DEBUG=1            log what init decided, on every rank
+     TORCHELASTIC_RESTART_COUNT  the attempt of a restarted job (0 first), set by
+                            torchrun and --max-restarts; ddp_restart_count() reads it
+
+   RESTARTS
+     With --max-restarts N (ddp_run_restarts) the launcher stops the job when a rank
+     fails and starts all of it again, up to N times, one stderr line each (the cause,
+     the attempt that starts). Every attempt is a new job (job id, secret, port: a
+     process of an earlier attempt is refused) and starts once the one before has
+     ended entirely and its shared memory is swept. A signal to the launcher is never
+     restarted; after N + 1 failures the status is the last attempt's cause's. The
+     program resumes from its own checkpoint (train_gpt --resume auto). Across hosts
+     the outer launcher restarts (torchrun --max-restarts, Slurm's requeue), every
+     host the same attempt; under torchrun the count can differ between hosts, so it
+     is information, not identity: decide what to load from the files.
 
    RANKS MUST AGREE
      Every collective carries a fingerprint (number, kind, dtype, op, count, root).
@@ -88,6 +103,8 @@
        the collectives and NCCL's own traffic are not protected from the network
      - host the store inside torchrun's agent: under torchrun, rank 0 opens its own
        store on MASTER_PORT+1
+     - restart one rank alone (elastic membership): a restart is the whole job, on
+       one host by its launcher, across hosts by the outer one
      - hide failures: every call returns a ddp_result; after a failure the context
        refuses further collectives (the job is broken, like NCCL's)
      - call exit() or print anything but errors unless asked (DDP_DEBUG, ddp_print)
@@ -97,7 +114,8 @@
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
                       memory on NCCL, an NCCL watchdog, one list per concept, the
-                      MPI backend, tracing (ddp_trace_*), ddp_thread_share
+                      MPI backend, tracing (ddp_trace_*), ddp_thread_share,
+                      restarts (--max-restarts, ddp_run_restarts, ddp_restart_count)
      0.1 (2026-12-02) process group, launcher, TCP store, CPU + NCCL collectives,
                       sampler, gradient sync, metrics
 */
@@ -3788,10 +3806,11 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
         ddp__release(ctx);
         return r;
     }
-    ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s, restart %d)%s, "
-              "timeout %.1f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank, ctx->local_world_size,
-              ctx->node_rank, ctx->num_nodes, ctx->device, cfg->master_port ? cfg->master_addr : "-", cfg->master_port,
-              cfg->job_id, cfg->job_from, ddp_restart_count(), cfg->secret[0] ? ", secret set" : "", cfg->timeout_ms / 1000.0,
+    ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s), "
+              "restart %d%s, timeout %.1f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank,
+              ctx->local_world_size, ctx->node_rank, ctx->num_nodes, ctx->device,
+              cfg->master_port ? cfg->master_addr : "-", cfg->master_port, cfg->job_id, cfg->job_from,
+              ddp_restart_count(), cfg->secret[0] ? ", secret set" : "", cfg->timeout_ms / 1000.0,
               cfg->check ? ", DDP_CHECK on" : "");
     return DDP_OK;
 }
@@ -4066,7 +4085,8 @@ static int ddp__take_flag(int *argc, char **argv, const char *const *names, cons
         }
         for (j = i + used; j < *argc && strcmp(argv[j], "--") != 0; j++)
             if (ddp__flag(argv[j], names)) {
-                fprintf(stderr, "ddp: %.*s given twice ('%s' and '%s'): give it once\n", (int)n, argv[i], argv[i], argv[j]);
+                fprintf(stderr, "ddp: %.*s given twice ('%s' and '%s'): give it once\n", (int)n, argv[i], argv[i],
+                        argv[j]);
                 return -1;
             }
         memmove(&argv[i], &argv[i + used], sizeof *argv * (size_t)(*argc - i - used + 1));

@@ -1304,7 +1304,9 @@ static float learning_rate(const options *o, int step)
    other values belongs to another run, which --resume auto refuses to continue. The
    global batch counts, not how it is split (1 rank x 8 and 2 x 4 train the same
    weights). As text, the way the checkpoint's metadata holds it; "" where not known. */
-enum { RUN_SEED, RUN_DATA, RUN_BATCH, RUN_STEPS, RUN_LR, RUN_WARMUP, RUN_MIN_LR, RUN_DECAY, RUN_CLIP, RUN_STRIDE, RUN_KEYS };
+enum {
+    RUN_SEED, RUN_DATA, RUN_BATCH, RUN_STEPS, RUN_LR, RUN_WARMUP, RUN_MIN_LR, RUN_DECAY, RUN_CLIP, RUN_STRIDE, RUN_KEYS
+};
 static const char *const run_keys[RUN_KEYS][2] = { /* metadata key, how a run sets it */
     {"seed", "--seed"}, {"data", "--data"}, {"global_batch", "global batch (--batch-size x ranks x --grad-accum)"},
     {"steps", "--steps"}, {"lr", "--lr"}, {"warmup", "--warmup"}, {"min_lr_frac", "--min-lr-frac"},

@@ -355,9 +355,38 @@ static void test_launch_flags(const char *self)
     cleanup(dir);
 }
 
+/* ddp_restart_count() reads torchrun's variable; ddp_init refuses one that is not a count. */
+static void test_restart_count(void)
+{
+    static const struct { const char *value; int count; } cases[] = {
+        {NULL, 0}, {"0", 0}, {"3", 3}, {"x", -1}, {"-1", -1}, {"2 ", -1}, {"99999999999", -1}};
+    ddp_ctx ctx;
+    ddp_result r;
+    int i, ok = 1;
+    char why[200] = "";
+    for (i = 0; i < TEST_COUNT(cases); i++) {
+        if (cases[i].value) setenv("TORCHELASTIC_RESTART_COUNT", cases[i].value, 1);
+        else unsetenv("TORCHELASTIC_RESTART_COUNT");
+        if (ddp_restart_count() != cases[i].count && ok) {
+            snprintf(why, sizeof why, "'%s' gave %d, want %d", cases[i].value ? cases[i].value : "(unset)",
+                     ddp_restart_count(), cases[i].count);
+            ok = 0;
+        }
+    }
+    CHECK("restart.ddp_restart_count_reads_torchelastic_restart_count", ok, "%s", why);
+    setenv("TORCHELASTIC_RESTART_COUNT", "x", 1);
+    r = ddp_init(&ctx, NULL);
+    CHECK("restart.ddp_init_refuses_a_restart_count_that_is_not_one",
+          r == DDP_ERR_ENV && strstr(ddp_error(&ctx), "TORCHELASTIC_RESTART_COUNT='x' is not a restart count"),
+          "%s: %s", ddp_strerror(r), ddp_error(&ctx));
+    ddp_destroy(&ctx);
+    unsetenv("TORCHELASTIC_RESTART_COUNT");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 3 && strcmp(argv[1], "--rank") == 0) return rank_main(argv[2], argv[3]);
+    test_restart_count();
     setenv("DDP_TIMEOUT", "30", 1);
     test_restarted_job(argv[0]);
     test_exhausted(argv[0]);
