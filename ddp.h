@@ -3994,7 +3994,7 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
                 kill_at = ddp__now_ms() + 3000; /* then SIGKILL: the job ends within seconds */
             }
         }
-        if (kill_at && kill_at != INT64_MAX && ddp__now_ms() >= kill_at) {
+        if (kill_at && ddp__now_ms() >= kill_at) {
             ddp__signal_all(pids, nproc, SIGKILL);
             kill_at = INT64_MAX;
         }

@@ -1071,9 +1071,9 @@ static const char usage[] =
     "  output:   --val-every 50 (0: off) --log FILE.jsonl --save FILE.safetensors\n"
     "            --save-every K --resume FILE.safetensors, or --resume auto (continue --save's\n"
     "            file when it exists and belongs to this run: model, data, seed, batch, schedule)\n"
+    "            --trace FILE.json (where the time goes, per rank: open it in ui.perfetto.dev)\n"
     "  restarts: --max-restarts N (with --nproc: start the job again after a failure, up to\n"
     "            N times; with --save-every and --resume auto it goes on where it was saved)\n"
-    "            --trace FILE.json (where the time goes, per rank: open it in ui.perfetto.dev)\n"
     "  sample:   --prompt \"The \" --sample-len 300 (at most; ends at a sentence past half)\n"
     "            --temperature 0.7 (0: greedy) --top-k 10 (0: all)\n"
     "  sync:     --bucket-kb 1024 (gradient bucket size)\n"
@@ -1560,8 +1560,8 @@ static void generate(gpt *g, gpu *dev, const options *o)
 
 /* ---- setup ------------------------------------------------------------------------------
    (the checkpoint functions are at the end of the file) */
-static int save_checkpoint(const gpt *g, const char *path, int step, const run_identity *id, int world_size, char *err,
-                           size_t errsize);
+static int save_checkpoint(const gpt *g, const char *path, int step, const run_identity *id, int world_size,
+                           char *err, size_t errsize);
 static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, run_identity *found, char *err,
                            size_t errsize);
 static int same_run(const run_identity *mine, const run_identity *theirs, const char *path, char *err, size_t errsize);
@@ -1667,7 +1667,7 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
         return 0;
     }
     t->seed = o->seed;
-    describe_run(t);
+    if (o->save) describe_run(t); /* what its checkpoints will say */
     if (o->resume_auto && access(o->save, F_OK) == 0) t->o.resume = o->save; /* else from scratch */
     if (o->resume) {
         if (!load_checkpoint(&t->model, o->resume, &t->seed, &t->start_step, &t->found, err, errsize)) return 0;
@@ -1699,7 +1699,8 @@ static int refuse(trainer *t, char *err)
 }
 
 /* Every rank starts from the same step: --resume auto on hosts that do not share
-   --save's file would otherwise resume on some ranks and start afresh on others. */
+   --save's file would otherwise resume on some ranks and start afresh on others.
+   Returns 1 if they do, else 0 (a refusal, or the failed collective, in err). */
 static int same_start(trainer *t, char *err, size_t errsize)
 {
     ddp_metric m;
@@ -1710,7 +1711,7 @@ static int same_start(trainer *t, char *err, size_t errsize)
     if (m.min == m.max) return 1;
     snprintf(err, errsize, "the ranks start after different steps (%.0f to %.0f; rank 0: %d): every rank needs the "
              "same checkpoint (a file system all hosts share)", m.min, m.max, t->start_step);
-    return 0;
+    return refuse(t, err);
 }
 
 /* This rank's side: the process group (template: init_process_group), the model on
@@ -1749,9 +1750,8 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
         return 0;
     }
     snprintf(t->id.v[RUN_BATCH], sizeof t->id.v[0], "%zu", t->global_batch);
-    if ((o->resume_auto && o->resume && !same_run(&t->id, &t->found, o->resume, err, errsize)) ||
-        !same_start(t, err, errsize))
-        return refuse(t, err);
+    if (o->resume_auto && o->resume && !same_run(&t->id, &t->found, o->resume, err, errsize)) return refuse(t, err);
+    if (!same_start(t, err, errsize)) return 0;
     if (t->stop <= t->start_step) { /* --resume auto found this run done */
         if (t->ctx.rank != 0) err[0] = 0;
         else nothing_to_train(t, err, errsize);
@@ -1975,8 +1975,8 @@ int main(int argc, char **argv)
    renamed, so FILE is always whole. */
 static const char *const checkpoint_prefix[3] = {"", "opt.m.", "opt.v."};
 
-static int save_checkpoint(const gpt *g, const char *path, int step, const run_identity *id, int world_size, char *err,
-                           size_t errsize)
+static int save_checkpoint(const gpt *g, const char *path, int step, const run_identity *id, int world_size,
+                           char *err, size_t errsize)
 {
     const void *arrays[3] = {g->params, g->m, g->v};
     const size_t bytes = g->num_params * sizeof(float), sizes[3] = {bytes, bytes, bytes};

@@ -13,8 +13,11 @@
 #     run ends with status 0, a checkpoint byte-identical to the uninterrupted run's, and
 #     a --log identical to its log (but tokens/s): exactly one record per step;
 #   - train_classifier (--nproc 3 --save-every 1 --resume auto): the same weights;
+#   - a kill while a (40 MB) save is half written leaves the previous checkpoint whole;
 #   - --resume auto: a fresh start without the file, a one-line refusal of another
-#     run's file (seed, data, lr, steps, model, global batch), nothing to train at the end;
+#     run's file (seed, data, lr, steps, model, global batch), nothing to train at the
+#     end, another split of the same global batch goes on, and ranks that found
+#     different checkpoints (hosts without a shared file system) are refused;
 #   - the same kills under torchrun --max-restarts (where a python3 imports torch): the
 #     program sees the restart count (TORCHELASTIC_RESTART_COUNT) and resumes.
 # The number of kill points of each kind is printed. DDP_RESTART_TRIALS (default 6)
@@ -49,7 +52,7 @@ children() {
     [ "$ppid" = "$1" ] && [ "$state" != Z ] && echo "$pid"
   done
 }
-rank_of() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^RANK=//p'; }
+rank_of() { tr '\0' '\n' 2>/dev/null <"/proc/$1/environ" | sed -n 's/^RANK=//p'; }
 saving() { # pid file: the size of file (or file.tmp) if the process has it open for writing (a save)
   local fd flags
   for fd in /proc/"$1"/fd/*; do
@@ -231,6 +234,23 @@ report "restart_train: --resume auto needs --save" $? "status $rc: $out"
   [ "$("$bin" --compare ref.st half.st)" = "max_rel_diff 0.000e+00 over 84 tensors" ]
 report "restart_train: --resume auto goes on with another split of the same global batch" $? \
   "$(tail -n 2 half.txt half2.txt | tr '\n' ' ')"
+
+# two "hosts" that do not share --save's file (a directory each): one would resume, the
+# other start afresh; both refuse, rank 0 says why, nothing hangs
+mkdir -p hostA hostB
+"$bin" --nproc 2 $gpt --stop-after 10 --save hostA/s.st >mid.txt 2>&1
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  (cd "host$( [ $r = 0 ] && echo A || echo B)" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 \
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_JOB_ID=hosts-$$ DDP_TIMEOUT=30 timeout 60 "$bin" $gpt \
+    --data ../data.txt --save s.st --resume auto >"../host$r.txt" 2>&1; echo $? >"../host$r.rc") &
+done
+wait
+[ "$(cat host0.rc)" = 1 ] && [ "$(cat host1.rc)" = 1 ] && [ "$(cat host0.txt)" = "train_gpt: the ranks start after \
+different steps (0 to 10; rank 0: 10): every rank needs the same checkpoint (a file system all hosts share)" ] &&
+  [ ! -s host1.txt ]
+report "restart_train: --resume auto refuses ranks that found different checkpoints" $? \
+  "status $(cat host0.rc) and $(cat host1.rc): $(cat host0.txt host1.txt | tr '\n' '|')"
 
 # ---- under torchrun --max-restarts ----------------------------------------------------------
 py="" # (importing torch takes seconds: once)
