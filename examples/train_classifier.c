@@ -220,17 +220,19 @@ static int save_tensors(const char *path, const char *metadata, int n, const flo
                         const dataset *val)
 {
     const void *arrays[8] = {params + W1, params + B1, params + W2, params + B2, train->x, train->y, val->x, val->y};
-    size_t bytes[8] = {H * D * 4, H * 4, K * H * 4, K * 4, train->n * D * 4, train->n * 4, val->n * D * 4, val->n * 4};
-    size_t shape[8][2] = {{H, D}, {H, 0}, {K, H}, {K, 0}, {train->n, D}, {train->n, 0}, {val->n, D}, {val->n, 0}};
-    const char **names = (const char **)tensor_names;
+    const size_t data_shape[4][2] = {{train->n, D}, {train->n, 0}, {val->n, D}, {val->n, 0}};
+    size_t bytes[8];
     st_text h = {NULL, 0, 0, 0};
     char err[1400]; /* room for the path */
     size_t begin = 0;
     int i, ok;
     st_put(&h, "{\"__metadata__\":{\"format\":\"pt\"%s%s}", *metadata ? "," : "", metadata);
     for (i = 0; i < n; i++) {
-        st_put(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu", names[i], i == 5 || i == 7 ? "I32" : "F32", shape[i][0]);
-        if (shape[i][1]) st_put(&h, ",%zu", shape[i][1]);
+        const size_t *shape = i < 4 ? weight_shape[i] : data_shape[i - 4];
+        bytes[i] = shape[0] * (shape[1] ? shape[1] : 1) * 4; /* float32 and int32 */
+        st_put(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu", tensor_names[i], i == 5 || i == 7 ? "I32" : "F32",
+               shape[0]);
+        if (shape[1]) st_put(&h, ",%zu", shape[1]);
         st_put(&h, "],\"data_offsets\":[%zu,%zu]}", begin, begin + bytes[i]);
         begin += bytes[i];
     }
@@ -245,7 +247,8 @@ static int save_tensors(const char *path, const char *metadata, int n, const flo
    What decides the weights (the data is fixed): a checkpoint written with other values
    belongs to another run. The global batch counts, not how the ranks split it. */
 enum { RUN_KEYS = 4 };
-static const char *const run_keys[RUN_KEYS] = {"seed", "global_batch", "lr", "epochs"};
+static const char *const run_keys[RUN_KEYS][2] = { /* metadata key, how a run sets it */
+    {"seed", "--seed"}, {"global_batch", "global batch (--batch-size x ranks)"}, {"lr", "--lr"}, {"epochs", "--epochs"}};
 typedef struct run_identity {
     char v[RUN_KEYS][32];
 } run_identity;
@@ -257,7 +260,7 @@ static int save_checkpoint(const char *path, const float *params, int epochs_don
     char meta[400];
     int k, n = snprintf(meta, sizeof meta, "\"epoch\":\"%d\"", epochs_done);
     for (k = 0; k < RUN_KEYS; k++)
-        n += snprintf(meta + n, sizeof meta - (size_t)n, ",\"%s\":\"%s\"", run_keys[k], run->v[k]);
+        n += snprintf(meta + n, sizeof meta - (size_t)n, ",\"%s\":\"%s\"", run_keys[k][0], run->v[k]);
     return save_tensors(path, meta, 4, params, train, val);
 }
 
@@ -274,11 +277,10 @@ static int load_checkpoint(const char *path, float *params, const run_identity *
     if (access(path, F_OK) != 0) return 0;
     if (!st_read(&f, path, err, sizeof err)) goto refuse;
     for (k = 0; k < RUN_KEYS; k++)
-        if (strcmp(st_meta(&f, run_keys[k]), run->v[k]) != 0) {
-            snprintf(err, sizeof err, "%s belongs to another run: it was written with %s %s, this run has %s %s "
-                     "(--resume auto goes on with its own run only: give another --out, or remove the file)", path,
-                     run_keys[k], *st_meta(&f, run_keys[k]) ? st_meta(&f, run_keys[k]) : "(not recorded)",
-                     run_keys[k], run->v[k]);
+        if (strcmp(st_meta(&f, run_keys[k][0]), run->v[k]) != 0) {
+            snprintf(err, sizeof err, "%s belongs to another run: its %s is %s, this run's is %s (--resume auto goes "
+                     "on with its own run only: give another --out, or remove the file)", path, run_keys[k][1],
+                     *st_meta(&f, run_keys[k][0]) ? st_meta(&f, run_keys[k][0]) : "not recorded", run->v[k]);
             goto refuse;
         }
     done = st_meta(&f, "epoch");

@@ -12,7 +12,8 @@
 #   - train_gpt under its own launcher (--nproc 2 --max-restarts N --resume auto): every
 #     run ends with status 0, a checkpoint byte-identical to the uninterrupted run's, and
 #     a --log identical to its log (but tokens/s): exactly one record per step;
-#   - train_classifier (--nproc 3 --save-every 1 --resume auto): the same weights;
+#   - train_classifier (--nproc 3 --save-every 1 --resume auto): the same weights, and
+#     another run's file refused;
 #   - a kill while a (40 MB) save is half written leaves the previous checkpoint whole;
 #   - --resume auto: a fresh start without the file, a one-line refusal of another
 #     run's file (seed, data, lr, steps, model, global batch), nothing to train at the
@@ -191,6 +192,9 @@ interrupted clf 2 3 c.st '^epoch ' "" "$clf" --nproc 3 --max-restarts 2 $clf_fla
 cmp -s cref.st c.st && [ "$rc" -eq 0 ]
 report "restart_train: train_classifier killed twice ends with the same weights" $? \
   "status $rc; $(grep '^ddp: \|^train_classifier: ' clf.txt | tr '\n' '|' | head -c 600)"
+out=$("$clf" $clf_flags --seed 4 --out cref.st --resume auto 2>&1); rc=$?
+[ "$rc" -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q '^train_classifier: cref.st belongs to another run' <<<"$out"
+report "restart_train: train_classifier --resume auto refuses another run's file in one line" $? "status $rc: $out"
 
 # ---- --resume auto's decisions ------------------------------------------------------------
 one_line() { # name expected-status pattern args...: train_gpt prints one line matching pattern
