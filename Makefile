@@ -60,6 +60,7 @@ examples/%: examples/%.c $(HEADERS)
 examples/%_gpu: examples/%.c $(HEADERS)
 	$(NVCC) $(NVFLAGS) -x cu -I. $< -o $@ $(NVLIBS)
 $(LESSONS) $(GPU_LESSONS): examples/lessons/device.h
+$(addprefix examples/,train_gpt train_gpt_gpu train_classifier train_classifier_gpu): examples/safetensors.h
 examples/%: examples/%.cu $(HEADERS)
 	$(NVCC) $(NVFLAGS) -I. $< -o $@ $(NVLIBS)
 tests/%: tests/%.c tests/test.h $(HEADERS)

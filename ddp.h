@@ -42,6 +42,7 @@
    LAUNCHING (any of these; the program reads whichever environment it finds)
      ./prog --nproc 4 args                    built-in launcher (ddp_launch; also
                                               --nproc_per_node=4); a job's own secret
+     ./prog --nproc 4 --max-restarts 3 args   and the job again after a failure (RESTARTS)
      ddprun -n 4 ./prog args                  examples/ddprun.c, for any program
      torchrun --no_python --nproc_per_node=4 ./prog args   (RANK, WORLD_SIZE, ...)
      mpirun -np 4 ./prog                      one host: MASTER_ADDR defaults to 127.0.0.1
@@ -73,6 +74,20 @@
                             the store too (the CPU backend always compares, in shared
                             memory; this is how NCCL jobs get the check)
      DDP_DEBUG=1            log what init decided, on every rank
+     TORCHELASTIC_RESTART_COUNT  the attempt of a restarted job (0 first), set by
+                            torchrun and --max-restarts; ddp_restart_count() reads it
+
+   RESTARTS
+     With --max-restarts N (ddp_run_restarts) the launcher stops the job when a rank
+     fails and starts all of it again, up to N times, one stderr line each (the cause,
+     the attempt that starts). Every attempt is a new job (job id, secret, port: a
+     process of an earlier attempt is refused) and starts once the one before has
+     ended entirely and its shared memory is swept. A signal to the launcher is never
+     restarted; after N + 1 failures the status is the last attempt's cause's. The
+     program resumes from its own checkpoint (train_gpt --resume auto). Across hosts
+     the outer launcher restarts (torchrun --max-restarts, Slurm's requeue), every
+     host the same attempt; under torchrun the count can differ between hosts, so it
+     is information, not identity: decide what to load from the files.
 
    RANKS MUST AGREE
      Every collective carries a fingerprint (number, kind, dtype, op, count, root).
@@ -91,6 +106,8 @@
        the collectives and NCCL's own traffic are not protected from the network
      - host the store inside torchrun's agent: under torchrun, rank 0 opens its own
        store on MASTER_PORT+1
+     - restart one rank alone (elastic membership): a restart is the whole job, on
+       one host by its launcher, across hosts by the outer one
      - hide failures: every call returns a ddp_result; after a failure the context
        refuses further collectives (the job is broken, like NCCL's)
      - call exit() or print anything but errors unless asked (DDP_DEBUG, ddp_print)
@@ -100,7 +117,8 @@
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
                       memory on NCCL, an NCCL watchdog, one list per concept, the
-                      MPI backend, tracing (ddp_trace_*), ddp_thread_share
+                      MPI backend, tracing (ddp_trace_*), ddp_thread_share,
+                      restarts (--max-restarts, ddp_run_restarts, ddp_restart_count)
      0.1 (2026-12-02) process group, launcher, TCP store, CPU + NCCL collectives,
                       sampler, gradient sync, metrics
 */
@@ -245,13 +263,23 @@ typedef struct ddp_work {
    DDP_WORKER and the program goes on as one rank. With "--nproc N" in argv this
    process becomes the launcher: it runs N copies of the program (argv without
    --nproc), forwards SIGINT/SIGTERM, stops everything when one rank fails, and
-   returns the exit status for main to return. */
+   returns the exit status for main to return. "--max-restarts N" (torchrun's flag,
+   also --max_restarts) starts the job again after a failure, up to N times. */
 #define DDP_WORKER (-1)
 DDPDEF int ddp_launch(int *argc, char **argv);
 /* Runs nproc copies of argv (argv[0] looked up in PATH) as ranks 0..nproc-1 of one
-   job on this host; returns 0 if all succeeded, else the first failure's status
-   (128+signal for a signal). Prints one line naming the failed rank. */
+   job on this host; returns 0 if all succeeded, else the status of the rank whose
+   failure stopped the job (128+signal for a signal). Prints one line naming it. */
 DDPDEF int ddp_run(int nproc, char *const argv[]);
+/* ddp_run, and after a failed attempt the whole job again, up to max_restarts times
+   (a signal to the launcher is never restarted). Each attempt is a new job (job id,
+   secret, port: no rank of an earlier attempt can join it) and starts once every
+   process of the one before has ended; its ranks see TORCHELASTIC_RESTART_COUNT. */
+DDPDEF int ddp_run_restarts(int nproc, int max_restarts, char *const argv[]);
+/* Which attempt of the job this process belongs to: 0 for the first, n after n
+   restarts (TORCHELASTIC_RESTART_COUNT, set by torchrun and by ddp's launcher);
+   -1 if that variable is not a count (ddp_init then refuses to start). */
+DDPDEF int ddp_restart_count(void);
 
 /* ---- process group ------------------------------------------------------------ */
 DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc);
@@ -1091,6 +1119,17 @@ static int ddp__env_int(ddp_ctx *ctx, const char *name, int *out)
     return 1;
 }
 
+int ddp_restart_count(void)
+{
+    const char *v = getenv("TORCHELASTIC_RESTART_COUNT");
+    char *end;
+    long x;
+    if (!v || !*v) return 0;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    return errno || *end || x < 0 || x > INT_MAX ? -1 : (int)x;
+}
+
 /* Finds --local_rank N, --local_rank=N (or --local-rank) in argv, removes it, -1 if absent. */
 static ddp_result ddp__argv_local_rank(ddp_ctx *ctx, int *argc, char **argv, int *local_rank)
 {
@@ -1237,6 +1276,9 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     } else {
         ddp__copy(s->job_id, sizeof s->job_id, "ddp");
     }
+    if (ddp_restart_count() < 0)
+        return ddp__fail(ctx, DDP_ERR_ENV, "TORCHELASTIC_RESTART_COUNT='%s' is not a restart count",
+                         getenv("TORCHELASTIC_RESTART_COUNT"));
     v = d->secret ? d->secret : getenv("DDP_SECRET");
     if (v && strlen(v) >= sizeof s->secret)
         return ddp__fail(ctx, DDP_ERR_ENV, "DDP_SECRET is longer than %d bytes", (int)sizeof s->secret - 1);
@@ -3970,10 +4012,11 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
         ddp__release(ctx);
         return r;
     }
-    ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s)%s, "
-              "timeout %.1f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank, ctx->local_world_size,
-              ctx->node_rank, ctx->num_nodes, ctx->device, cfg->master_port ? cfg->master_addr : "-", cfg->master_port,
-              cfg->job_id, cfg->job_from, cfg->secret[0] ? ", secret set" : "", cfg->timeout_ms / 1000.0,
+    ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s), "
+              "restart %d%s, timeout %.1f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank,
+              ctx->local_world_size, ctx->node_rank, ctx->num_nodes, ctx->device,
+              cfg->master_port ? cfg->master_addr : "-", cfg->master_port, cfg->job_id, cfg->job_from,
+              ddp_restart_count(), cfg->secret[0] ? ", secret set" : "", cfg->timeout_ms / 1000.0,
               cfg->check ? ", DDP_CHECK on" : "");
     return DDP_OK;
 }
@@ -4032,11 +4075,13 @@ static const char *ddp__launched_by(void)
 
 /* The job's environment for rank i, in the child. Every rank gets its share of the
    cores for OpenMP (unless the user chose), so N ranks do not run N x cores threads. */
-static void ddp__child_env(int i, const char *num, const char *port, const char *job, const char *secret, int threads)
+static void ddp__child_env(int i, const char *num, const char *port, const char *job, const char *secret, int threads,
+                           int attempt)
 {
-    char r[16], t[16];
+    char r[16], t[16], a[16];
     snprintf(r, sizeof r, "%d", i);
     snprintf(t, sizeof t, "%d", threads);
+    snprintf(a, sizeof a, "%d", attempt);
     setenv("RANK", r, 1);
     setenv("LOCAL_RANK", r, 1);
     setenv("WORLD_SIZE", num, 1);
@@ -4047,44 +4092,41 @@ static void ddp__child_env(int i, const char *num, const char *port, const char 
     setenv("DDP_JOB_ID", job, 1);
     setenv("DDP_SECRET", secret, 1);
     setenv("DDP_LAUNCHER", "1", 1);
+    setenv("TORCHELASTIC_RESTART_COUNT", a, 1);
     setenv("OMP_NUM_THREADS", t, 0);
     unsetenv("TORCHELASTIC_RUN_ID");
 }
 
-int ddp_run(int nproc, char *const argv[])
+/* One attempt of the job: nproc ranks under a job id, secret and port of their own, so
+   that no rank of an earlier attempt can join; returns when every rank has ended: 0,
+   or the status of the rank whose failure stopped the job, described in `why`.
+   *final says not to restart (the launcher was signalled, or could not start ranks). */
+static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt, char *why, size_t why_size,
+                        int *final)
 {
     sigset_t block, old;
-    pid_t *pids;
+    pid_t *pids, cause_pid = 0;
     char port[16], job[40], num[16], secret[65], prefix[40];
     unsigned char raw[32];
-    int i, live = 0, failed = -1, status = 0, p, threads;
-    long cores = ddp__cores_allowed();
+    int i, live = 0, status = 0, p, cause = -1, cause_st = 0, cause_own = 0, sent = 0, stopped = 0;
     int64_t kill_at = 0;
-    const char *outer = ddp__launched_by();
-    if (nproc < 1 || !argv || !argv[0]) {
-        fprintf(stderr, "ddp: nothing to run (nproc %d)\n", nproc);
-        return 2;
-    }
-    if (outer) { /* a job inside a job would be nproc unrelated jobs */
-        fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
-        return 2;
-    }
+    *why = 0;
+    *final = 1;
     if ((p = ddp__free_port()) < 0) {
-        fprintf(stderr, "ddp: cannot find a free TCP port on 127.0.0.1: %s\n", strerror(errno));
+        snprintf(why, why_size, "cannot find a free TCP port on 127.0.0.1: %s", strerror(errno));
         return 1;
     }
     pids = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *pids * (size_t)nproc));
-    if (!pids) return 1;
+    if (!pids) {
+        snprintf(why, why_size, "out of memory");
+        return 1;
+    }
     ddp__random(raw, sizeof raw);
     ddp__hex(secret, raw, 32);
     snprintf(job, sizeof job, "run-%.16s", secret + 32); /* not the secret's first half */
     if (getenv("DDP_SECRET") && *getenv("DDP_SECRET")) ddp__copy(secret, sizeof secret, getenv("DDP_SECRET"));
     snprintf(port, sizeof port, "%d", p);
     snprintf(num, sizeof num, "%d", nproc);
-    threads = cores > nproc ? (int)(cores / nproc) : 1;
-    if (!getenv("OMP_NUM_THREADS") && nproc > 1)
-        fprintf(stderr, "ddp: OMP_NUM_THREADS=%d for each of %d ranks (%ld cores); set it to choose\n", threads, nproc,
-                cores);
     /* signals arrive through sigtimedwait below, never asynchronously */
     sigemptyset(&block);
     sigaddset(&block, SIGCHLD);
@@ -4093,10 +4135,11 @@ int ddp_run(int nproc, char *const argv[])
     sigaddset(&block, SIGHUP);
     sigprocmask(SIG_BLOCK, &block, &old);
     fflush(NULL);
+    *final = 0;
     for (i = 0; i < nproc; i++) {
         pid_t pid = fork();
         if (pid == 0) {
-            ddp__child_env(i, num, port, job, secret, threads);
+            ddp__child_env(i, num, port, job, secret, threads, attempt);
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans if the launcher is killed */
             sigprocmask(SIG_SETMASK, &old, NULL);
             execvp(argv[0], argv);
@@ -4104,10 +4147,11 @@ int ddp_run(int nproc, char *const argv[])
             _exit(127);
         }
         if (pid < 0) {
-            fprintf(stderr, "ddp: fork failed for rank %d: %s\n", i, strerror(errno));
-            failed = i;
+            snprintf(why, why_size, "fork failed for rank %d: %s", i, strerror(errno));
+            *final = 1;
             status = 1;
             kill_at = ddp__now_ms();
+            sent = SIGTERM;
             ddp__signal_all(pids, i, SIGTERM);
             nproc = i;
             break;
@@ -4126,23 +4170,32 @@ int ddp_run(int nproc, char *const argv[])
         if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
             /* a terminal's Ctrl-C already reached the whole process group */
             if (info.si_code != SI_KERNEL) ddp__signal_all(pids, nproc, sig);
+            if (!sent) sent = sig;
             if (!kill_at) kill_at = ddp__now_ms() + 3000;
+            *final = 1; /* the user stops the job: never restarted */
         }
         while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
             int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            /* On its own: before the launcher stopped anyone, or by a signal the launcher
+               did not send. The cause is the first such failure, a signal before an exit
+               (the exits are mostly peers that noticed the death). */
+            int sig_own = WIFSIGNALED(st) && WTERMSIG(st) != sent && (WTERMSIG(st) != SIGKILL || kill_at != INT64_MAX);
+            int own = !sent || sig_own;
             for (i = 0; i < nproc && pids[i] != pid; i++) {}
             if (i == nproc) continue;
             pids[i] = 0;
             live--;
-            if (code != 0 && failed < 0) {
-                failed = i;
+            if (code == 0) continue;
+            if (cause < 0 || (own && (!cause_own || (WIFSIGNALED(st) && !WIFSIGNALED(cause_st))))) {
+                cause = i;
+                cause_pid = pid;
+                cause_st = st;
+                cause_own = own;
                 status = code;
-                if (WIFEXITED(st))
-                    fprintf(stderr, "ddp: rank %d (pid %d) exited with status %d", i, (int)pid, code);
-                else
-                    fprintf(stderr, "ddp: rank %d (pid %d) was killed by signal %d (%s)", i, (int)pid, WTERMSIG(st),
-                            strsignal(WTERMSIG(st)));
-                fprintf(stderr, live ? "; stopping the other %d\n" : "\n", live);
+            }
+            if (!sent) {
+                stopped = live;
+                sent = SIGTERM;
                 ddp__signal_all(pids, nproc, SIGTERM);
                 kill_at = ddp__now_ms() + 3000; /* then SIGKILL: the job ends within seconds */
             }
@@ -4153,59 +4206,122 @@ int ddp_run(int nproc, char *const argv[])
         }
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
-    /* whatever shared memory a crash left behind goes with the job */
+    if (cause >= 0) {
+        int n = WIFEXITED(cause_st)
+                    ? snprintf(why, why_size, "rank %d (pid %d) exited with status %d", cause, (int)cause_pid, status)
+                    : snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)", cause, (int)cause_pid,
+                               WTERMSIG(cause_st), strsignal(WTERMSIG(cause_st)));
+        if (stopped && n > 0 && (size_t)n < why_size)
+            snprintf(why + n, why_size - (size_t)n, "; stopped the other %d", stopped);
+    }
+    /* whatever shared memory a crash left behind goes with the attempt */
     snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));
     ddp__shm_sweep(prefix, 0);
     DDP_FREE(pids);
     return status;
 }
 
-/* "--nproc N", "--nproc=N" and torchrun's "--nproc_per_node" (or "--nproc-per-node"):
-   the length of the flag name at argv[i], or 0 */
-static size_t ddp__nproc_flag(const char *a)
+int ddp_run(int nproc, char *const argv[]) { return ddp_run_restarts(nproc, 0, argv); }
+
+int ddp_run_restarts(int nproc, int max_restarts, char *const argv[])
 {
-    static const char *const names[] = {"--nproc_per_node", "--nproc-per-node", "--nproc"};
+    char why[300];
+    int attempt, status, final, threads;
+    long cores = ddp__cores_allowed();
+    const char *outer = ddp__launched_by();
+    if (nproc < 1 || !argv || !argv[0] || max_restarts < 0) {
+        fprintf(stderr, "ddp: nothing to run (nproc %d, max_restarts %d)\n", nproc, max_restarts);
+        return 2;
+    }
+    if (outer) { /* a job inside a job would be nproc unrelated jobs */
+        fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
+        return 2;
+    }
+    threads = cores > nproc ? (int)(cores / nproc) : 1;
+    if (!getenv("OMP_NUM_THREADS") && nproc > 1)
+        fprintf(stderr, "ddp: OMP_NUM_THREADS=%d for each of %d ranks (%ld cores); set it to choose\n", threads, nproc,
+                cores);
+    for (attempt = 0;; attempt++) {
+        status = ddp__attempt(nproc, argv, threads, attempt, why, sizeof why, &final);
+        if (status == 0) return 0;
+        if (final || attempt == max_restarts) break;
+        fprintf(stderr, "ddp: %s; restarting the job: attempt %d of %d\n", why, attempt + 2, max_restarts + 1);
+    }
+    if (*why && max_restarts && !final)
+        fprintf(stderr, "ddp: %s; no restart left (attempt %d of %d)\n", why, attempt + 1, max_restarts + 1);
+    else if (*why)
+        fprintf(stderr, "ddp: %s\n", why);
+    return status;
+}
+
+/* The flags ddp_launch takes: "--nproc N" (or --nproc=N, torchrun's --nproc_per_node
+   and --nproc-per-node) and torchrun's "--max-restarts N" (or --max_restarts). */
+static const char *const ddp__nproc_names[] = {"--nproc_per_node", "--nproc-per-node", "--nproc", NULL};
+static const char *const ddp__restart_names[] = {"--max-restarts", "--max_restarts", NULL};
+
+/* The length of the flag name at a when it is one of names (alone or with "="), else 0. */
+static size_t ddp__flag(const char *a, const char *const *names)
+{
     size_t i, n;
-    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+    for (i = 0; names[i]; i++) {
         n = strlen(names[i]);
         if (strncmp(a, names[i], n) == 0 && (a[n] == 0 || a[n] == '=')) return n;
     }
     return 0;
 }
 
-int ddp_launch(int *argc, char **argv)
+/* Finds one of names in argv (before "--"), reads its integer in [lo, hi] and removes
+   it: 1 with *value, 0 when absent, -1 after a one-line error (a bad value, given twice). */
+static int ddp__take_flag(int *argc, char **argv, const char *const *names, const char *what, long lo, long hi,
+                          long *value)
 {
     int i, j, used;
     size_t n;
     char *end;
-    long v;
-    const char *outer, *val;
-    if (!argc || !argv) return DDP_WORKER;
-    for (i = 1; i < *argc; i++) {
-        if (strcmp(argv[i], "--") == 0) break;
-        if (!(n = ddp__nproc_flag(argv[i]))) continue;
-        if ((outer = ddp__launched_by()) != NULL) {
-            fprintf(stderr, "ddp: %s inside a job started by %s: drop one of the two launchers\n", argv[i], outer);
-            return 2;
-        }
+    const char *val;
+    for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++) {
+        if (!(n = ddp__flag(argv[i], names))) continue;
         used = argv[i][n] == '=' ? 1 : 2;
         val = argv[i][n] == '=' ? argv[i] + n + 1 : i + 1 < *argc ? argv[i + 1] : "";
         errno = 0;
-        v = strtol(val, &end, 10);
-        if (errno || *end || !*val || v < 1 || v > 4096) {
-            fprintf(stderr, "ddp: %.*s needs a process count from 1 to 4096, not '%s'\n", (int)n, argv[i], val);
-            return 2;
+        *value = strtol(val, &end, 10);
+        if (errno || *end || !*val || *value < lo || *value > hi) {
+            fprintf(stderr, "ddp: %.*s needs %s from %ld to %ld, not '%s'\n", (int)n, argv[i], what, lo, hi, val);
+            return -1;
         }
         for (j = i + used; j < *argc && strcmp(argv[j], "--") != 0; j++)
-            if (ddp__nproc_flag(argv[j])) {
-                fprintf(stderr, "ddp: --nproc given twice ('%s' and '%s'): give it once\n", argv[i], argv[j]);
-                return 2;
+            if (ddp__flag(argv[j], names)) {
+                fprintf(stderr, "ddp: %.*s given twice ('%s' and '%s'): give it once\n", (int)n, argv[i], argv[i],
+                        argv[j]);
+                return -1;
             }
         memmove(&argv[i], &argv[i + used], sizeof *argv * (size_t)(*argc - i - used + 1));
         *argc -= used;
-        return ddp_run((int)v, argv);
+        return 1;
     }
-    return DDP_WORKER;
+    return 0;
+}
+
+int ddp_launch(int *argc, char **argv)
+{
+    int i, nproc_given, restarts_given;
+    long nproc = 0, restarts = 0;
+    const char *outer;
+    if (!argc || !argv) return DDP_WORKER;
+    for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++)
+        if (ddp__flag(argv[i], ddp__nproc_names) && (outer = ddp__launched_by()) != NULL) {
+            fprintf(stderr, "ddp: %s inside a job started by %s: drop one of the two launchers\n", argv[i], outer);
+            return 2;
+        }
+    if ((nproc_given = ddp__take_flag(argc, argv, ddp__nproc_names, "a process count", 1, 4096, &nproc)) < 0 ||
+        (restarts_given = ddp__take_flag(argc, argv, ddp__restart_names, "a restart count", 0, 1000000, &restarts)) < 0)
+        return 2;
+    if (restarts_given && !nproc_given) {
+        fprintf(stderr, "ddp: --max-restarts restarts the ranks that --nproc N starts: give both (under another "
+                "launcher, give it to that launcher)\n");
+        return 2;
+    }
+    return nproc_given ? ddp_run_restarts((int)nproc, (int)restarts, argv) : DDP_WORKER;
 }
 /* ---- >>sampler ------------------------------------------------------------------------------ */
 /* MT19937, seeded like torch.Generator.manual_seed (init_genrand on the low 32 bits). */
