@@ -249,16 +249,34 @@ elif action == 'huge':                      # finite, but the logits (ln_f outpu
         begin, end = h[name]['data_offsets']
         for i in range((end - begin) // 4): put(name, i, 1e30)
 elif action.startswith('step='): h['__metadata__']['step'] = action[5:]
+elif action == 'overlap':                   # wpe.weight's offsets on wte.weight's first bytes
+    begin, end = h['wpe.weight']['data_offsets']
+    start = h['wte.weight']['data_offsets'][0]
+    h['wpe.weight']['data_offsets'] = [start, start + end - begin]
+elif action == 'trailing': data += bytes(8)  # bytes after the last tensor
 hs = json.dumps(h, separators=(',', ':')).encode()
 hs += b' ' * (-len(hs) % 8)
 open(dst, 'wb').write(struct.pack('<Q', len(hs)) + hs + bytes(data))
 EOF
   }
-  for a in transpose nan inf huge step=-5 step=12; do edit_st two.st "${a/=/}.st" "$a"; done
+  for a in transpose nan inf huge step=-5 step=12 overlap trailing; do edit_st two.st "${a/=/}.st" "$a"; done
   one_line_error "--resume a transposed tensor" $tiny --steps 10 --resume transpose.st
   grep -q '32, 128' err.txt
   report "train_gpt --resume names the transposed tensor's shape" $? "$(cat err.txt)"
   one_line_error "--resume NaN weights" $tiny --steps 10 --resume nan.st
+  # what the safetensors library refuses: tensors that share bytes, bytes after the last
+  one_line_error "--resume overlapping tensors" $tiny --steps 10 --resume overlap.st
+  grep -q 'overlap another tensor' err.txt
+  report "train_gpt --resume says the tensors overlap" $? "$(cat err.txt)"
+  one_line_error "--resume bytes after the last tensor" $tiny --steps 10 --resume trailing.st
+  if python3 -c 'import safetensors.numpy' 2>/dev/null; then
+    python3 -c 'import sys, safetensors.numpy as st
+for f in sys.argv[1:]:
+    try: st.load_file(f)
+    except Exception: continue
+    sys.exit(f + " loads")' overlap.st trailing.st >err.txt 2>&1
+    report "the safetensors library refuses them too" $? "$(cat err.txt)"
+  fi
   one_line_error "--resume infinite weights" $tiny --steps 10 --resume inf.st
   one_line_error "--resume a negative step" $tiny --steps 10 --resume step-5.st
   grep -q "step '-5'" err.txt
