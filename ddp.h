@@ -548,6 +548,7 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #define DDP__STORE_HELLO_MS 5000 /* store: a newcomer identifies itself within this */
 #define DDP__STORE_STALL_MS 10000 /* store: a message once begun arrives within this */
 #define DDP__STORE_QUOTA ((size_t)4 << 20) /* store: bytes one rank may make it hold */
+#define DDP__SETTLE_MS 300     /* a job with no id of its own waits this long for a second launch */
 
 #ifdef __cplusplus
 #define DDP__CAST(T, x) ((T)(x))
@@ -593,6 +594,18 @@ static void ddp__copy(char *dst, size_t size, const char *src)
     if (n >= size) n = size - 1;
     memcpy(dst, src, n);
     dst[n] = 0;
+}
+
+/* printf at the end of the string in out (size bytes), truncating quietly */
+static void ddp__append(char *out, size_t size, const char *fmt, ...) DDP__PRINTF(3, 4);
+static void ddp__append(char *out, size_t size, const char *fmt, ...)
+{
+    size_t n = strlen(out);
+    va_list ap;
+    if (n + 1 >= size) return;
+    va_start(ap, fmt);
+    vsnprintf(out + n, size - n, fmt, ap);
+    va_end(ap);
 }
 
 /* n bytes from the kernel's random source; falls back to clock and pid (tests only
@@ -899,6 +912,7 @@ struct ddp__state {
     ddp__settings cfg;
     ddp_result broken;       /* set once a collective fails: later ones refuse */
     int store_fd;            /* connection to rank 0's store, -1 in a world of one */
+    int pmi_fd;              /* Hydra's PMI connection once asked for the kvsname, else -1 */
     ddp__server *server;     /* rank 0 only */
     uint64_t seq;            /* collectives issued */
     const ddp__backend *be;
@@ -1270,6 +1284,70 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     return DDP_OK;
 }
 
+/* MPI started in this process (it then finalizes Hydra's PMI connection itself). Without
+   -DDDP_MPI, a weak reference finds MPI_Initialized only where the program links MPI. */
+#ifdef DDP_MPI
+static int ddp__mpi_started(void)
+{
+    int flag = 0;
+    return MPI_Initialized(&flag) == MPI_SUCCESS && flag;
+}
+#elif defined(__GNUC__)
+#ifdef __cplusplus
+extern "C"
+#endif
+int MPI_Initialized(int *flag) __attribute__((weak));
+static int ddp__mpi_started(void)
+{
+    int flag = 0;
+    return MPI_Initialized && MPI_Initialized(&flag) == 0 && flag;
+}
+#else
+static int ddp__mpi_started(void) { return 1; } /* cannot tell: leave the connection to MPI */
+#endif
+
+/* One PMI-1 command and its one-line answer (commands and answers are "cmd=... \n"). */
+static int ddp__pmi_ask(int fd, const char *cmd, char *line, size_t n)
+{
+    int64_t deadline = ddp__now_ms() + 5000;
+    size_t got = 0;
+    if (ddp__write_all(fd, cmd, strlen(cmd), deadline) != 0) return 0;
+    while (got + 1 < n && ddp__read_all(fd, line + got, 1, deadline) == 0)
+        if (line[got++] == '\n') break;
+    line[got] = 0;
+    return got > 0 && line[got - 1] == '\n';
+}
+
+/* MPICH's Hydra names each launch (its kvsname, the same on every host) but puts the
+   name in no variable: ask for it over PMI_FD in PMI-1. Hydra accepts a second init from
+   MPI later, so the connection stays usable; ddp__pmi_done finalizes it. 1 on success. */
+static int ddp__pmi_kvsname(ddp_ctx *ctx, char *out, size_t n)
+{
+    struct stat sb;
+    char line[300], *name;
+    int fd;
+    if (ddp__env_int(ctx, "PMI_FD", &fd) != 1 || fstat(fd, &sb) != 0 || !S_ISSOCK(sb.st_mode)) return 0;
+    if (!ddp__pmi_ask(fd, "cmd=init pmi_version=1 pmi_subversion=1\n", line, sizeof line) || !strstr(line, "rc=0"))
+        return 0;
+    ctx->st->pmi_fd = fd; /* Hydra now expects a finalize from this process */
+    if (!ddp__pmi_ask(fd, "cmd=get_my_kvsname\n", line, sizeof line) || !(name = strstr(line, "kvsname=")))
+        return 0;
+    name += 8;
+    name[strcspn(name, " \n")] = 0;
+    if (!*name || strlen(name) >= n) return 0;
+    ddp__copy(out, n, name);
+    return 1;
+}
+
+/* Hydra stops every rank of a host when a process that spoke PMI exits without a
+   finalize: send it, unless MPI owns the connection (its MPI_Finalize sends one). */
+static void ddp__pmi_done(ddp_ctx *ctx)
+{
+    char line[100];
+    if (ctx->st->pmi_fd >= 0 && !ddp__mpi_started()) ddp__pmi_ask(ctx->st->pmi_fd, "cmd=finalize\n", line, sizeof line);
+    ctx->st->pmi_fd = -1; /* left open: a later write fails at once instead of reaching another file */
+}
+
 /* Where rank 0's store listens: only a job that meets through the store needs it. */
 static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d)
 {
@@ -1278,6 +1356,8 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d)
     const char *v;
     int port = d->master_port, set;
     char first[256];
+    if (!strcmp(s->job_from, "default") && getenv("PMI_RANK") && ddp__pmi_kvsname(ctx, s->job_id, sizeof s->job_id))
+        s->job_from = "Hydra's kvsname (PMI_FD)";
     if ((!addr || !*addr) && ((v = getenv("SLURM_STEP_NODELIST")) || (v = getenv("SLURM_JOB_NODELIST")) ||
                               (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
         addr = first; /* Slurm: the first host of the step runs rank 0 */
@@ -1347,7 +1427,7 @@ enum { DDP__ST_OK = 0, DDP__ST_ERROR = 1, DDP__ST_CHALLENGE = 2 };
 
 typedef struct ddp__conn {
     int fd, rank;            /* rank >= 0 once admitted */
-    int claim;               /* the rank a challenged connection asks for, else -1 */
+    int claim, world;        /* the rank (and world size) a challenged connection asks for, else -1 */
     int64_t born, since;     /* accepted; first byte of the message being read (0: none) */
     char *buf;
     size_t len, cap, held;   /* held: bytes of the store this rank owns */
@@ -1360,7 +1440,13 @@ typedef struct ddp__gather { char *key; char **part; uint32_t *plen; int arrived
 struct ddp__server {
     int listen_fd, wake[2], world;
     char job_id[128], secret[256];
+    char own[33];            /* rank 0's own hello nonce: another claim to rank 0 is a second job */
     pthread_t thread;
+    pthread_mutex_t mu;      /* held while the thread works: rank 0's thread reads who is missing */
+    unsigned char *joined;   /* per rank: admitted once */
+    char refused[300];       /* why processes that named a rank were refused, for rank 0's messages */
+    int nrefused;
+    int failed;              /* atomic: broken[] is final; rank 0's next collective fails with it */
     ddp__conn *conns; int nconns, cap;
     ddp__kv *kv; int nkv, kvcap;
     ddp__gather *gathers; int ngathers, gcap;
@@ -1426,6 +1512,7 @@ static void ddp__server_break(ddp__server *s, const char *why)
     int i;
     if (s->broken[0] || s->closing) return;
     ddp__copy(s->broken, sizeof s->broken, why);
+    __atomic_store_n(&s->failed, 1, __ATOMIC_RELEASE);
     for (i = 0; i < s->nconns; i++)
         if (s->conns[i].wait_key) {
             ddp__reply_text(s->conns[i].fd, DDP__ST_ERROR, s->broken);
@@ -1443,38 +1530,83 @@ static int ddp__rank_taken(ddp__server *s, int rank)
     return 0;
 }
 
-static void ddp__admit(ddp__server *s, ddp__conn *c, int rank)
+/* Remembers, for rank 0's messages, why a process that named a rank was refused. */
+static void ddp__server_note(ddp__server *s, const char *fmt, ...) DDP__PRINTF(2, 3);
+static void ddp__server_note(ddp__server *s, const char *fmt, ...)
 {
-    (void)s;
-    c->rank = rank;
-    c->claim = -1;
-    ddp__reply(c->fd, DDP__ST_OK, NULL, 0);
+    char note[160];
+    size_t n = strlen(s->refused);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(note, sizeof note, fmt, ap);
+    va_end(ap);
+    if (!strstr(s->refused, note) && n + strlen(note) + 3 < sizeof s->refused)
+        snprintf(s->refused + n, sizeof s->refused - n, "%s%s", n ? "; " : "", note);
+    s->nrefused++;
 }
 
-/* HELLO and AUTH: returns -1 to drop the connection (harmless: not yet a member) */
+/* A stranger's text, safe to print: printable ASCII, at most 40 characters. */
+static const char *ddp__printable(char out[44], const char *in)
+{
+    int i;
+    for (i = 0; in[i] && i < 40; i++) out[i] = in[i] >= 32 && in[i] < 127 ? in[i] : '?';
+    strcpy(out + i, in[i] ? "..." : "");
+    return out;
+}
+
+/* A claim by a process of this job (its id, and the secret if there is one): admitted,
+   unless it cannot be one of this job's ranks. Then two launches share the port (with
+   no id of their own, their ranks look alike) or the ranks' settings differ; either way
+   the job cannot be trusted to complete with its own ranks: it stops, naming why. */
+static int ddp__server_claim(ddp__server *s, ddp__conn *c, int rank, int world)
+{
+    char why[200];
+    if (s->broken[0]) {
+        ddp__reply_text(c->fd, DDP__ST_ERROR, s->broken);
+        return -1;
+    }
+    if (world != s->world)
+        snprintf(why, sizeof why, "a process claims rank %d of a world of %d, but job '%.40s' has %d ranks (WORLD_SIZE "
+                 "differs between ranks, or two jobs share this port)", rank, world, s->job_id, s->world);
+    else if (ddp__rank_taken(s, rank) || (rank == 0 && strcmp(c->nonce[0], s->own) != 0))
+        snprintf(why, sizeof why, "two processes claim rank %d of job '%.40s': two launches share this port? (give "
+                 "each its own MASTER_PORT or DDP_JOB_ID)", rank, s->job_id);
+    else {
+        c->rank = rank;
+        c->claim = -1;
+        s->joined[rank] = 1;
+        ddp__reply(c->fd, DDP__ST_OK, NULL, 0);
+        return 0;
+    }
+    ddp__server_break(s, why);
+    ddp__reply_text(c->fd, DDP__ST_ERROR, why);
+    return -1;
+}
+
+/* HELLO and AUTH: returns -1 to drop the connection (harmless: not yet a member).
+   Before a claim is proven (the job id, and the secret when there is one) nothing in
+   it harms the job: it is only remembered for rank 0's messages. */
 static int ddp__server_hello(ddp__server *s, ddp__conn *c, uint32_t op, const char *key, const char *val)
 {
-    char mac[65], reply[120];
+    char mac[65], reply[120], shown[44];
     if (op == DDP__HELLO && c->claim < 0) {
         int rank = -1, world = -1;
         if (sscanf(val, "%d %d %32s", &rank, &world, c->nonce[0]) != 3 || strcmp(key, s->job_id) != 0 ||
-            world != s->world || rank < 0 || rank >= world) {
+            rank < 0 || rank >= world) {
+            if (rank >= 0 && rank < world)
+                ddp__server_note(s, "rank %d of job '%s'", rank, ddp__printable(shown, key));
             /* says nothing about the job it does serve */
             ddp__reply_text(c->fd, DDP__ST_ERROR, "this store serves another job (job id or world size differ)");
             return -1;
         }
-        if (ddp__rank_taken(s, rank)) {
-            snprintf(reply, sizeof reply, "rank %d is already connected: two processes claim it", rank);
-            ddp__reply_text(c->fd, DDP__ST_ERROR, reply);
-            return -1;
-        }
-        if (!s->secret[0]) { ddp__admit(s, c, rank); return 0; }
+        if (!s->secret[0]) return ddp__server_claim(s, c, rank, world);
         {
             unsigned char raw[16];
             ddp__random(raw, sizeof raw);
             ddp__hex(c->nonce[1], raw, sizeof raw);
         }
         c->claim = rank;
+        c->world = world;
         ddp__hmac(mac, s->secret, "server", c->nonce[0], c->nonce[1]);
         snprintf(reply, sizeof reply, "%s %s", c->nonce[1], mac);
         ddp__reply_text(c->fd, DDP__ST_CHALLENGE, reply);
@@ -1483,16 +1615,12 @@ static int ddp__server_hello(ddp__server *s, ddp__conn *c, uint32_t op, const ch
     if (op == DDP__AUTH && c->claim >= 0) {
         ddp__hmac(mac, s->secret, "client", c->nonce[1], c->nonce[0]);
         if (!ddp__same_mac(mac, val)) {
+            ddp__server_note(s, "rank %d with another DDP_SECRET", c->claim);
             ddp__reply_text(c->fd, DDP__ST_ERROR, "authentication failed: DDP_SECRET differs from rank 0's");
+            c->claim = -1;
             return -1;
         }
-        if (ddp__rank_taken(s, c->claim)) {
-            snprintf(reply, sizeof reply, "rank %d is already connected: two processes claim it", c->claim);
-            ddp__reply_text(c->fd, DDP__ST_ERROR, reply);
-            return -1;
-        }
-        ddp__admit(s, c, c->claim);
-        return 0;
+        return ddp__server_claim(s, c, c->claim, c->world);
     }
     return -1;
 }
@@ -1620,6 +1748,8 @@ static int ddp__server_handle(ddp__server *s, ddp__conn *c, uint32_t op, const c
 static void ddp__server_drop(ddp__server *s, int i, const char *why)
 {
     ddp__conn *c = &s->conns[i];
+    if (c->claim >= 0 && !s->closing)
+        ddp__server_note(s, "rank %d did not answer the challenge of DDP_SECRET (it has none, or another)", c->claim);
     if (c->rank >= 0 && !s->closing) {
         char text[200];
         snprintf(text, sizeof text, "rank %d left the job (%s)", c->rank, why);
@@ -1706,14 +1836,17 @@ static void *ddp__server_main(void *arg)
     struct pollfd *pf = DDP__CAST(struct pollfd *, DDP_MALLOC(sizeof *pf * (size_t)(s->cap + 2)));
     if (!pf) return NULL;
     for (;;) {
-        int i, n = 0, nc = s->nconns;
+        int i, n = 0, nc = s->nconns, members = 0;
         int64_t now;
-        if (s->stop_deadline && (s->nconns == 0 || ddp__now_ms() > s->stop_deadline)) break;
+        for (i = 0; i < nc; i++) members += s->conns[i].rank >= 0;
+        /* strangers (an idle connection, a port scan) do not keep a finished job waiting */
+        if (s->stop_deadline && (members == 0 || ddp__now_ms() > s->stop_deadline)) break;
         pf[n].fd = s->wake[0]; pf[n++].events = POLLIN;
         pf[n].fd = s->listen_fd; pf[n++].events = POLLIN;
         for (i = 0; i < nc; i++) { pf[n].fd = s->conns[i].fd; pf[n++].events = POLLIN; }
         for (i = 0; i < n; i++) pf[i].revents = 0;
         if (poll(pf, (nfds_t)n, 200) < 0 && errno != EINTR) break;
+        pthread_mutex_lock(&s->mu);
         if (pf[0].revents) {
             char b[64];
             ssize_t k = read(s->wake[0], b, sizeof b);
@@ -1733,6 +1866,7 @@ static void *ddp__server_main(void *arg)
             else if (c->since && now - c->since > DDP__STORE_STALL_MS) ddp__server_drop(s, i, "it stalled in the middle of a message");
         }
         if (pf[1].revents) ddp__server_accept(s);
+        pthread_mutex_unlock(&s->mu);
     }
     DDP_FREE(pf);
     return NULL;
@@ -1745,10 +1879,53 @@ static void ddp__server_free(ddp__server *s)
     while (s->nconns) ddp__server_drop(s, s->nconns - 1, "");
     for (i = 0; i < s->nkv; i++) { DDP_FREE(s->kv[i].key); DDP_FREE(s->kv[i].val); }
     while (s->ngathers) ddp__gather_free(s, s->ngathers - 1);
-    DDP_FREE(s->kv); DDP_FREE(s->gathers); DDP_FREE(s->conns);
+    DDP_FREE(s->kv); DDP_FREE(s->gathers); DDP_FREE(s->conns); DDP_FREE(s->joined);
     if (s->listen_fd >= 0) close(s->listen_fd);
     if (s->wake[0] >= 0) { close(s->wake[0]); close(s->wake[1]); }
+    pthread_mutex_destroy(&s->mu);
     DDP_FREE(s);
+}
+
+/* Appends " 2, 5, 7": the ranks that never joined (never), or that joined but have not
+   brought their part of g; the first 8 of them. Returns how many there are. */
+static int ddp__server_ranks(ddp__server *s, const ddp__gather *g, int never, char *out, size_t size)
+{
+    int r, k = 0;
+    for (r = 0; r < s->world; r++)
+        if (never ? !s->joined[r] : s->joined[r] && g && !g->part[r]) {
+            if (k < 8) ddp__append(out, size, "%s%d", k ? ", " : " ", r);
+            k++;
+        }
+    if (k > 8) ddp__append(out, size, " (%d in all)", k);
+    return k;
+}
+
+/* For rank 0's messages, from its own thread: which ranks never joined, which joined
+   but have not reached the meeting `key`, and why the store refused others. */
+static void ddp__server_missing(ddp__server *s, const char *key, char *out, size_t size)
+{
+    const ddp__gather *g = NULL;
+    char never[120] = "", late[120] = "";
+    int i, n_never, n_late;
+    pthread_mutex_lock(&s->mu);
+    for (i = 0; i < s->ngathers && !g; i++)
+        if (strcmp(s->gathers[i].key, key) == 0) g = &s->gathers[i];
+    n_never = ddp__server_ranks(s, g, 1, never, sizeof never);
+    n_late = ddp__server_ranks(s, g, 0, late, sizeof late);
+    out[0] = 0;
+    if (n_never) ddp__append(out, size, "rank%s%s never joined", n_never > 1 ? "s" : "", never);
+    if (n_late) ddp__append(out, size, "%srank%s%s joined but did not come here", out[0] ? "; " : "", n_late > 1 ? "s" : "", late);
+    if (s->nrefused)
+        ddp__append(out, size, "%sthe store refused %d process%s: %s", out[0] ? "; " : "", s->nrefused,
+                    s->nrefused > 1 ? "es" : "", s->refused);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Rank 0 before each collective: the reason the store's job failed (a second launch on
+   its port, a rank that left), or NULL. */
+static const char *ddp__server_failed(ddp__server *s)
+{
+    return s && __atomic_load_n(&s->failed, __ATOMIC_ACQUIRE) ? s->broken : NULL;
 }
 
 /* Tells the server to finish once every rank has hung up (or after 5 s), then joins
@@ -1761,25 +1938,33 @@ static void ddp__server_stop(ddp__server *s, const char *why)
     ddp__server_free(s);
 }
 
-/* Binds MASTER_ADDR itself: the store listens only where ranks will look for it. */
-static ddp_result ddp__server_start(ddp_ctx *ctx)
+/* Binds MASTER_ADDR itself: the store listens only where ranks will look for it. A
+   port in use is left to the caller (*in_use, nothing logged): it asks who holds it. */
+static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
 {
     ddp__settings *cfg = &ctx->st->cfg;
     struct addrinfo hints, *res = NULL, *ai;
     char port[16];
+    unsigned char raw[16];
     int one = 1, fd = -1, err = 0, rc;
     ddp__server *s = DDP__CAST(ddp__server *, DDP_MALLOC(sizeof *s));
+    *in_use = 0;
     if (!s) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory for the store");
     memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
     s->listen_fd = s->wake[0] = s->wake[1] = -1;
     s->world = ctx->world_size;
     s->cap = ctx->world_size + DDP__STORE_PENDING;
     ddp__copy(s->job_id, sizeof s->job_id, cfg->job_id);
     ddp__copy(s->secret, sizeof s->secret, cfg->secret);
-    if (!(s->conns = DDP__CAST(ddp__conn *, DDP_MALLOC(sizeof *s->conns * (size_t)s->cap)))) {
+    ddp__random(raw, sizeof raw);
+    ddp__hex(s->own, raw, sizeof raw);
+    if (!(s->conns = DDP__CAST(ddp__conn *, DDP_MALLOC(sizeof *s->conns * (size_t)s->cap))) ||
+        !(s->joined = DDP__CAST(unsigned char *, DDP_MALLOC((size_t)s->world)))) {
         ddp__server_free(s);
         return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory for the store");
     }
+    memset(s->joined, 0, (size_t)s->world);
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -1800,9 +1985,12 @@ static ddp_result ddp__server_start(ddp_ctx *ctx)
         if (err == EADDRNOTAVAIL)
             return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s is not an address of rank 0's host (rank 0 hosts the store there)",
                              cfg->master_addr);
-        return ddp__fail(ctx, err == EADDRINUSE ? DDP_ERR_ENV : DDP_ERR_SYSTEM, "rank 0 cannot open the store on %s:%d: %s%s",
-                         cfg->master_addr, cfg->master_port, strerror(err),
-                         err == EADDRINUSE ? " (another job on this port? set MASTER_PORT)" : "");
+        if (err == EADDRINUSE) {
+            *in_use = 1;
+            return DDP_ERR_ENV;
+        }
+        return ddp__fail(ctx, DDP_ERR_SYSTEM, "rank 0 cannot open the store on %s:%d: %s", cfg->master_addr,
+                         cfg->master_port, strerror(err));
     }
     s->listen_fd = fd;
     if (pipe(s->wake) != 0 || pthread_create(&s->thread, NULL, ddp__server_main, s) != 0) {
@@ -1821,11 +2009,18 @@ static int ddp__store_io(int fd, uint32_t op, const char *key, const void *val, 
                          uint32_t *status, char **out, uint32_t *outlen)
 {
     uint32_t h[4], klen = (uint32_t)strlen(key), rlen;
-    char *buf;
+    char *buf, small[1024];
     h[0] = htonl(DDP__MAGIC); h[1] = htonl(op); h[2] = htonl(klen); h[3] = htonl(vlen);
-    if (ddp__write_all(fd, h, 16, deadline) != 0 || ddp__write_all(fd, key, klen, deadline) != 0 ||
-        (vlen && ddp__write_all(fd, val, vlen, deadline) != 0) || ddp__read_all(fd, h, 16, deadline) != 0)
+    if (16 + (size_t)klen + vlen <= sizeof small) { /* one send: a peer that answers the first bytes gets them all */
+        memcpy(small, h, 16);
+        memcpy(small + 16, key, klen);
+        if (vlen) memcpy(small + 16 + klen, val, vlen);
+        if (ddp__write_all(fd, small, 16 + (size_t)klen + vlen, deadline) != 0) return -1;
+    } else if (ddp__write_all(fd, h, 16, deadline) != 0 || ddp__write_all(fd, key, klen, deadline) != 0 ||
+               (vlen && ddp__write_all(fd, val, vlen, deadline) != 0)) {
         return -1;
+    }
+    if (ddp__read_all(fd, h, 16, deadline) != 0) return -1;
     rlen = ntohl(h[3]);
     if (ntohl(h[0]) != DDP__MAGIC || rlen > 0x7fffffffu) { errno = EPROTO; return -1; }
     if (!(buf = DDP__CAST(char *, DDP_MALLOC((size_t)rlen + 1)))) { errno = ENOMEM; return -1; }
@@ -1847,9 +2042,12 @@ static ddp_result ddp__store_req(ddp_ctx *ctx, uint32_t op, const char *key, con
     char *buf = NULL;
     ddp_result r;
     if (ddp__store_io(ctx->st->store_fd, op, key, val, vlen, ddp__now_ms() + cfg->timeout_ms, &status, &buf, outlen) != 0) {
-        if (errno == ETIMEDOUT)
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.1f s %s (store at %s:%d)", cfg->timeout_ms / 1000.0,
-                             what, cfg->master_addr, cfg->master_port);
+        if (errno == ETIMEDOUT) {
+            char who[400] = ""; /* rank 0 hosts the store: it can say who is missing */
+            if (ctx->st->server) ddp__server_missing(ctx->st->server, key, who, sizeof who);
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.1f s %s (store at %s:%d)%s%s", cfg->timeout_ms / 1000.0,
+                             what, cfg->master_addr, cfg->master_port, who[0] ? ": " : "", who);
+        }
         if (errno == EPROTO)
             return ddp__fail(ctx, DDP_ERR_PROTOCOL, "the store at %s:%d sent a malformed answer", cfg->master_addr,
                              cfg->master_port);
@@ -1867,8 +2065,9 @@ static ddp_result ddp__store_req(ddp_ctx *ctx, uint32_t op, const char *key, con
 }
 
 /* HELLO (and with a secret, the challenge both ways) on a fresh connection.
-   1: admitted; 0: the connection broke (try again); -1: refused (in ctx's error). */
-static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline)
+   1: admitted; 0: the connection broke (try again); -1: refused, -2: the answer is not
+   a ddp store's (why in `why`). Rank 0 says hello with its store's own nonce. */
+static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline, char *why, size_t whysize)
 {
     ddp__settings *cfg = &ctx->st->cfg;
     unsigned char raw[16];
@@ -1877,37 +2076,42 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline)
     int ok;
     ddp__random(raw, sizeof raw);
     ddp__hex(nonce, raw, sizeof raw);
+    if (ctx->st->server) ddp__copy(nonce, sizeof nonce, ctx->st->server->own);
     snprintf(hello, sizeof hello, "%d %d %s", ctx->rank, ctx->world_size, nonce);
-    if (ddp__store_io(fd, DDP__HELLO, cfg->job_id, hello, (uint32_t)strlen(hello), deadline, &status, &reply, NULL) != 0)
-        return 0;
+    if (ddp__store_io(fd, DDP__HELLO, cfg->job_id, hello, (uint32_t)strlen(hello), deadline, &status, &reply, NULL) != 0) {
+        if (errno != EPROTO) return 0;
+        snprintf(why, whysize, "%.100s:%d answers, but not as a ddp store (another program listens on MASTER_PORT?)",
+                 cfg->master_addr, cfg->master_port);
+        return -2;
+    }
     if (status == DDP__ST_ERROR) {
-        ddp__fail(ctx, DDP_ERR_REFUSED, "the store at %s:%d refused rank %d of job '%s': %s", cfg->master_addr,
-                  cfg->master_port, ctx->rank, cfg->job_id, reply);
+        snprintf(why, whysize, "the store at %.100s:%d refused rank %d of job '%.60s': %.200s", cfg->master_addr, cfg->master_port,
+                 ctx->rank, cfg->job_id, reply);
         DDP_FREE(reply);
         return -1;
     }
     if (status == DDP__ST_OK && !cfg->secret[0]) { DDP_FREE(reply); return 1; }
     if (status != DDP__ST_CHALLENGE || !cfg->secret[0]) {
         DDP_FREE(reply);
-        ddp__fail(ctx, DDP_ERR_REFUSED, status == DDP__ST_CHALLENGE
-                  ? "the store at %s:%d asks for a secret: set DDP_SECRET as rank 0 has it"
-                  : "the store at %s:%d did not ask for the secret: it is not this job's, or rank 0 has no DDP_SECRET",
-                  cfg->master_addr, cfg->master_port);
+        snprintf(why, whysize, status == DDP__ST_CHALLENGE
+                 ? "the store at %.100s:%d asks for a secret: set DDP_SECRET as rank 0 has it"
+                 : "the store at %.100s:%d did not ask for the secret: it is not this job's, or rank 0 has no DDP_SECRET",
+                 cfg->master_addr, cfg->master_port);
         return -1;
     }
     ok = sscanf(reply, "%32s %64s", snonce, smac) == 2;
     DDP_FREE(reply);
     ddp__hmac(mac, cfg->secret, "server", nonce, snonce);
     if (!ok || !ddp__same_mac(mac, smac)) {
-        ddp__fail(ctx, DDP_ERR_REFUSED, "the store at %s:%d could not prove it knows this rank's DDP_SECRET (rank 0 "
-                  "has another secret, or this is not the job's store)", cfg->master_addr, cfg->master_port);
+        snprintf(why, whysize, "the store at %.100s:%d could not prove it knows this rank's DDP_SECRET (rank 0 has another "
+                 "secret, or this is not the job's store)", cfg->master_addr, cfg->master_port);
         return -1;
     }
     ddp__hmac(mac, cfg->secret, "client", snonce, nonce);
     if (ddp__store_io(fd, DDP__AUTH, "", mac, 64, deadline, &status, &reply, NULL) != 0) return 0;
     if (status != DDP__ST_OK) {
-        ddp__fail(ctx, DDP_ERR_REFUSED, "the store at %s:%d refused rank %d: %s", cfg->master_addr, cfg->master_port,
-                  ctx->rank, reply);
+        snprintf(why, whysize, "the store at %.100s:%d refused rank %d: %.200s", cfg->master_addr, cfg->master_port, ctx->rank,
+                 reply);
         DDP_FREE(reply);
         return -1;
     }
@@ -1915,47 +2119,85 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline)
     return 1;
 }
 
-/* Connects and is admitted, retrying until the timeout: rank 0 may not listen yet,
-   and a crowd of strangers may push a newcomer out. */
-static ddp_result ddp__store_connect(ddp_ctx *ctx)
+/* One connection to MASTER_ADDR:MASTER_PORT, non-blocking once made; -1 with errno. */
+static int ddp__dial(ddp_ctx *ctx, ddp_result *r)
 {
     ddp__settings *cfg = &ctx->st->cfg;
     struct addrinfo hints, *res = NULL, *ai;
     char port[16];
-    int64_t deadline = ddp__now_ms() + cfg->timeout_ms;
-    int backoff = 10, err = ECONNREFUSED, one = 1, rc;
+    int fd = -1, err = ECONNREFUSED, one = 1, rc;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     snprintf(port, sizeof port, "%d", cfg->master_port);
+    *r = DDP_OK;
+    if ((rc = getaddrinfo(cfg->master_addr, port, &hints, &res)) != 0) {
+        *r = ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s cannot be resolved: %s", cfg->master_addr, gai_strerror(rc));
+        return -1;
+    }
+    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
+        struct timeval tv;
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        tv.tv_sec = 5; tv.tv_usec = 0; /* bounds connect() to an unreachable host */
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) { err = errno; close(fd); fd = -1; }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) { errno = err; return -1; }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    return fd;
+}
+
+/* Connects and is admitted, retrying until the timeout: rank 0 may not listen yet,
+   and a crowd of strangers may push a newcomer out. A refusal, or a port where
+   something else answers, ends it at once. */
+static ddp_result ddp__store_connect(ddp_ctx *ctx)
+{
+    ddp__settings *cfg = &ctx->st->cfg;
+    int64_t deadline = ddp__now_ms() + cfg->timeout_ms;
+    int backoff = 10, err = ECONNREFUSED;
+    char why[512];
+    ddp_result r;
     for (;;) {
-        int fd = -1, admitted;
-        if ((rc = getaddrinfo(cfg->master_addr, port, &hints, &res)) != 0)
-            return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s cannot be resolved: %s", cfg->master_addr, gai_strerror(rc));
-        for (ai = res; ai && fd < 0; ai = ai->ai_next) {
-            struct timeval tv;
-            fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
-            if (fd < 0) continue;
-            tv.tv_sec = 5; tv.tv_usec = 0; /* bounds connect() to an unreachable host */
-            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-            if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) { err = errno; close(fd); fd = -1; }
-        }
-        freeaddrinfo(res);
-        if (fd >= 0) {
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            fcntl(fd, F_SETFL, O_NONBLOCK);
-            admitted = ddp__store_hello(ctx, fd, deadline);
+        int fd = ddp__dial(ctx, &r), admitted;
+        if (r != DDP_OK) return r;
+        if (fd < 0) err = errno;
+        else {
+            admitted = ddp__store_hello(ctx, fd, deadline, why, sizeof why);
             if (admitted > 0) { ctx->st->store_fd = fd; return DDP_OK; }
             close(fd);
-            if (admitted < 0) return DDP_ERR_REFUSED;
+            if (admitted < 0) return ddp__fail(ctx, admitted == -2 ? DDP_ERR_PROTOCOL : DDP_ERR_REFUSED, "%s", why);
             err = ECONNRESET;
         }
         if (ddp__now_ms() + backoff > deadline)
             return ddp__fail(ctx, DDP_ERR_TIMEOUT, "cannot reach rank 0's store at %s:%d within %.1f s: %s",
                              cfg->master_addr, cfg->master_port, cfg->timeout_ms / 1000.0, strerror(err));
         ddp__sleep_ms(backoff);
-        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+        /* at most 0.1 s: a rank that waits for rank 0 joins as soon as it listens */
+        backoff = backoff * 2 > 100 ? 100 : backoff * 2;
     }
+}
+
+/* Rank 0 found MASTER_PORT taken: asks the holder who it is. A store of this job id
+   takes the question as a second claim to rank 0 and stops its job too (a rank of
+   this launch may already have joined it). */
+static ddp_result ddp__port_taken(ddp_ctx *ctx)
+{
+    ddp__settings *cfg = &ctx->st->cfg;
+    char why[512] = "what listens there did not answer as a ddp store";
+    ddp_result r;
+    int fd = ddp__dial(ctx, &r), said;
+    if (r != DDP_OK) return r;
+    if (fd >= 0) {
+        said = ddp__store_hello(ctx, fd, ddp__now_ms() + 2000, why, sizeof why);
+        if (said == 1) snprintf(why, sizeof why, "a ddp store of another version holds it");
+        close(fd);
+    }
+    return ddp__fail(ctx, DDP_ERR_ENV, "rank 0 cannot open the store on %s:%d, the port is in use: %s%s",
+                     cfg->master_addr, cfg->master_port, why,
+                     strstr(why, "MASTER_PORT") ? "" : " (give each job its own MASTER_PORT or DDP_JOB_ID)");
 }
 
 static ddp_result ddp__store_set(ddp_ctx *ctx, const char *key, const void *val, uint32_t len, const char *what)
@@ -3535,7 +3777,10 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
     if (st->trace) t0 = ddp__now_ns();
     c->seq = ++st->seq;
     if (work) { work->seq = c->seq; work->event = NULL; }
-    if (st->cfg.check && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = ddp__store_check(ctx, c);
+    if (ddp__server_failed(st->server)) /* rank 0: the store learnt that the job cannot be trusted */
+        r = ddp__fail(ctx, DDP_ERR_PEER, "%s #%llu stopped: %s", ddp__colls[c->kind].name, (unsigned long long)c->seq,
+                      ddp__server_failed(st->server));
+    if (r == DDP_OK && st->cfg.check && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = ddp__store_check(ctx, c);
     if (r == DDP_OK && work && !st->be->wait && ctx->world_size > 1) return ddp__queue(ctx, c, work);
     if (r == DDP_OK && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = st->be->run(ctx, c, stream, work);
     if (r != DDP_OK) {
@@ -3686,9 +3931,15 @@ static ddp_result ddp__meet(ddp_ctx *ctx)
 static ddp_result ddp__join(ddp_ctx *ctx)
 {
     ddp_result r;
-    if (ctx->rank == 0 && (r = ddp__server_start(ctx)) != DDP_OK) return r;
-    if ((r = ddp__store_connect(ctx)) != DDP_OK) return r;
-    return ddp__meet(ctx);
+    int in_use;
+    if (ctx->rank == 0 && (r = ddp__server_start(ctx, &in_use)) != DDP_OK) return in_use ? ddp__port_taken(ctx) : r;
+    if ((r = ddp__store_connect(ctx)) != DDP_OK || (r = ddp__meet(ctx)) != DDP_OK) return r;
+    /* Without an id of its own (a hand launch) a second launch's ranks look like this
+       job's. A moment for one that started with it to show itself (a second rank 0 that
+       finds the port taken, a second claim to a rank) stops both before any collective. */
+    if (strcmp(ctx->st->cfg.job_from, "default") != 0) return DDP_OK;
+    if (ctx->rank == 0) ddp__sleep_ms(DDP__SETTLE_MS);
+    return ddp__store_barrier(ctx, "settled", "waiting for rank 0 to see that no second launch shares its port");
 }
 
 /* Releases whatever init acquired; the state itself stays for ddp_error(). */
@@ -3708,6 +3959,7 @@ static void ddp__release(ddp_ctx *ctx)
     st->store_fd = -1;
     if (st->server) ddp__server_stop(st->server, st->broken ? st->err : NULL);
     st->server = NULL;
+    ddp__pmi_done(ctx);
 }
 
 /* A program that never calls ddp_launch ignores --nproc: say so rather than run one process. */
@@ -3742,7 +3994,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     cfg = &st->cfg;
     st->log = desc->log ? desc->log : ddp__default_log;
     st->log_user = desc->log_user;
-    st->store_fd = -1;
+    st->store_fd = st->pmi_fd = -1;
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
     cfg->debug = getenv("DDP_DEBUG") && *getenv("DDP_DEBUG") && strcmp(getenv("DDP_DEBUG"), "0") != 0;

@@ -131,6 +131,106 @@ static int duplicate_rank(int rank, void *arg)
     return r != DDP_OK ? 0 : 1;
 }
 
+/* Rank 0 names who never joined and why the store refused them. A rank of this job id
+   with another world size can never be one of its ranks: both stop at once. Another
+   secret, or a job id with a typo, cannot be told from a stranger: rank 0 names it when
+   it times out. */
+static const char *const misjoin_codes[] = {
+    [1] = "rank 0 did not fail, or not with its reason", [2] = "rank 0 took longer than its case allows",
+    [3] = "rank 1 was not refused"};
+static int misjoin(int rank, void *arg)
+{
+    const char *how = (const char *)arg, *want;
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_result r;
+    double t0 = now_s(), limit = 5;
+    if (rank == 1 && strcmp(how, "world") == 0) { setenv("WORLD_SIZE", "3", 1); setenv("LOCAL_WORLD_SIZE", "3", 1); }
+    if (rank == 0 && strcmp(how, "secret") == 0) setenv("DDP_SECRET", "only-rank-0-has-it", 1);
+    if (rank == 1 && strcmp(how, "job_id") == 0) setenv("DDP_JOB_ID", "a-typo", 1);
+    if (strcmp(how, "world") == 0) setenv("DDP_TIMEOUT", "30", 1); /* the refusal ends it, not the timeout */
+    r = quiet(&ctx, &d);
+    if (rank == 1) {
+        ddp_destroy(&ctx);
+        return r == DDP_OK ? 3 : 0;
+    }
+    want = strcmp(how, "world") == 0 ? "a process claims rank 1 of a world of 3"
+         : strcmp(how, "secret") == 0 ? "rank 1 never joined; the store refused 1 process: rank 1 did not answer the challenge"
+                                      : "rank 1 never joined; the store refused 1 process: rank 1 of job 'a-typo'";
+    if (r == DDP_OK || !strstr(ddp_error(&ctx), want)) {
+        fprintf(stderr, "want '%s'\n", want);
+        ddp_destroy(&ctx);
+        return 1;
+    }
+    ddp_destroy(&ctx);
+    return now_s() - t0 > limit ? 2 : 0;
+}
+
+/* A program that is not a ddp store answers on MASTER_PORT (an HTTP server's 400): a
+   rank says so at once instead of retrying until the timeout, and a rank 0 that finds
+   it there says what holds the port. */
+static void test_not_a_store(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, rank;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 16) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&a, &len) != 0) {
+        test_skip("failures.not_a_store", "cannot listen on 127.0.0.1");
+        close(lfd);
+        return;
+    }
+    for (rank = 1; rank >= 0; rank--) {
+        char name[64], err[300] = "";
+        int fds[2], st = 0, conns = 0;
+        double t0 = now_s(), dt;
+        pid_t pid;
+        if (pipe(fds) != 0) break;
+        fflush(NULL);
+        if ((pid = fork()) == 0) {
+            ddp_ctx ctx;
+            ddp_desc d;
+            memset(&d, 0, sizeof d);
+            d.world_size = 2;
+            d.rank = rank;
+            d.master_addr = "127.0.0.1";
+            d.master_port = ntohs(a.sin_port);
+            d.job_id = "not-a-store";
+            d.timeout_ms = 20000;
+            close(fds[0]);
+            if (ddp_init(&ctx, &d) == DDP_OK) _exit(1);
+            if (write(fds[1], ddp_error(&ctx), strlen(ddp_error(&ctx))) < 0) {}
+            _exit(0);
+        }
+        close(fds[1]);
+        while (waitpid(pid, &st, WNOHANG) == 0 && now_s() - t0 < 30) { /* the HTTP server, until the rank gives up */
+            struct pollfd pf = {lfd, POLLIN, 0};
+            if (poll(&pf, 1, 50) == 1) { /* reads the request, answers 400, hangs up */
+                int c = accept(lfd, NULL, NULL);
+                const char *http = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+                char req[256];
+                struct pollfd in = {c, POLLIN, 0};
+                if (c < 0) continue;
+                if (poll(&in, 1, 1000) == 1 && read(c, req, sizeof req) < 0) {}
+                if (write(c, http, strlen(http)) < 0) {}
+                close(c);
+                conns++;
+            }
+        }
+        dt = now_s() - t0;
+        if (read(fds[0], err, sizeof err - 1) < 0) err[0] = 0;
+        close(fds[0]);
+        snprintf(name, sizeof name, "failures.not_a_store.rank%d_says_so_at_once", rank);
+        CHECK(name, WIFEXITED(st) && WEXITSTATUS(st) == 0 && dt < 3 && conns <= 1 && strstr(err, "not as a ddp store"),
+              "after %.1f s and %d connections: '%s'", dt, conns, err);
+    }
+    close(lfd);
+}
+
 /* ---- the store, spoken to directly: two ranks as threads of this process ---- */
 typedef struct store_rank { int rank, port; ddp_ctx ctx; ddp_result r; pthread_barrier_t *gate; long long sum; char got[16]; } store_rank;
 
@@ -329,6 +429,14 @@ int main(int argc, char **argv)
     test_spawn(&job, 2, duplicate_rank, NULL);
     CHECK("failures.duplicate_rank_refused", job.failed == 0 && job.seconds < 5, "%s, %.1f s",
           TEST_JOB_WHY(&job, duplicate_rank_codes), job.seconds);
+    test_spawn(&job, 2, misjoin, (void *)"world");
+    CHECK("failures.rank0_names.world_size_differs_at_once", job.failed == 0, "%s, %.1f s", TEST_JOB_WHY(&job, misjoin_codes),
+          job.seconds);
+    test_spawn(&job, 2, misjoin, (void *)"secret");
+    CHECK("failures.rank0_names.secret_on_rank0_only", job.failed == 0, "%s", TEST_JOB_WHY(&job, misjoin_codes));
+    test_spawn(&job, 2, misjoin, (void *)"job_id");
+    CHECK("failures.rank0_names.job_id_typo", job.failed == 0, "%s", TEST_JOB_WHY(&job, misjoin_codes));
+    test_not_a_store();
     unsetenv("DDP_TIMEOUT");
     test_store();
     test_launcher(argv[0], "exit3", 3);
