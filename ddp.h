@@ -913,6 +913,7 @@ struct ddp__state {
     ddp_result broken;       /* set once a collective fails: later ones refuse */
     int store_fd;            /* connection to rank 0's store, -1 in a world of one */
     int pmi_fd;              /* Hydra's PMI connection once asked for the kvsname, else -1 */
+    int report_fd;           /* the built-in launcher's pipe, else -1: how this rank's first failure came about */
     ddp__server *server;     /* rank 0 only */
     uint64_t seq;            /* collectives issued */
     const ddp__backend *be;
@@ -962,6 +963,11 @@ static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt
     memcpy(ctx->st->err, text, sizeof text);
     snprintf(msg, sizeof msg, "rank %d/%d: %s", ctx->rank, ctx->world_size, text);
     ctx->st->log(ctx->st->log_user, DDP_LOG_ERROR, msg);
+    if (ctx->st->report_fd >= 0) { /* the launcher blames the first rank whose failure was its own */
+        int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), (int)code);
+        if (write(ctx->st->report_fd, msg, (size_t)n) < 0) {}
+        ctx->st->report_fd = -1; /* the first failure says how it came about */
+    }
     return code;
 }
 
@@ -1269,6 +1275,16 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     s->check = d->check ? d->check != 0 : v && *v && strcmp(v, "0") != 0;
     v = getenv("DDP_DEBUG");
     s->debug = v && *v && strcmp(v, "0") != 0;
+    { /* the built-in launcher's report pipe, "fd:inode" (checked: an inherited name may mean another file) */
+        struct stat sb;
+        unsigned long ino = 0;
+        int fd = -1;
+        if ((v = getenv("DDP_LAUNCHER")) && sscanf(v, "%d:%lu", &fd, &ino) == 2 && fstat(fd, &sb) == 0 &&
+            S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino) {
+            fcntl(fd, F_SETFD, FD_CLOEXEC); /* the rank's own children are not ranks */
+            ctx->st->report_fd = fd;
+        }
+    }
     s->backend = d->backend;
     s->backend_why = "ddp_desc.backend";
     if (!s->backend && (v = getenv("DDP_BACKEND")) && *v) {
@@ -3994,7 +4010,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     cfg = &st->cfg;
     st->log = desc->log ? desc->log : ddp__default_log;
     st->log_user = desc->log_user;
-    st->store_fd = st->pmi_fd = -1;
+    st->store_fd = st->pmi_fd = st->report_fd = -1;
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
     cfg->debug = getenv("DDP_DEBUG") && *getenv("DDP_DEBUG") && strcmp(getenv("DDP_DEBUG"), "0") != 0;
@@ -4078,7 +4094,8 @@ static const char *ddp__launched_by(void)
 
 /* The job's environment for rank i, in the child. Every rank gets its share of the
    cores for OpenMP (unless the user chose), so N ranks do not run N x cores threads. */
-static void ddp__child_env(int i, const char *num, const char *port, const char *job, const char *secret, int threads)
+static void ddp__child_env(int i, const char *num, const char *port, const char *job, const char *secret, int threads,
+                           const char *report)
 {
     char r[16], t[16];
     snprintf(r, sizeof r, "%d", i);
@@ -4092,21 +4109,62 @@ static void ddp__child_env(int i, const char *num, const char *port, const char 
     setenv("MASTER_PORT", port, 1);
     setenv("DDP_JOB_ID", job, 1);
     setenv("DDP_SECRET", secret, 1);
-    setenv("DDP_LAUNCHER", "1", 1);
+    setenv("DDP_LAUNCHER", report, 1);
     setenv("OMP_NUM_THREADS", t, 0);
     unsetenv("TORCHELASTIC_RUN_ID");
+}
+
+/* How a rank ended, in the order the launcher saw them end. */
+typedef struct ddp__end {
+    int rank, pid;
+    int status; /* its exit status, or 128 + the signal that killed it */
+    int signal; /* that signal, or 0 */
+    int caused; /* its first failure was another rank's (it said DDP_ERR_PEER or DDP_ERR_ABORTED) */
+} ddp__end;
+
+/* The failure to report: the first that no other rank caused (a signal, or an exit for
+   a reason of the rank's own), else the first; -1 if every rank so far exited 0. The
+   ranks that a killed rank takes down end first as often as not. */
+static int ddp__first_cause(const ddp__end *ends, int n)
+{
+    int i, first = -1;
+    for (i = 0; i < n; i++) {
+        if (ends[i].status == 0) continue;
+        if (!ends[i].caused) return i;
+        if (first < 0) first = i;
+    }
+    return first;
+}
+
+/* Reads what ranks said about their first failure ("pid code" lines): said[rank] = code. */
+static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said)
+{
+    char buf[4096], *line, *end;
+    ssize_t k;
+    while ((k = read(fd, buf, sizeof buf - 1)) > 0) { /* whole lines: each is one write below PIPE_BUF */
+        buf[k] = 0;
+        for (line = buf; (end = strchr(line, '\n')) != NULL; line = end + 1) {
+            int pid = 0, code = 0, i;
+            if (sscanf(line, "%d %d", &pid, &code) != 2) continue;
+            for (i = 0; i < n; i++)
+                if (pids[i] == pid && said[i] < 0) said[i] = code;
+        }
+    }
 }
 
 int ddp_run(int nproc, char *const argv[])
 {
     sigset_t block, old;
-    pid_t *pids;
-    char port[16], job[40], num[16], secret[65], prefix[40];
+    pid_t *pids, *started;
+    ddp__end *ends;
+    int *said;
+    char port[16], job[40], num[16], secret[65], prefix[40], report[48] = "1";
     unsigned char raw[32];
-    int i, live = 0, failed = -1, status = 0, p, threads;
+    int i, live = 0, nends = 0, reported = 0, status = 0, p, threads, pipefd[2] = {-1, -1};
     long cores = ddp__cores_allowed();
-    int64_t kill_at = 0;
+    int64_t term_at = 0, kill_at = 0;
     const char *outer = ddp__launched_by();
+    struct stat sb;
     if (nproc < 1 || !argv || !argv[0]) {
         fprintf(stderr, "ddp: nothing to run (nproc %d)\n", nproc);
         return 2;
@@ -4120,7 +4178,22 @@ int ddp_run(int nproc, char *const argv[])
         return 1;
     }
     pids = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *pids * (size_t)nproc));
-    if (!pids) return 1;
+    started = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *started * (size_t)nproc));
+    ends = DDP__CAST(ddp__end *, DDP_MALLOC(sizeof *ends * (size_t)nproc));
+    said = DDP__CAST(int *, DDP_MALLOC(sizeof *said * (size_t)nproc));
+    if (!pids || !started || !ends || !said) {
+        DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said);
+        return 1;
+    }
+    for (i = 0; i < nproc; i++) said[i] = -1;
+    /* ranks say how their first failure came about through a pipe (nonblocking: a rank
+       never waits for the launcher), named to them with its inode */
+    if (pipe(pipefd) == 0 && fstat(pipefd[1], &sb) == 0) {
+        fcntl(pipefd[0], F_SETFD, FD_CLOEXEC);
+        fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+        fcntl(pipefd[1], F_SETFL, O_NONBLOCK);
+        snprintf(report, sizeof report, "%d:%lu", pipefd[1], (unsigned long)sb.st_ino);
+    }
     ddp__random(raw, sizeof raw);
     ddp__hex(secret, raw, 32);
     snprintf(job, sizeof job, "run-%.16s", secret + 32); /* not the secret's first half */
@@ -4142,7 +4215,7 @@ int ddp_run(int nproc, char *const argv[])
     for (i = 0; i < nproc; i++) {
         pid_t pid = fork();
         if (pid == 0) {
-            ddp__child_env(i, num, port, job, secret, threads);
+            ddp__child_env(i, num, port, job, secret, threads, report);
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans if the launcher is killed */
             sigprocmask(SIG_SETMASK, &old, NULL);
             execvp(argv[0], argv);
@@ -4151,23 +4224,25 @@ int ddp_run(int nproc, char *const argv[])
         }
         if (pid < 0) {
             fprintf(stderr, "ddp: fork failed for rank %d: %s\n", i, strerror(errno));
-            failed = i;
             status = 1;
-            kill_at = ddp__now_ms();
-            ddp__signal_all(pids, i, SIGTERM);
+            reported = 1;
+            term_at = ddp__now_ms();
             nproc = i;
             break;
         }
-        pids[i] = pid;
+        pids[i] = started[i] = pid;
         live++;
     }
+    if (pipefd[1] >= 0) close(pipefd[1]);
     while (live > 0) {
         siginfo_t info;
         struct timespec ts;
-        int sig, st;
+        int sig, st, c;
+        int64_t now = ddp__now_ms(), wait_ms = 200;
         pid_t pid;
+        if (term_at && !kill_at && term_at - now < wait_ms) wait_ms = term_at > now ? term_at - now : 0;
         ts.tv_sec = 0;
-        ts.tv_nsec = 200 * 1000000L;
+        ts.tv_nsec = (long)wait_ms * 1000000L;
         sig = sigtimedwait(&block, &info, &ts);
         if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
             /* a terminal's Ctrl-C already reached the whole process group */
@@ -4175,34 +4250,49 @@ int ddp_run(int nproc, char *const argv[])
             if (!kill_at) kill_at = ddp__now_ms() + 3000;
         }
         while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-            int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             for (i = 0; i < nproc && pids[i] != pid; i++) {}
             if (i == nproc) continue;
             pids[i] = 0;
             live--;
-            if (code != 0 && failed < 0) {
-                failed = i;
-                status = code;
-                if (WIFEXITED(st))
-                    fprintf(stderr, "ddp: rank %d (pid %d) exited with status %d", i, (int)pid, code);
-                else
-                    fprintf(stderr, "ddp: rank %d (pid %d) was killed by signal %d (%s)", i, (int)pid, WTERMSIG(st),
-                            strsignal(WTERMSIG(st)));
-                fprintf(stderr, live ? "; stopping the other %d\n" : "\n", live);
-                ddp__signal_all(pids, nproc, SIGTERM);
-                kill_at = ddp__now_ms() + 3000; /* then SIGKILL: the job ends within seconds */
-            }
+            ends[nends].rank = i;
+            ends[nends].pid = (int)pid;
+            ends[nends].signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+            ends[nends].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            ends[nends++].caused = 0;
         }
-        if (kill_at && ddp__now_ms() >= kill_at) {
+        if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said); /* written before they exited */
+        for (i = 0; i < nends; i++)
+            ends[i].caused = said[ends[i].rank] == DDP_ERR_PEER || said[ends[i].rank] == DDP_ERR_ABORTED;
+        now = ddp__now_ms();
+        c = ddp__first_cause(ends, nends);
+        /* after the first failure the others have a moment to end on their own (and say
+           why): then SIGTERM, and SIGKILL 3 s later; the job ends within seconds */
+        if (c >= 0 && !term_at) term_at = now + 2000;
+        if (!reported && c >= 0 && (!ends[c].caused || live == 0 || now >= term_at)) {
+            reported = 1;
+            status = ends[c].status;
+            if (ends[c].signal)
+                fprintf(stderr, "ddp: rank %d (pid %d) was killed by signal %d (%s)", ends[c].rank, ends[c].pid,
+                        ends[c].signal, strsignal(ends[c].signal));
+            else
+                fprintf(stderr, "ddp: rank %d (pid %d) exited with status %d", ends[c].rank, ends[c].pid, status);
+            fprintf(stderr, live ? "; stopping the other %d\n" : "\n", live);
+        }
+        if (term_at && now >= term_at && live > 0 && !kill_at) {
+            ddp__signal_all(pids, nproc, SIGTERM);
+            kill_at = now + 3000;
+        }
+        if (kill_at && now >= kill_at) {
             ddp__signal_all(pids, nproc, SIGKILL);
             kill_at = INT64_MAX;
         }
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
+    if (pipefd[0] >= 0) close(pipefd[0]);
     /* whatever shared memory a crash left behind goes with the job */
     snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));
     ddp__shm_sweep(prefix, 0);
-    DDP_FREE(pids);
+    DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said);
     return status;
 }
 

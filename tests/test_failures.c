@@ -341,6 +341,15 @@ static int launched_child(const char *mode)
     if (strcmp(mode, "exit3") == 0 && ctx.rank == 2) return 3;
     if (strcmp(mode, "segv") == 0 && ctx.rank == 1) raise(SIGSEGV);
     if (strcmp(mode, "wait") == 0 && ctx.rank != 0) pause(); /* until a signal ends it */
+    if (strcmp(mode, "kill5") == 0) { /* rank 5 dies as the OOM killer would take it; the others fail after it */
+        if (ctx.rank == 5) raise(SIGKILL);
+        return ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK ? 0 : 1;
+    }
+    if (strcmp(mode, "lastwords") == 0) { /* as lesson 5 with a bad checkpoint: all give up, rank 0 says why */
+        ddp_barrier(&ctx);
+        if (ctx.rank == 0) { printf("rank 0's last words\n"); fflush(stdout); }
+        return 1;
+    }
     /* everyone else waits for rank 2 in a collective that never completes */
     ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
     ddp_destroy(&ctx);
@@ -367,6 +376,93 @@ static void test_launcher(const char *self, const char *mode, int want)
     snprintf(name, sizeof name, "launcher.%s_stops_the_job", mode);
     CHECK(name, rc == want && dt < 5 && orphans == 0, "status %d (want %d) after %.1f s, %d ranks left running",
           rc, want, dt, orphans);
+}
+
+/* 1 while the process has not ended (a zombie has ended) */
+static int running(int pid)
+{
+    char path[64], buf[512], *p;
+    FILE *f;
+    size_t n;
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    if (!(f = fopen(path, "r"))) return 0;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return (p = strrchr(buf, ')')) != NULL && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+/* ddp_run(n, self --launched mode) in a child whose output goes to `out`; its status.
+   With `late`, the launcher is stopped from the ranks' start until all have ended, as
+   a launcher scheduled late on a busy machine finds every rank's end at once. */
+static int launch_to_file(const char *self, const char *mode, int n, const char *out, int late)
+{
+    char *args[4], pidfile[] = "/tmp/ddp-test-pids-XXXXXX";
+    int st = 0, pids[64], got = 0, fd = mkstemp(pidfile), i;
+    double t0 = now_s();
+    pid_t pid;
+    close(fd);
+    setenv("PID_FILE", pidfile, 1);
+    args[0] = (char *)self; args[1] = (char *)"--launched"; args[2] = (char *)mode; args[3] = NULL;
+    fflush(NULL);
+    if ((pid = fork()) == 0) {
+        fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        _exit(ddp_run(n, args));
+    }
+    while (late && got < n && now_s() - t0 < 10) { /* each rank writes its pid as it starts */
+        struct timespec ts = {0, 5000000L};
+        FILE *f = fopen(pidfile, "r");
+        for (got = 0; f && got < n && fscanf(f, "%d", &pids[got]) == 1; got++) {}
+        if (f) fclose(f);
+        if (got < n) nanosleep(&ts, NULL); /* polling a file the ranks write */
+    }
+    if (late && got == n) {
+        kill(pid, SIGSTOP);
+        for (i = 0; i < n && now_s() - t0 < 20; i += !running(pids[i])) {
+            struct timespec ts = {0, 20000000L};
+            if (running(pids[i])) nanosleep(&ts, NULL); /* polling /proc until the ranks have ended */
+        }
+        kill(pid, SIGCONT);
+    }
+    waitpid(pid, &st, 0);
+    unlink(pidfile);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int file_has(const char *path, const char *text)
+{
+    char buf[16384];
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    return strstr(buf, text) != NULL;
+}
+
+/* The launcher names the rank that failed first on its own (here killed by SIGKILL, as
+   an OOM kill), with its status, not one that failed because it was gone; and ranks
+   that give up together all get to say why before the launcher stops the rest. */
+static void test_launcher_blame(const char *self)
+{
+    char out[] = "/tmp/ddp-test-out-XXXXXX";
+    int fd = mkstemp(out), i, named = 0, spoke = 0, rc, runs = 3;
+    char bad[300] = "";
+    close(fd);
+    setenv("DDP_TIMEOUT", "600", 1);
+    for (i = 0; i < runs; i++) {
+        rc = launch_to_file(self, "kill5", 8, out, i > 0);
+        if (rc == 128 + SIGKILL && file_has(out, "ddp: rank 5 (pid ")) named++;
+        else if (!bad[0]) snprintf(bad, sizeof bad, "status %d, %s", rc, file_has(out, "ddp: rank 5 (pid ") ? "rank 5 named" : "rank 5 not named");
+    }
+    CHECK("launcher.names_the_killed_rank", named == runs, "%d of %d runs named rank 5 with status 137; the first other: %s",
+          named, runs, bad);
+    for (i = 0; i < 10; i++)
+        spoke += launch_to_file(self, "lastwords", 8, out, 0) == 1 && file_has(out, "rank 0's last words");
+    CHECK("launcher.last_words_reach_the_output", spoke == 10, "rank 0's line was in the output of %d of 10 runs", spoke);
+    unlink(out);
+    unsetenv("DDP_TIMEOUT");
 }
 
 /* SIGTERM to the launcher reaches every rank: the job ends, nothing is left. */
@@ -442,5 +538,6 @@ int main(int argc, char **argv)
     test_launcher(argv[0], "exit3", 3);
     test_launcher(argv[0], "segv", 128 + SIGSEGV);
     test_launcher_signal(argv[0]);
+    test_launcher_blame(argv[0]);
     TEST_EXIT();
 }
