@@ -3088,7 +3088,7 @@ static int ddp__nccl_usable(char *why, size_t n)
 #define DDP__MPI_PIECE ((size_t)4 << 20) /* bytes of one rank's data moved per step */
 
 typedef struct ddp__mpi {
-    MPI_Comm comm;
+    MPI_Comm comm, ctl;    /* collectives; "where are you?" after a timeout */
     int has_comm;
     char *stage;           /* W blocks of a piece */
     size_t staged;
@@ -3108,27 +3108,91 @@ static ddp_result ddp__mpi_error(ddp_ctx *ctx, int rc, const char *what, const d
     return ddp__fail(ctx, DDP_ERR_BACKEND, "%s: %s", what, text);
 }
 
-/* Waits for a request within the timeout: spins briefly, then sleeps between polls. */
+/* A rank that timed out asks the others where they are (tag ASK on ctl); every rank
+   that waits answers with the collective it waits in (tag ANSWER). */
+enum { DDP__MPI_ASK = 1, DDP__MPI_ANSWER = 2 };
+
+static void ddp__mpi_answer(ddp__mpi *b, const ddp__coll *c)
+{
+    MPI_Status s;
+    int64_t ask, here[2];
+    int asked = 0;
+    here[0] = (int64_t)c->seq;
+    here[1] = c->kind;
+    while (MPI_Iprobe(MPI_ANY_SOURCE, DDP__MPI_ASK, b->ctl, &asked, &s) == MPI_SUCCESS && asked) {
+        MPI_Recv(&ask, 1, MPI_INT64_T, s.MPI_SOURCE, DDP__MPI_ASK, b->ctl, MPI_STATUS_IGNORE);
+        MPI_Send(here, 2, MPI_INT64_T, s.MPI_SOURCE, DDP__MPI_ANSWER, b->ctl); /* 16 bytes: sent eagerly */
+        asked = 0;
+    }
+}
+
+/* After a timeout: where the others are, as the CPU backend says it ("1 (no answer:
+   busy outside ddp.h, stopped or gone), 3 (in all_reduce #11)"); those that answer
+   from this collective are not named. Asks once and listens for up to a second;
+   returns how many it names. */
+static int ddp__mpi_late(ddp_ctx *ctx, const ddp__coll *c, char *out, size_t size)
+{
+    ddp__mpi *b = ddp__mpi_of(ctx);
+    int64_t ask = (int64_t)c->seq, deadline = ddp__now_ms() + 1000, *where;
+    int r, answered = 0, late = 0;
+    out[0] = 0;
+    if (!(where = DDP__CAST(int64_t *, DDP_MALLOC(sizeof *where * 2 * (size_t)ctx->world_size)))) return 0;
+    for (r = 0; r < ctx->world_size; r++) {
+        where[2 * r] = -1;
+        if (r != ctx->rank) MPI_Send(&ask, 1, MPI_INT64_T, r, DDP__MPI_ASK, b->ctl);
+    }
+    while (answered < ctx->world_size - 1 && ddp__now_ms() < deadline) {
+        MPI_Status s;
+        int got = 0;
+        struct timespec ts = {0, 500000L};
+        ddp__mpi_answer(b, c); /* the others ask too */
+        if (MPI_Iprobe(MPI_ANY_SOURCE, DDP__MPI_ANSWER, b->ctl, &got, &s) == MPI_SUCCESS && got) {
+            MPI_Recv(&where[2 * s.MPI_SOURCE], 2, MPI_INT64_T, s.MPI_SOURCE, DDP__MPI_ANSWER, b->ctl, MPI_STATUS_IGNORE);
+            answered++;
+        } else {
+            nanosleep(&ts, NULL);
+        }
+    }
+    for (r = 0; r < ctx->world_size; r++) {
+        if (r == ctx->rank || (where[2 * r] == (int64_t)c->seq && where[2 * r + 1] == c->kind)) continue;
+        if (where[2 * r] < 0)
+            ddp__append(out, size, "%s%d (no answer: busy outside ddp.h, stopped or gone)", late++ ? ", " : "", r);
+        else
+            ddp__append(out, size, "%s%d (in %s #%lld)", late++ ? ", " : "", r,
+                        (unsigned)where[2 * r + 1] < DDP__COLL_COUNT ? ddp__colls[where[2 * r + 1]].name : "?",
+                        (long long)where[2 * r]);
+    }
+    DDP_FREE(where);
+    return late;
+}
+
+/* Waits for a request within the timeout: spins briefly, then sleeps between polls,
+   answering ranks that ask where this one is. */
 static ddp_result ddp__mpi_wait_req(ddp_ctx *ctx, MPI_Request *req, const ddp__coll *c, int rc)
 {
     int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
     long nap = 1000;
-    int done = 0, spins = 0;
+    int done = 0, spins = 0, n;
+    char late[300];
     if (rc != MPI_SUCCESS) return ddp__mpi_error(ctx, rc, "MPI", c);
     for (;;) {
         if ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return ddp__mpi_error(ctx, rc, "MPI_Test", c);
         if (done) return DDP_OK;
         if (++spins < 2000) continue;
-        if (ddp__now_ms() > deadline)
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.1f s in MPI (a rank is late, stuck or "
-                             "gone; the launcher ends the job when this rank exits)", ddp__colls[c->kind].name,
-                             (unsigned long long)c->seq, ctx->st->cfg.timeout_ms / 1000.0);
+        if (ddp__now_ms() > deadline) {
+            n = ddp__mpi_late(ctx, c, late, sizeof late);
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.1f s in MPI %s%s%s (the launcher ends "
+                             "the job when this rank exits)", ddp__colls[c->kind].name, (unsigned long long)c->seq,
+                             ctx->st->cfg.timeout_ms / 1000.0, n ? "waiting for rank" : "with every rank in it",
+                             n > 1 ? "s " : n ? " " : "", late);
+        }
         {
             struct timespec ts;
             ts.tv_sec = 0;
             ts.tv_nsec = nap;
             nanosleep(&ts, NULL);
             if (nap < 200000) nap *= 2; /* up to 0.2 ms between polls */
+            ddp__mpi_answer(ddp__mpi_of(ctx), c);
         }
     }
 }
@@ -3285,8 +3349,10 @@ static ddp_result ddp__mpi_group(ddp_ctx *ctx)
     if (provided < MPI_THREAD_SERIALIZED)
         return ddp__fail(ctx, DDP_ERR_BACKEND, "MPI was initialised without MPI_THREAD_SERIALIZED, which the MPI backend needs");
     MPI_Comm_dup(MPI_COMM_WORLD, &b->comm);
+    MPI_Comm_dup(MPI_COMM_WORLD, &b->ctl);
     b->has_comm = 1;
     MPI_Comm_set_errhandler(b->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(b->ctl, MPI_ERRORS_RETURN);
     MPI_Comm_rank(b->comm, &rank);
     MPI_Comm_size(b->comm, &size);
     if (ctx->world_size > 1 && (ctx->world_size != size || ctx->rank != rank))
@@ -3328,7 +3394,7 @@ static void ddp__mpi_release(ddp_ctx *ctx)
 {
     ddp__mpi *b = ddp__mpi_of(ctx);
     if (!b) return;
-    if (b->has_comm) MPI_Comm_free(&b->comm);
+    if (b->has_comm) { MPI_Comm_free(&b->comm); MPI_Comm_free(&b->ctl); }
     if (b->owns_mpi) {
         int finalized = 0;
         MPI_Finalized(&finalized);
