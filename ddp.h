@@ -513,6 +513,9 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #define F_OFD_GETLK 36
 #define F_OFD_SETLK 37
 #endif
+#ifndef O_TMPFILE /* the same: Linux's generic value */
+#define O_TMPFILE (020000000 | O_DIRECTORY)
+#endif
 #ifdef DDP_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -2580,11 +2583,13 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
     return ddp__fail(ctx, DDP_ERR_ARG, "unknown collective %d", c->kind);
 }
 
-/* Arenas are named /dev/shm/ddp.<job hash>.<creator pid>: the launcher can remove
-   its job's, and a new job removes those nobody holds a lock on (their ranks are
-   all dead). Their creator locks them at once; a few seconds of age cover that
-   instant. */
-static void ddp__shm_sweep(const char *prefix, int only_orphans)
+/* Arenas are named /dev/shm/ddp.<job hash>.<creator pid>: the launcher removes its
+   job's (min_age < 0: all of them), and a new job, or a rank of a job that failed,
+   removes those nobody holds a lock on (their ranks are all gone) and that are at
+   least min_age seconds old. An arena has its creator's lock before it has a name
+   (ddp__shm_create), except where /dev/shm cannot make it unnamed first: a few
+   seconds of age cover that instant. */
+static void ddp__shm_sweep(const char *prefix, int min_age)
 {
     DIR *dir = opendir("/dev/shm");
     struct dirent *e;
@@ -2595,9 +2600,9 @@ static void ddp__shm_sweep(const char *prefix, int only_orphans)
         int fd, orphan;
         if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
         snprintf(name, sizeof name, "/%s", e->d_name);
-        if (!only_orphans) { shm_unlink(name); continue; }
+        if (min_age < 0) { shm_unlink(name); continue; }
         if ((fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0)) < 0) continue;
-        orphan = fstat(fd, &sb) == 0 && sb.st_mtime + 5 < time(NULL) && !ddp__locked(fd, 0, DDP__MAX_CPU_RANKS);
+        orphan = fstat(fd, &sb) == 0 && time(NULL) - sb.st_mtime >= min_age && !ddp__locked(fd, 0, DDP__MAX_CPU_RANKS);
         close(fd);
         if (orphan) shm_unlink(name);
     }
@@ -2617,11 +2622,47 @@ static ddp_result ddp__cpu_lock(ddp_ctx *ctx, int fd, const char *name)
     return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot lock byte %d of shared memory %s: %s", ctx->rank, name, strerror(errno));
 }
 
+/* Rank 0's arena, locked and its pages reserved (a full /dev/shm is an error here,
+   not a SIGBUS later) before it has a name: made unnamed (O_TMPFILE) and linked as
+   `name` only then, so a named arena always has a holder while its ranks live, and a
+   crash before leaves nothing. Where /dev/shm cannot, by name and locked at once. */
+static int ddp__shm_create(ddp_ctx *ctx, const char *name, size_t size, ddp_result *r)
+{
+    char path[300], proc[64];
+    int named, fd = -1;
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    for (named = 0; named < 2; named++) {
+        fd = named ? shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)
+                   : open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0) continue;
+        if ((*r = ddp__cpu_lock(ctx, fd, name)) != DDP_OK) break;
+        if (ftruncate(fd, (off_t)size) != 0 || posix_fallocate(fd, 0, (off_t)size) != 0) {
+            struct statvfs vs;
+            double free_mb = statvfs("/dev/shm", &vs) == 0 ? (double)vs.f_bavail * vs.f_frsize / 1048576.0 : -1;
+            *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "/dev/shm has %.1f MiB free, the CPU backend needs %.1f MiB (%d ranks "
+                           "+ 1 x %zu bytes): enlarge /dev/shm (docker --shm-size) or lower DDP_SHM_CHUNK", free_mb,
+                           size / 1048576.0, ctx->world_size, ddp__cpu_of(ctx)->chunk);
+            break;
+        }
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        if (named || linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0) return fd;
+        close(fd); /* no /proc to name it by: by name, then */
+        fd = -1;
+    }
+    if (fd < 0) {
+        *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot create shared memory %s: %s", name, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    if (named) shm_unlink(name);
+    return -1;
+}
+
 static ddp_result ddp__cpu_init(ddp_ctx *ctx)
 {
     struct ddp__state *st = ctx->st;
     ddp__cpu *cpu;
-    char name[128], key[32], *got = NULL;
+    char name[128], *got = NULL;
     unsigned long long token = 0;
     int fd = -1;
     ddp_result r;
@@ -2639,76 +2680,68 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
     st->bs = cpu;
     cpu->chunk = st->cfg.chunk;
     cpu->size = DDP__SHM_HEADER + (size_t)(ctx->world_size + 1) * cpu->chunk;
-    snprintf(key, sizeof key, "shm/%d", ctx->node_rank);
-    if (ctx->local_rank == 0) {
-        ddp__shm_sweep("ddp.", 1);
+    /* one host (by host name and boot id), so one arena, made by rank 0: launchers that
+       split one machine into "nodes" (two torchrun --nnodes=2 to rehearse) share it */
+    if (ctx->rank == 0) {
+        ddp__shm_sweep("ddp.", 5);
         snprintf(name, sizeof name, "/ddp.%016llx.%d", (unsigned long long)ddp__hash(st->cfg.job_id), (int)getpid());
-        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd < 0)
-            return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot create shared memory %s: %s", name, strerror(errno));
-        if ((r = ddp__cpu_lock(ctx, fd, name)) != DDP_OK) { close(fd); shm_unlink(name); return r; }
-        /* reserve the pages now: a full /dev/shm is an error here, not a SIGBUS later */
-        if (ftruncate(fd, (off_t)cpu->size) != 0 || posix_fallocate(fd, 0, (off_t)cpu->size) != 0) {
-            struct statvfs vs;
-            double free_mb = statvfs("/dev/shm", &vs) == 0 ? (double)vs.f_bavail * vs.f_frsize / 1048576.0 : -1;
-            close(fd);
-            shm_unlink(name);
-            return ddp__fail(ctx, DDP_ERR_SYSTEM,
-                             "/dev/shm has %.1f MiB free, the CPU backend needs %.1f MiB (%d ranks + 1 x %zu bytes): "
-                             "enlarge /dev/shm (docker --shm-size) or lower DDP_SHM_CHUNK", free_mb,
-                             cpu->size / 1048576.0, ctx->world_size, cpu->chunk);
-        }
+        if ((fd = ddp__shm_create(ctx, name, cpu->size, &r)) < 0) return r;
         ddp__random(&token, sizeof token);
     } else {
-        if ((r = ddp__store_get(ctx, key, &got, NULL, "waiting for local rank 0's shared memory")) != DDP_OK) return r;
+        if ((r = ddp__store_get(ctx, "shm", &got, NULL, "waiting for rank 0's shared memory")) != DDP_OK) return r;
         if (sscanf(got, "%127s %llx", name, &token) != 2) {
             DDP_FREE(got);
-            return ddp__fail(ctx, DDP_ERR_PROTOCOL, "local rank 0 sent a malformed arena name");
+            return ddp__fail(ctx, DDP_ERR_PROTOCOL, "rank 0 sent a malformed arena name");
         }
         DDP_FREE(got);
         fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0)
-            return ddp__fail(ctx, DDP_ERR_BACKEND, "cannot open local rank 0's shared memory %s: %s (ranks with one "
-                             "host name and boot id but separate /dev/shm? give them distinct host names)",
-                             name, strerror(errno));
+            return ddp__fail(ctx, DDP_ERR_BACKEND, "cannot open rank 0's shared memory %s: %s (ranks with one host name "
+                             "and boot id but separate /dev/shm? give them distinct host names)", name, strerror(errno));
         if ((r = ddp__cpu_lock(ctx, fd, name)) != DDP_OK) { close(fd); return r; }
     }
     cpu->fd = fd;
     p = mmap(NULL, cpu->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
-        if (ctx->local_rank == 0) shm_unlink(name);
+        if (ctx->rank == 0) shm_unlink(name);
         return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot map %zu bytes of shared memory: %s", cpu->size, strerror(errno));
     }
     cpu->shm = (ddp__shm *)p;
-    if (ctx->local_rank == 0) {
+    if (ctx->rank == 0) {
         char text[160];
         cpu->shm->token = token;
         snprintf(text, sizeof text, "%s %llx", name, token);
-        if ((r = ddp__store_set(ctx, key, text, (uint32_t)strlen(text), "publishing the shared memory")) != DDP_OK) {
+        if ((r = ddp__store_set(ctx, "shm", text, (uint32_t)strlen(text), "publishing the shared memory")) != DDP_OK) {
             shm_unlink(name);
             return r;
         }
     } else if (cpu->shm->token != token) {
-        return ddp__fail(ctx, DDP_ERR_BACKEND, "shared memory %s is not local rank 0's (ranks with one host name and "
-                         "boot id but separate /dev/shm? give them distinct host names)", name);
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "shared memory %s is not rank 0's (ranks with one host name and boot "
+                         "id but separate /dev/shm? give them distinct host names)", name);
     }
     cpu->shm->pids[ctx->rank] = (int32_t)getpid();
-    /* once everyone has it mapped the name goes: a crash can leave nothing behind */
-    r = ddp__store_barrier(ctx, "shm", "waiting for every rank to map the shared memory");
-    if (ctx->local_rank == 0) shm_unlink(name);
+    /* once everyone has it mapped the name goes; if rank 0 dies first, the last rank to
+       let go of it removes it (ddp__cpu_release) */
+    r = ddp__store_barrier(ctx, "mapped", "waiting for every rank to map the shared memory");
+    if (ctx->rank == 0) shm_unlink(name);
     if (r != DDP_OK) return r;
-    cpu->spin = sysconf(_SC_NPROCESSORS_ONLN) >= ctx->local_world_size;
+    cpu->spin = sysconf(_SC_NPROCESSORS_ONLN) >= ctx->world_size;
     return DDP_OK;
 }
 
 static void ddp__cpu_release(ddp_ctx *ctx)
 {
     ddp__cpu *cpu = ddp__cpu_of(ctx);
+    char prefix[40];
     if (!cpu) return;
     if (cpu->shm) munmap(cpu->shm, cpu->size);
     if (cpu->fd >= 0) close(cpu->fd);
     DDP_FREE(cpu);
     ctx->st->bs = NULL;
+    /* a job that failed in its first moments (rank 0 killed before it removed the
+       name): the last rank to let go removes the arena nobody holds any more */
+    snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(ctx->st->cfg.job_id));
+    if (ctx->st->broken) ddp__shm_sweep(prefix, 0);
 }
 
 /* A failure on one rank stops the others at once. */
@@ -4357,7 +4390,7 @@ int ddp_run(int nproc, char *const argv[])
     if (pipefd[0] >= 0) close(pipefd[0]);
     /* whatever shared memory a crash left behind goes with the job */
     snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));
-    ddp__shm_sweep(prefix, 0);
+    ddp__shm_sweep(prefix, -1);
     DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said);
     return status;
 }
