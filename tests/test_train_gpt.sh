@@ -144,6 +144,15 @@ if command -v script >/dev/null; then
 else
   echo "SKIP train_gpt on a terminal: no script(1) to give it one"
 fi
+# Open MPI gives each rank a pty whatever mpirun's output is: a file still gets lines
+if command -v mpirun.openmpi >/dev/null; then
+  timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe -np 2 "$bin" $tiny --batch-size 4 --steps 8 >mpi.txt 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] && [ "$(grep -c '^step ' mpi.txt)" -eq 8 ] && ! grep -q $'[\r\033]' mpi.txt
+  report "train_gpt under mpirun into a file: a line per step, no carriage returns" $? "exit $rc: $(tr '\r\033' '|~' <mpi.txt | head -c 400)"
+else
+  echo "SKIP train_gpt under mpirun into a file: mpirun.openmpi not installed"
+fi
 # without --data: the story next to the program; the sample has no runs of punctuation
 timeout 60 "$bin" --layers 2 --heads 2 --dim 32 --ctx 16 --steps 20 --val-every 0 --sample-len 200 >story.txt 2>&1
 rc=$?
