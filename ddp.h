@@ -33,7 +33,7 @@
          desc.argv = argv;
          if (ddp_init(&ctx, &desc) != DDP_OK) return 1; // the reason went to stderr
          float x = (float)(ctx.rank + 1);
-         ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
+         if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
          ddp_print(&ctx, "sum %g over %d ranks\n", x, ctx.world_size); // rank 0 only
          ddp_destroy(&ctx);
          return 0;
@@ -48,20 +48,27 @@
      srun -n 4 ./prog                         MASTER_ADDR: the step's first host
      mpirun -np 8 --host a:4,b:4 ./prog       CPU across hosts: build with mpicc -DDDP_MPI
    Without MASTER_PORT the port comes from the launch's own id (torchrun's run id,
-   Slurm's job and step, Open MPI's namespace), so two jobs on a host never meet;
-   without any id it is 29500. --nproc inside a launched job is refused.
+   Slurm's job and step, Open MPI's namespace, Hydra's kvsname asked for over PMI_FD),
+   so two jobs on a host never meet; without any id (ranks started by hand) it is
+   29500, and a second launch on the port stops the job (see TWO LAUNCHES).
+   --nproc inside a launched job is refused. The built-in launcher reports the first
+   rank that failed on its own (not those that failed because it was gone), with its
+   status, and gives the others 2 s to end and say why before SIGTERM.
 
    ENVIRONMENT
      RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
                     torchrun's names; read first
      SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_NODEID      Slurm
      OMPI_COMM_WORLD_RANK _SIZE _LOCAL_RANK _LOCAL_SIZE           Open MPI
-     PMI_RANK PMI_SIZE MPI_LOCALRANKID                            MPICH / Hydra
+     PMI_RANK PMI_SIZE MPI_LOCALRANKID PMI_FD                     MPICH / Hydra (the
+                            kvsname over PMI_FD, PMI-1; finalized in ddp_destroy
+                            unless the program started MPI)
      DDP_BACKEND=cpu|nccl|mpi  force a backend (default: nccl if a GPU is visible;
                             mpi if built with -DDDP_MPI and mpirun's job spans hosts)
      DDP_TIMEOUT=seconds    how long any wait may take (default 300, at least 0.001)
      DDP_JOB_ID             this launch's id (default: the launcher's); the store
-                            refuses ranks of other jobs
+                            refuses ranks of other jobs; a process of this job that
+                            cannot be one of its ranks stops it
      DDP_SECRET             peers of the store prove they know it (HMAC-SHA256
                             challenge both ways; it never crosses the wire). The
                             built-in launcher makes a random one per job.
@@ -79,7 +86,18 @@
      backend, shm chunk, DDP_CHECK); ddp_grad_init compares the bucket layout. A rank
      that calls ddp_destroy while others wait in a collective is named at once.
 
+   TWO LAUNCHES (ranks started by hand, no DDP_JOB_ID, one port)
+     A rank cannot tell which launch it belongs to. The signs of a second: a second
+     rank 0 finds the port taken (and tells the store there), a second claim to a rank,
+     a rank with another world size; each stops the job that holds the store, and a job
+     without an id waits 0.3 s after its ranks meet before ddp_init returns, so two
+     launches started together fail in ddp_init. A sign later stops the job at rank 0's
+     next collective. Not told apart: a rank of one launch that joins the other's job
+     and ends with it before any other process of either launch reaches the port.
+
    DOES NOT
+     - tell two launches without an id apart in every order (see TWO LAUNCHES): give
+       each a DDP_JOB_ID or MASTER_PORT, or use a launcher
      - run the CPU backend across hosts (one host; NCCL and the MPI backend span hosts)
      - abort an MPI collective on one rank: a timed-out rank returns the error and
        the MPI launcher ends the job when it exits
@@ -93,6 +111,12 @@
      - call exit() or print anything but errors unless asked (DDP_DEBUG, ddp_print)
 
    VERSION HISTORY
+     0.3 (unreleased) two launches on one port stop rather than merge; Hydra's
+                      kvsname as the job id; rank 0 names who never joined and why
+                      the store refused; a non-ddp answer on MASTER_PORT is one line;
+                      the launcher names the first cause and lets ranks say why;
+                      the MPI backend names late ranks; one arena per host however
+                      a launcher splits it; arenas locked before they have a name
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -1434,8 +1458,10 @@ static ddp_result ddp__agree(ddp_ctx *ctx, int other, const char *theirs)
    job of a million barriers holds no more than a job of one).
    A stranger can make the server hold at most a 1 KiB buffer for at most
    DDP__STORE_HELLO_MS, and only DDP__STORE_PENDING of them at a time (the oldest
-   makes room); a refused connection never affects the job; an admitted rank may make
-   it hold DDP__STORE_QUOTA bytes, and one request at a time. */
+   makes room); a refused connection never affects the job, unless it proved it is of
+   this job (its id, and the secret if there is one) and yet cannot be one of its
+   ranks: then two launches share the port, and the job stops. An admitted rank may
+   make it hold DDP__STORE_QUOTA bytes, and one request at a time. */
 
 #define DDP__MAGIC 0x44445053u /* "DDPS" */
 #define DDP__MAX_KEY 1024u
