@@ -1392,14 +1392,15 @@ static void ddp__pmi_done(ddp_ctx *ctx)
 }
 
 /* Where rank 0's store listens: only a job that meets through the store needs it. */
-static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d)
+static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const struct ddp__launcher *l)
 {
     ddp__settings *s = &ctx->st->cfg;
     const char *addr = d->master_addr ? d->master_addr : getenv("MASTER_ADDR");
     const char *v;
     int port = d->master_port, set;
     char first[256];
-    if (!strcmp(s->job_from, "default") && getenv("PMI_RANK") && ddp__pmi_kvsname(ctx, s->job_id, sizeof s->job_id))
+    if (!strcmp(s->job_from, "default") && l && !strcmp(l->who, "MPICH") &&
+        ddp__pmi_kvsname(ctx, s->job_id, sizeof s->job_id))
         s->job_from = "Hydra's kvsname (PMI_FD)";
     if ((!addr || !*addr) && ((v = getenv("SLURM_STEP_NODELIST")) || (v = getenv("SLURM_JOB_NODELIST")) ||
                               (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
@@ -1959,7 +1960,9 @@ static void ddp__server_missing(ddp__server *s, const char *key, char *out, size
     n_late = ddp__server_ranks(s, g, 0, late, sizeof late);
     out[0] = 0;
     if (n_never) ddp__append(out, size, "rank%s%s never joined", n_never > 1 ? "s" : "", never);
-    if (n_late) ddp__append(out, size, "%srank%s%s joined but did not come here", out[0] ? "; " : "", n_late > 1 ? "s" : "", late);
+    if (n_late)
+        ddp__append(out, size, "%srank%s%s joined but did not reach this point", out[0] ? "; " : "", n_late > 1 ? "s" : "",
+                    late);
     if (s->nrefused)
         ddp__append(out, size, "%sthe store refused %d process%s: %s", out[0] ? "; " : "", s->nrefused,
                     s->nrefused > 1 ? "es" : "", s->refused);
@@ -4146,7 +4149,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     snprintf(cfg->agree, sizeof cfg->agree, "ddp.h=%s backend=%s shm_chunk=%zu check=%d", DDP__VERSION,
              ddp_backend_name(ctx->backend), ctx->backend == DDP_BACKEND_CPU ? cfg->chunk : 0, cfg->check);
     if (st->be->group) r = st->be->group(ctx); /* the backend forms the group itself (MPI) */
-    else if (ctx->world_size > 1 && (r = ddp__resolve_store(ctx, desc)) == DDP_OK) r = ddp__join(ctx);
+    else if (ctx->world_size > 1 && (r = ddp__resolve_store(ctx, desc, launcher)) == DDP_OK) r = ddp__join(ctx);
     if (r != DDP_OK) {
         st->broken = r;
         ddp__release(ctx);
