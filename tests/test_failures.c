@@ -171,17 +171,9 @@ static int misjoin(int rank, void *arg)
    it there says what holds the port. */
 static void test_not_a_store(void)
 {
-    struct sockaddr_in a;
-    socklen_t len = sizeof a;
-    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, rank;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 16) != 0 ||
-        getsockname(lfd, (struct sockaddr *)&a, &len) != 0) {
+    int port, lfd = test_listen(&port), rank;
+    if (lfd < 0) {
         test_skip("failures.not_a_store", "cannot listen on 127.0.0.1");
-        close(lfd);
         return;
     }
     for (rank = 1; rank >= 0; rank--) {
@@ -198,7 +190,7 @@ static void test_not_a_store(void)
             d.world_size = 2;
             d.rank = rank;
             d.master_addr = "127.0.0.1";
-            d.master_port = ntohs(a.sin_port);
+            d.master_port = port;
             d.job_id = "not-a-store";
             d.timeout_ms = 20000;
             close(fds[0]);

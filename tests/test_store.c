@@ -337,24 +337,16 @@ static void test_fake_store(void)
 {
     peer p;
     pthread_t th;
-    struct sockaddr_in a;
-    socklen_t len = sizeof a;
     char seen[4096];
     size_t got = 0;
-    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), fd, one = 1, refused;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 4) != 0 ||
-        getsockname(lfd, (struct sockaddr *)&a, &len) != 0) {
+    int port, lfd = test_listen(&port), fd, refused;
+    if (lfd < 0) {
         test_skip("store.secret_never_sent", "cannot listen on 127.0.0.1");
-        close(lfd);
         return;
     }
     memset(&p, 0, sizeof p);
     p.rank = 1;
-    p.port = ntohs(a.sin_port);
+    p.port = port;
     p.secret = "TOPSECRET-4711";
     pthread_create(&th, NULL, peer_main, &p);
     if ((fd = accept(lfd, NULL, NULL)) >= 0) {
