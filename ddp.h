@@ -1367,13 +1367,14 @@ static int ddp__pmi_ask(int fd, const char *cmd, char *line, size_t n)
 static int ddp__pmi_kvsname(ddp_ctx *ctx, char *out, size_t n)
 {
     struct stat sb;
-    char line[300], *name;
-    int fd;
-    if (ddp__env_int(ctx, "PMI_FD", &fd) != 1 || fstat(fd, &sb) != 0 || !S_ISSOCK(sb.st_mode)) return 0;
-    if (!ddp__pmi_ask(fd, "cmd=init pmi_version=1 pmi_subversion=1\n", line, sizeof line) || !strstr(line, "rc=0"))
+    char line[300], *name, *end = NULL;
+    const char *v = getenv("PMI_FD");
+    long fd = v ? strtol(v, &end, 10) : -1;
+    if (!v || !*v || *end || fd < 0 || fd > INT_MAX || fstat((int)fd, &sb) != 0 || !S_ISSOCK(sb.st_mode)) return 0;
+    if (!ddp__pmi_ask((int)fd, "cmd=init pmi_version=1 pmi_subversion=1\n", line, sizeof line) || !strstr(line, "rc=0"))
         return 0;
-    ctx->st->pmi_fd = fd; /* Hydra now expects a finalize from this process */
-    if (!ddp__pmi_ask(fd, "cmd=get_my_kvsname\n", line, sizeof line) || !(name = strstr(line, "kvsname=")))
+    ctx->st->pmi_fd = (int)fd; /* Hydra now expects a finalize from this process */
+    if (!ddp__pmi_ask((int)fd, "cmd=get_my_kvsname\n", line, sizeof line) || !(name = strstr(line, "kvsname=")))
         return 0;
     name += 8;
     name[strcspn(name, " \n")] = 0;

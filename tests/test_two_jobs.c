@@ -184,7 +184,7 @@ static void hand_launched(void)
 /* ---- two mpiexec.hydra launches at once -------------------------------------------- */
 static void hydra(const char *self)
 {
-    char cmd[1200], line[256];
+    char cmd[1200], line[256], why[256] = "";
     int round, merged = 0, own = 0, lines = 0, k;
     if (system("command -v mpiexec.hydra >/dev/null 2>&1") != 0) {
         test_skip("two_jobs.hydra_never_merge", "mpiexec.hydra not found (apt-get install mpich)");
@@ -194,20 +194,23 @@ static void hydra(const char *self)
         FILE *p;
         /* two launches of two ranks at once, no MASTER_PORT: each rank prints its outcome */
         snprintf(cmd, sizeof cmd, "unset MASTER_PORT MASTER_ADDR DDP_JOB_ID RANK WORLD_SIZE; export DDP_TIMEOUT=10; "
-                 "(mpiexec.hydra -n 2 %s --rank 1 & mpiexec.hydra -n 2 %s --rank 1000 & wait) 2>/dev/null", self, self);
+                 "(mpiexec.hydra -n 2 %s --rank 1 & mpiexec.hydra -n 2 %s --rank 1000 & wait) 2>&1", self, self);
         if (!(p = popen(cmd, "r"))) break;
         while (fgets(line, sizeof line, p))
             if (sscanf(line, "two_jobs: rank %d", &k) == 1) {
                 lines++;
                 merged += strstr(line, "merged") != NULL;
                 own += strstr(line, " own") != NULL;
+            } else if (!why[0] && strstr(line, "error")) {
+                snprintf(why, sizeof why, "%s", line); /* the first error, for the report */
             }
         pclose(p);
     }
     CHECK("two_jobs.hydra_never_merge", lines == 16 && merged == 0, "%d of 16 ranks answered, %d got DDP_OK with the "
           "other launch's data", lines, merged);
     /* each launch has its own id (Hydra's kvsname), so its own port: both complete */
-    CHECK("two_jobs.hydra_each_its_own_job", own == 16, "%d of 16 ranks completed their own job", own);
+    CHECK("two_jobs.hydra_each_its_own_job", own == 16, "%d of 16 ranks completed their own job; the first error: %s", own,
+          why);
 }
 
 int main(int argc, char **argv)
