@@ -1413,8 +1413,9 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
                          ctx->world_size);
     if (!port) {
         if ((set = ddp__env_int(ctx, "MASTER_PORT", &port)) < 0) return DDP_ERR_ENV;
-        /* without a port, one from the launch's identity: two jobs on a host differ */
-        if (!set) port = strcmp(s->job_from, "default") ? 20000 + (int)(ddp__hash(s->job_id) % 20000) : DDP__DEFAULT_PORT;
+        /* without a port, one from the launch's identity: two jobs on a host differ.
+           20000-32767, below Linux's ephemeral ports, where a connection's own end may sit */
+        if (!set) port = strcmp(s->job_from, "default") ? 20000 + (int)(ddp__hash(s->job_id) % 12768) : DDP__DEFAULT_PORT;
         /* torchrun's agent already serves its own store on MASTER_PORT */
         else if (getenv("TORCHELASTIC_RUN_ID")) port++;
     }
