@@ -42,6 +42,7 @@
    LAUNCHING (any of these; the program reads whichever environment it finds)
      ./prog --nproc 4 args                    built-in launcher (ddp_launch; also
                                               --nproc_per_node=4); a job's own secret
+     ./prog --nproc 4 --max-restarts 3 args   and the job again after a failure (RESTARTS)
      ddprun -n 4 ./prog args                  examples/ddprun.c, for any program
      torchrun --no_python --nproc_per_node=4 ./prog args   (RANK, WORLD_SIZE, ...)
      mpirun -np 4 ./prog                      one host: MASTER_ADDR defaults to 127.0.0.1
@@ -65,6 +66,9 @@
                             unless the program started MPI)
      DDP_BACKEND=cpu|nccl|mpi  force a backend (default: nccl if a GPU is visible;
                             mpi if built with -DDDP_MPI and mpirun's job spans hosts)
+     CUDA_VISIBLE_DEVICES   NCCL: a rank that sees one GPU drives it (Slurm's per-task
+                            binding), one that sees several drives GPU LOCAL_RANK; two
+                            ranks on one GPU are an error naming both
      DDP_TIMEOUT=seconds    how long any wait may take (default 300, at least 0.001)
      DDP_JOB_ID             this launch's id (default: the launcher's); the store
                             refuses ranks of other jobs; a process of this job that
@@ -77,6 +81,20 @@
                             the store too (the CPU backend always compares, in shared
                             memory; this is how NCCL jobs get the check)
      DDP_DEBUG=1            log what init decided, on every rank
+     TORCHELASTIC_RESTART_COUNT  the attempt of a restarted job (0 first), set by
+                            torchrun and --max-restarts; ddp_restart_count() reads it
+
+   RESTARTS
+     With --max-restarts N (ddp_run_restarts) the launcher stops the job when a rank
+     fails and starts all of it again, up to N times, one stderr line each (the cause,
+     the attempt that starts). Every attempt is a new job (job id, secret, port: a
+     process of an earlier attempt is refused) and starts once the one before has
+     ended entirely and its shared memory is swept. A signal to the launcher is never
+     restarted; after N + 1 failures the status is the last attempt's cause's. The
+     program resumes from its own checkpoint (train_gpt --resume auto). Across hosts
+     the outer launcher restarts (torchrun --max-restarts, Slurm's requeue), every
+     host the same attempt; under torchrun the count can differ between hosts, so it
+     is information, not identity: decide what to load from the files.
 
    RANKS MUST AGREE
      Every collective carries a fingerprint (number, kind, dtype, op, count, root).
@@ -106,6 +124,8 @@
        the collectives and NCCL's own traffic are not protected from the network
      - host the store inside torchrun's agent: under torchrun, rank 0 opens its own
        store on MASTER_PORT+1
+     - restart one rank alone (elastic membership): a restart is the whole job, on
+       one host by its launcher, across hosts by the outer one
      - hide failures: every call returns a ddp_result; after a failure the context
        refuses further collectives (the job is broken, like NCCL's)
      - call exit() or print anything but errors unless asked (DDP_DEBUG, ddp_print)
@@ -121,7 +141,8 @@
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
                       memory on NCCL, an NCCL watchdog, one list per concept, the
-                      MPI backend, tracing (ddp_trace_*), ddp_thread_share
+                      MPI backend, tracing (ddp_trace_*), ddp_thread_share,
+                      restarts (--max-restarts, ddp_run_restarts, ddp_restart_count)
      0.1 (2026-12-02) process group, launcher, TCP store, CPU + NCCL collectives,
                       sampler, gradient sync, metrics
 */
@@ -249,7 +270,8 @@ typedef struct ddp_ctx {
     int rank, world_size;
     int local_rank, local_world_size;
     int node_rank, num_nodes;
-    int device;            /* CUDA device (= local_rank) with NCCL, -1 on the CPU */
+    int device;            /* the CUDA device this rank drives with NCCL, -1 on the CPU:
+                              the only one it sees, else the one numbered local_rank */
     ddp_backend backend;   /* what init chose */
     struct ddp__state *st; /* private */
 } ddp_ctx;
@@ -265,13 +287,23 @@ typedef struct ddp_work {
    DDP_WORKER and the program goes on as one rank. With "--nproc N" in argv this
    process becomes the launcher: it runs N copies of the program (argv without
    --nproc), forwards SIGINT/SIGTERM, stops everything when one rank fails, and
-   returns the exit status for main to return. */
+   returns the exit status for main to return. "--max-restarts N" (torchrun's flag,
+   also --max_restarts) starts the job again after a failure, up to N times. */
 #define DDP_WORKER (-1)
 DDPDEF int ddp_launch(int *argc, char **argv);
 /* Runs nproc copies of argv (argv[0] looked up in PATH) as ranks 0..nproc-1 of one
-   job on this host; returns 0 if all succeeded, else the first failure's status
-   (128+signal for a signal). Prints one line naming the failed rank. */
+   job on this host; returns 0 if all succeeded, else the status of the rank whose
+   failure stopped the job (128+signal for a signal). Prints one line naming it. */
 DDPDEF int ddp_run(int nproc, char *const argv[]);
+/* ddp_run, and after a failed attempt the whole job again, up to max_restarts times
+   (a signal to the launcher is never restarted). Each attempt is a new job (job id,
+   secret, port: no rank of an earlier attempt can join it) and starts once every
+   process of the one before has ended; its ranks see TORCHELASTIC_RESTART_COUNT. */
+DDPDEF int ddp_run_restarts(int nproc, int max_restarts, char *const argv[]);
+/* Which attempt of the job this process belongs to: 0 for the first, n after n
+   restarts (TORCHELASTIC_RESTART_COUNT, set by torchrun and by ddp's launcher);
+   -1 if that variable is not a count (ddp_init then refuses to start). */
+DDPDEF int ddp_restart_count(void);
 
 /* ---- process group ------------------------------------------------------------ */
 DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc);
@@ -285,9 +317,13 @@ DDPDEF const char *ddp_backend_name(ddp_backend b);
 /* ---- collectives -----------------------------------------------------------------
    Every rank calls the same collectives in the same order. Counts are elements.
    NCCL: device pointers, `stream` a cudaStream_t (NULL: the legacy default stream);
-   the call returns once the work is queued after `stream`'s earlier work (a watchdog
-   aborts NCCL if it is not done within the timeout). Host memory works too: it is
-   staged through device memory and the call returns when the result is there.
+   the call returns once the work is queued after `stream`'s earlier work, and
+   `stream`'s later work sees the result. A watchdog thread aborts NCCL when a
+   collective has not finished within the timeout of its start (when the work queued
+   before it is done): NCCL's kernels end, the streams run on with garbage in the
+   collectives' outputs (CUDA reports no error), and the next ddp.h call returns
+   DDP_ERR_TIMEOUT saying which collective. Host memory works too: it is staged
+   through device memory and the call returns when the result is there.
    CPU: host pointers, `stream` ignored; the call returns when the result is there.
    Ranks that pass different arguments get DDP_ERR_MISMATCH (see RANKS MUST AGREE).
    send == recv is in place. AVG of integers truncates toward zero. 16-bit floats
@@ -413,9 +449,11 @@ DDPDEF double ddp_metric_percent(const ddp_metric *m); /* 100 sum / count: accur
    communication overlaps the rest of the backward pass. Buckets are reduced in the
    same order on every rank (from the end of the buffer) whatever order regions are
    marked in. ddp_grad_finish launches what is left, waits, and leaves the average
-   over ranks in place. Every element must be marked exactly once per step; a region
-   marked twice, or finish with elements never marked, returns DDP_ERR_ARG and
-   ddp_error(ctx) says which elements. */
+   over ranks in place; on NCCL the stream waits, not the host: work queued on
+   desc.stream after it sees the average, and the host goes on at once (the watchdog
+   follows the buckets, see the collectives). Every element must be marked exactly
+   once per step; a region marked twice, or finish with elements never marked,
+   returns DDP_ERR_ARG and ddp_error(ctx) says which elements. */
 typedef struct ddp_grad_desc {
     void *grads;           /* flat gradient buffer of `count` elements (device memory on NCCL) */
     size_t count;
@@ -606,13 +644,15 @@ static long ddp__cores_allowed(void)
     return n > 0 ? n : 1;
 }
 
-static void ddp__sleep_ms(int ms)
+static void ddp__sleep_us(int64_t us)
 {
     struct timespec ts;
-    ts.tv_sec = ms / 1000;
-    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    ts.tv_sec = (time_t)(us / 1000000);
+    ts.tv_nsec = (long)(us % 1000000) * 1000L;
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
+
+static void ddp__sleep_ms(int ms) { ddp__sleep_us((int64_t)ms * 1000); }
 
 /* strncpy that always terminates (and truncates quietly) */
 static void ddp__copy(char *dst, size_t size, const char *src)
@@ -1126,6 +1166,17 @@ static int ddp__env_int(ddp_ctx *ctx, const char *name, int *out)
     return 1;
 }
 
+int ddp_restart_count(void)
+{
+    const char *v = getenv("TORCHELASTIC_RESTART_COUNT");
+    char *end;
+    long x;
+    if (!v || !*v) return 0;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    return errno || *end || x < 0 || x > INT_MAX ? -1 : (int)x;
+}
+
 /* Finds --local_rank N, --local_rank=N (or --local-rank) in argv, removes it, -1 if absent. */
 static ddp_result ddp__argv_local_rank(ddp_ctx *ctx, int *argc, char **argv, int *local_rank)
 {
@@ -1272,6 +1323,9 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     } else {
         ddp__copy(s->job_id, sizeof s->job_id, "ddp");
     }
+    if (ddp_restart_count() < 0)
+        return ddp__fail(ctx, DDP_ERR_ENV, "TORCHELASTIC_RESTART_COUNT='%s' is not a restart count",
+                         getenv("TORCHELASTIC_RESTART_COUNT"));
     v = d->secret ? d->secret : getenv("DDP_SECRET");
     if (v && strlen(v) >= sizeof s->secret)
         return ddp__fail(ctx, DDP_ERR_ENV, "DDP_SECRET is longer than %d bytes", (int)sizeof s->secret - 1);
@@ -1448,6 +1502,21 @@ static ddp_result ddp__agree(ddp_ctx *ctx, int other, const char *theirs)
     return ddp__fail(ctx, DDP_ERR_MISMATCH, "ranks disagree on a setting that must match: rank %d has %s, rank %d has %s%s%s%s",
                      ctx->rank, fa, other, fb, i < sizeof hints / sizeof hints[0] ? " (" : "",
                      i < sizeof hints / sizeof hints[0] ? hints[i].hint : "", i < sizeof hints / sizeof hints[0] ? ")" : "");
+}
+
+/* The GPU a rank drives on NCCL, of the `visible` ones (CUDA_VISIBLE_DEVICES is `cvd`):
+   the only one when it sees one (Slurm's per-task binding, a CUDA_VISIBLE_DEVICES per
+   rank), else GPU local_rank, as torch.cuda.set_device(local_rank) would. -1 with the
+   reason in `why` when local_rank is past the visible ones. The NCCL backend's rule,
+   here without CUDA so that every build can test it (inline: unused builds stay quiet). */
+static inline int ddp__device_for(int local_rank, int visible, const char *cvd, char *why, size_t n)
+{
+    if (visible == 1) return 0;
+    if (local_rank >= 0 && local_rank < visible) return local_rank;
+    snprintf(why, n, "local rank %d has no GPU of its own: %d are visible (CUDA_VISIBLE_DEVICES=%s%s%s); give each "
+             "rank one GPU, or make at least as many visible as there are ranks on the host", local_rank, visible,
+             cvd ? "'" : "", cvd ? cvd : "unset", cvd ? "'" : "");
+    return -1;
 }
 
 /* ---- >>store ---------------------------------------------------------------------------------
@@ -2783,31 +2852,62 @@ static void ddp__cpu_abort(ddp_ctx *ctx, ddp_result code)
 }
 
 /* ---- >>nccl ----------------------------------------------------------------------------------
-   One communicator per process on device local_rank, created non-blocking so that a
-   stuck peer turns into a timeout and an abort instead of a hang. Collectives run on
-   the context's own stream, ordered after the caller's stream by an event, and the
-   caller's stream is ordered after them (async ones: in ddp_wait, so they overlap).
-   A blocking collective returns once queued; a watchdog thread follows it and aborts
-   the communicator if it has not finished within the timeout, so the caller's next
-   synchronising CUDA call returns with an error instead of waiting forever. Host
-   memory (a stack variable, as on the CPU backend) is staged through device memory,
-   and such a call returns when its result is in place. */
+   One communicator per process, on the GPU ddp__device_for picks, created non-blocking
+   so that a stuck peer turns into a timeout and an abort instead of a hang. Collectives
+   run on the context's own stream, ordered after the caller's stream by an event, and
+   the caller's stream is ordered after them (async ones: in ddp_wait, so they overlap).
+   Host memory (a stack variable, as on the CPU backend) is staged through device
+   memory, and such a call returns when its result is in place.
+
+   A watchdog thread follows every collective. Two events bracket it on the NCCL
+   stream, and its time starts when the first has completed: when everything queued
+   before it (the caller's kernels, earlier collectives) is done and it can run, so a
+   long backward pass ahead of a bucket does not count against the bucket. One still
+   running DDP_TIMEOUT after its start, or an error NCCL reports, aborts the
+   communicator. What follows an abort:
+   - NCCL's kernels end, so the NCCL stream, and the caller's streams ordered after
+     it, run on: a cudaStreamSynchronize returns cudaSuccess, and the collectives in
+     flight leave garbage in their outputs (CUDA reports nothing);
+   - a host wait in progress (ddp_wait, a collective on host memory) returns at once,
+     else the next ddp.h call on the context that uses NCCL (a collective, ddp_wait,
+     ddp_grad_ready or _finish, ddp_metric_reduce, ddp_barrier) returns DDP_ERR_TIMEOUT
+     (DDP_ERR_BACKEND for an NCCL error) with the reason, and later ones DDP_ERR_ABORTED.
+   Threads: the communicator and the ring of followed collectives belong to b->mu.
+   Every NCCL call on the communicator is made under it (NCCL serves one thread at a
+   time), and none of them waits long (the communicator is non-blocking); waits for the
+   GPU poll with the lock released. The first failure takes the communicator out
+   under the lock and records why, and whoever took it aborts it after releasing the
+   lock: it is aborted once, and nobody uses it after. The watchdog selects this
+   rank's GPU before anything else, as every thread that makes CUDA calls must (else
+   CUDA opens a context on GPU 0 for it, on every rank of the host). */
 #ifdef DDP_NCCL
-#define DDP__WATCH 256 /* blocking collectives followed at once */
+#define DDP__RING 256 /* collectives followed at once; the next waits for the oldest */
+
+typedef struct ddp__followed {
+    cudaEvent_t start, done; /* around the collective on the NCCL stream; made once, reused */
+    uint64_t seq;
+    int kind;
+    int64_t began_ms;        /* when the watchdog saw `start` complete; 0 until then */
+} ddp__followed;
 
 typedef struct ddp__nccl {
-    ncclComm_t comm;
+    ncclComm_t comm;         /* NULL once taken out by a failure */
     cudaStream_t stream;
-    cudaEvent_t ready;
-    void *dev, *host;       /* staging for host memory: device and pinned buffers */
-    size_t staged;          /* their size */
+    cudaEvent_t ready;       /* the caller's stream, before a collective */
+    void *dev, *host;        /* staging for host memory: device and pinned buffers */
+    size_t staged;           /* their size */
+    int device;
+    int64_t timeout_ms;
     pthread_t watchdog;
+    int watching;            /* the thread was started */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int watching, stop;
-    struct { cudaEvent_t ev; int64_t deadline; uint64_t seq; int kind; } watch[DDP__WATCH];
-    int nwatch;
-    char why[300];          /* what the watchdog saw, for the next call */
+    pthread_cond_t cv;       /* the watchdog's tick and start */
+    int up, stop;            /* up: 1 the watchdog runs on `device`, -1 it could not select it */
+    cudaError_t up_error;
+    ddp_result failed;       /* why comm was taken out; DDP_OK while it serves */
+    char why[300];           /* written once, before `failed` is set */
+    ddp__followed ring[DDP__RING];
+    uint64_t head, tail;     /* ring[head .. tail) mod DDP__RING: in flight, oldest first */
 } ddp__nccl;
 
 static ddp__nccl *ddp__nccl_of(ddp_ctx *ctx) { return (ddp__nccl *)ctx->st->bs; }
@@ -2828,83 +2928,189 @@ static void ddp__cuda_why(char *out, size_t n, cudaError_t e)
              drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
 }
 
-static void ddp__nccl_abort(ddp__nccl *b)
+/* Under b->mu: the first failure takes the communicator out and says why. Returns it
+   for the caller to abort once the lock is released; NULL if an earlier failure did. */
+static ncclComm_t ddp__nccl_take(ddp__nccl *b, ddp_result code, const char *fmt, ...) DDP__PRINTF(3, 4);
+static ncclComm_t ddp__nccl_take(ddp__nccl *b, ddp_result code, const char *fmt, ...)
 {
-    if (b->comm) ncclCommAbort(b->comm);
+    ncclComm_t comm = b->comm;
+    va_list ap;
+    if (b->failed) return NULL;
+    va_start(ap, fmt);
+    vsnprintf(b->why, sizeof b->why, fmt, ap);
+    va_end(ap);
+    b->failed = code;
     b->comm = NULL;
+    return comm;
 }
 
-/* Non-blocking NCCL calls may answer "in progress": wait for the verdict, within the timeout. */
+/* DDP_OK while the communicator serves, else the failure that took it out, reported
+   for `what`. */
+static ddp_result ddp__nccl_alive(ddp_ctx *ctx, const char *what, uint64_t seq)
+{
+    ddp__nccl *b = ddp__nccl_of(ctx);
+    ddp_result code;
+    pthread_mutex_lock(&b->mu);
+    code = b->failed;
+    pthread_mutex_unlock(&b->mu);
+    if (code == DDP_OK) return DDP_OK;
+    return ddp__fail(ctx, code, "%s #%llu: %s", what, (unsigned long long)seq, b->why);
+}
+
+/* Non-blocking NCCL calls may answer "in progress": polls for the verdict (the lock
+   released between looks), within the timeout. */
 static ddp_result ddp__nccl_settle(ddp_ctx *ctx, ncclResult_t r, const char *what, uint64_t seq)
 {
     ddp__nccl *b = ddp__nccl_of(ctx);
-    int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
-    while (r == ncclInProgress) {
-        if (ddp__now_ms() > deadline) {
-            ddp__nccl_abort(b);
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.1f s (NCCL aborted)", what,
-                             (unsigned long long)seq, ctx->st->cfg.timeout_ms / 1000.0);
+    const int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
+    char last[200] = "";
+    for (;;) {
+        ncclComm_t gone = NULL;
+        ddp_result failed;
+        int pollable;
+        pthread_mutex_lock(&b->mu);
+        if (r == ncclInProgress && b->comm) {
+            ncclResult_t q;
+            if (ddp__now_ms() > deadline)
+                gone = ddp__nccl_take(b, DDP_ERR_TIMEOUT, "%s #%llu was still in progress after %.1f s (NCCL aborted)",
+                                      what, (unsigned long long)seq, ctx->st->cfg.timeout_ms / 1000.0);
+            else if ((q = ncclCommGetAsyncError(b->comm, &r)) != ncclSuccess)
+                r = q;
         }
+        if (r != ncclSuccess && r != ncclInProgress && b->comm) snprintf(last, sizeof last, "%s", ncclGetLastError(b->comm));
+        failed = b->failed;
+        pollable = b->comm != NULL;
+        pthread_mutex_unlock(&b->mu);
+        if (gone) ncclCommAbort(gone);
+        if (failed) return ddp__nccl_alive(ctx, what, seq);
+        if (r == ncclSuccess) return DDP_OK;
+        if (r != ncclInProgress || !pollable)
+            return ddp__fail(ctx, DDP_ERR_BACKEND, "%s #%llu: %s (%s)", what, (unsigned long long)seq,
+                             ncclGetErrorString(r), last);
         sched_yield();
-        if (!b->comm || ncclCommGetAsyncError(b->comm, &r) != ncclSuccess) break;
     }
-    if (r == ncclSuccess) return DDP_OK;
-    return ddp__fail(ctx, DDP_ERR_BACKEND, "%s #%llu: %s (%s)", what, (unsigned long long)seq, ncclGetErrorString(r),
-                     b->comm ? ncclGetLastError(b->comm) : "");
 }
 
-/* Waits on the host for an event, polling NCCL for errors, within the timeout. */
+/* Under b->mu: forgets the finished collectives at the front of the ring. Returns
+   cudaErrorNotReady while the oldest runs, cudaSuccess when none is left, or the error
+   its event reports. */
+static cudaError_t ddp__nccl_retire(ddp__nccl *b)
+{
+    while (b->head < b->tail) {
+        cudaError_t e = cudaEventQuery(b->ring[b->head % DDP__RING].done);
+        if (e != cudaSuccess) return e;
+        b->head++;
+    }
+    return cudaSuccess;
+}
+
+/* Waits on the host for ev, the end of a followed collective: polls it and NCCL's
+   errors; the watchdog keeps the time. A collective that ends because the watchdog
+   aborted NCCL reports that, not its garbage. */
 static ddp_result ddp__nccl_wait_event(ddp_ctx *ctx, cudaEvent_t ev, const char *what, uint64_t seq)
 {
     ddp__nccl *b = ddp__nccl_of(ctx);
-    int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
     for (;;) {
         cudaError_t e = cudaEventQuery(ev);
         ncclResult_t async = ncclSuccess;
-        struct timespec ts;
-        if (e == cudaSuccess) return DDP_OK;
+        ncclComm_t gone = NULL;
+        ddp_result failed;
+        if (e == cudaSuccess) return ddp__nccl_alive(ctx, what, seq);
         if (e != cudaErrorNotReady) return ddp__cuda(ctx, e, what);
-        if (!b->comm) return ddp__fail(ctx, DDP_ERR_ABORTED, "%s #%llu: NCCL was aborted: %s", what,
-                                       (unsigned long long)seq, b->why);
-        ncclCommGetAsyncError(b->comm, &async);
-        if (async != ncclSuccess && async != ncclInProgress) return ddp__nccl_settle(ctx, async, what, seq);
-        if (ddp__now_ms() > deadline) {
-            ddp__nccl_abort(b);
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu did not finish within %.1f s (NCCL aborted)", what,
-                             (unsigned long long)seq, ctx->st->cfg.timeout_ms / 1000.0);
-        }
-        ts.tv_sec = 0;
-        ts.tv_nsec = 50000; /* the GPU is working; check again in 50 us */
-        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&b->mu);
+        if (b->comm && ncclCommGetAsyncError(b->comm, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress)
+            gone = ddp__nccl_take(b, DDP_ERR_BACKEND, "%s #%llu: %s (%s)", what, (unsigned long long)seq,
+                                  ncclGetErrorString(async), ncclGetLastError(b->comm));
+        failed = b->failed;
+        pthread_mutex_unlock(&b->mu);
+        if (gone) ncclCommAbort(gone);
+        if (failed) return ddp__nccl_alive(ctx, what, seq);
+        ddp__sleep_us(50); /* the GPU is working; look again soon */
     }
 }
 
-/* Follows blocking collectives: one not done by its deadline aborts the communicator. */
+/* Follows the oldest collective in flight (those behind it cannot start before it
+   ends): past DDP_TIMEOUT from its start, or on an NCCL or CUDA error, it aborts the
+   communicator. Looks every tenth of the timeout, at most every 100 ms. */
 static void *ddp__nccl_watchdog(void *arg)
 {
     ddp__nccl *b = (ddp__nccl *)arg;
+    const int64_t timeout = b->timeout_ms, tick = timeout / 10 < 1 ? 1 : timeout / 10 > 100 ? 100 : timeout / 10;
+    const cudaError_t e = cudaSetDevice(b->device);
     pthread_mutex_lock(&b->mu);
-    while (!b->stop) {
+    b->up = e == cudaSuccess ? 1 : -1;
+    b->up_error = e;
+    pthread_cond_broadcast(&b->cv);
+    while (!b->stop && e == cudaSuccess) {
         struct timespec ts;
-        int i;
+        ncclComm_t gone = NULL;
+        ncclResult_t async = ncclSuccess;
+        ddp__followed *f;
+        cudaError_t q;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        ts.tv_nsec += tick * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
         pthread_cond_timedwait(&b->cv, &b->mu, &ts);
-        for (i = 0; i < b->nwatch;) {
-            cudaError_t e = cudaEventQuery(b->watch[i].ev);
-            if (e == cudaErrorNotReady && ddp__now_ms() < b->watch[i].deadline) { i++; continue; }
-            if (e == cudaErrorNotReady && b->comm) {
-                snprintf(b->why, sizeof b->why, "%s #%llu did not finish within the timeout (the watchdog aborted NCCL)",
-                         ddp__colls[b->watch[i].kind].name, (unsigned long long)b->watch[i].seq);
-                ddp__nccl_abort(b);
-            }
-            cudaEventDestroy(b->watch[i].ev);
-            b->watch[i] = b->watch[--b->nwatch];
+        if (b->stop || !b->comm) continue; /* after a failure there is nothing left to follow */
+        q = ddp__nccl_retire(b);
+        f = b->head < b->tail ? &b->ring[b->head % DDP__RING] : NULL;
+        if (f && q != cudaErrorNotReady) {
+            gone = ddp__nccl_take(b, DDP_ERR_BACKEND, "%s #%llu: %s (the watchdog aborted NCCL)",
+                                  ddp__colls[f->kind].name, (unsigned long long)f->seq, cudaGetErrorString(q));
+        } else if (f) {
+            if (!f->began_ms && cudaEventQuery(f->start) == cudaSuccess) f->began_ms = ddp__now_ms();
+            if (f->began_ms && ddp__now_ms() - f->began_ms > timeout)
+                gone = ddp__nccl_take(b, DDP_ERR_TIMEOUT, "%s #%llu did not finish within %.1f s of its start "
+                                      "(the watchdog aborted NCCL)", ddp__colls[f->kind].name,
+                                      (unsigned long long)f->seq, timeout / 1000.0);
+        }
+        if (!gone && ncclCommGetAsyncError(b->comm, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress)
+            gone = ddp__nccl_take(b, DDP_ERR_BACKEND, "NCCL failed: %s (%s; the watchdog aborted NCCL)",
+                                  ncclGetErrorString(async), ncclGetLastError(b->comm));
+        if (gone) {
+            pthread_mutex_unlock(&b->mu);
+            ncclCommAbort(gone);
+            pthread_mutex_lock(&b->mu);
         }
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
+}
+
+/* Ranks on one host must drive different GPUs (NCCL refuses two on one, and a GPU
+   that one rank sees alone may be the one another sees alone): every rank's node and
+   GPU PCI address through the store, so that every rank names the same pair. */
+static ddp_result ddp__nccl_own_gpu(ddp_ctx *ctx, int visible)
+{
+    const int w = ctx->world_size;
+    int dom = 0, bus = 0, slot = 0, i, j;
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES"), **parts;
+    char mine[48], *all = NULL;
+    uint32_t *lens;
+    ddp_result r;
+    cudaDeviceGetAttribute(&dom, cudaDevAttrPciDomainId, ctx->device);
+    cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, ctx->device);
+    cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, ctx->device);
+    snprintf(mine, sizeof mine, "%04x:%02x:%02x.0 of node %d", dom, bus, slot, ctx->node_rank);
+    parts = DDP__CAST(const char **, DDP_MALLOC(sizeof(char *) * (size_t)w));
+    lens = DDP__CAST(uint32_t *, DDP_MALLOC(sizeof(uint32_t) * (size_t)w));
+    r = parts && lens ? ddp__store_gather(ctx, "gpu", mine, (uint32_t)strlen(mine), &all, parts, lens,
+                                          "comparing the ranks' GPUs")
+                      : ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
+    for (i = 0; r == DDP_OK && i < w; i++)
+        for (j = i + 1; r == DDP_OK && j < w; j++)
+            if (lens[i] == lens[j] && memcmp(parts[i], parts[j], lens[i]) == 0)
+                r = ddp__fail(ctx, DDP_ERR_ENV, "ranks %d and %d would share GPU %.*s (this rank sees %d, "
+                              "CUDA_VISIBLE_DEVICES=%s%s%s): NCCL needs a GPU per rank; start at most one rank per GPU, "
+                              "or use DDP_BACKEND=cpu", i, j, (int)lens[i], parts[i], visible, cvd ? "'" : "",
+                              cvd ? cvd : "unset", cvd ? "'" : "");
+    DDP_FREE(all);
+    DDP_FREE(parts);
+    DDP_FREE(lens);
+    return r;
 }
 
 static ddp_result ddp__nccl_init(ddp_ctx *ctx)
@@ -2912,24 +3118,26 @@ static ddp_result ddp__nccl_init(ddp_ctx *ctx)
     ddp__nccl *b;
     ncclUniqueId id;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    int n = 0;
+    int n = 0, device;
+    char why[300] = "no GPU is visible";
     cudaError_t e = cudaGetDeviceCount(&n);
     ddp_result r;
     if (e != cudaSuccess || n == 0) {
-        char why[200] = "no GPU is visible";
         if (e != cudaSuccess) ddp__cuda_why(why, sizeof why, e);
         return ddp__fail(ctx, DDP_ERR_BACKEND, "the NCCL backend needs a GPU: %s", why);
     }
-    if (ctx->local_rank >= n)
-        return ddp__fail(ctx, DDP_ERR_ENV, "local rank %d needs GPU %d, but only %d are visible", ctx->local_rank,
-                         ctx->local_rank, n);
-    if ((r = ddp__cuda(ctx, cudaSetDevice(ctx->local_rank), "cudaSetDevice")) != DDP_OK) return r;
-    ctx->device = ctx->local_rank;
+    if ((device = ddp__device_for(ctx->local_rank, n, getenv("CUDA_VISIBLE_DEVICES"), why, sizeof why)) < 0)
+        return ddp__fail(ctx, DDP_ERR_ENV, "%s", why);
+    if ((r = ddp__cuda(ctx, cudaSetDevice(device), "cudaSetDevice")) != DDP_OK) return r;
+    ctx->device = device;
     if (!(b = DDP__CAST(ddp__nccl *, DDP_MALLOC(sizeof *b)))) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
     memset(b, 0, sizeof *b);
     ctx->st->bs = b;
+    b->device = device;
+    b->timeout_ms = ctx->st->cfg.timeout_ms;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
+    if (ctx->world_size > 1 && (r = ddp__nccl_own_gpu(ctx, n)) != DDP_OK) return r;
     if (ctx->rank == 0) {
         if ((r = ddp__nccl_settle(ctx, ncclGetUniqueId(&id), "ncclGetUniqueId", 0)) != DDP_OK) return r;
         if (ctx->world_size > 1 &&
@@ -2956,6 +3164,12 @@ static ddp_result ddp__nccl_init(ddp_ctx *ctx)
     if (pthread_create(&b->watchdog, NULL, ddp__nccl_watchdog, b) != 0)
         return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the NCCL watchdog thread");
     b->watching = 1;
+    pthread_mutex_lock(&b->mu);
+    while (!b->up) pthread_cond_wait(&b->cv, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+    if (b->up < 0)
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "the NCCL watchdog thread cannot select GPU %d: %s", device,
+                         cudaGetErrorString(b->up_error));
     return DDP_OK;
 }
 
@@ -2986,9 +3200,35 @@ static ddp_result ddp__nccl_stage(ddp_ctx *ctx, size_t bytes)
     return DDP_OK;
 }
 
-/* Queues c on the NCCL stream after `user`'s work. Async: work->event marks its end
-   and ddp_wait orders the caller after it; blocking: the caller's stream waits for
-   it and the watchdog follows it. */
+/* The ring's next slot, its events made: when every slot is in flight, waits (polling,
+   the lock released) for the oldest collective to finish; the watchdog keeps the time. */
+static ddp_result ddp__nccl_slot(ddp_ctx *ctx, const ddp__coll *c, ddp__followed **slot)
+{
+    ddp__nccl *b = ddp__nccl_of(ctx);
+    ddp__followed *f;
+    cudaError_t e = cudaSuccess;
+    pthread_mutex_lock(&b->mu);
+    while (!b->failed && b->tail - b->head == DDP__RING) {
+        if ((e = ddp__nccl_retire(b)) != cudaSuccess && e != cudaErrorNotReady) break;
+        e = cudaSuccess;
+        if (b->tail - b->head < DDP__RING) break;
+        pthread_mutex_unlock(&b->mu);
+        ddp__sleep_us(50);
+        pthread_mutex_lock(&b->mu);
+    }
+    f = &b->ring[b->tail % DDP__RING];
+    if (!b->failed && e == cudaSuccess && !f->start) e = cudaEventCreateWithFlags(&f->start, cudaEventDisableTiming);
+    if (!b->failed && e == cudaSuccess && !f->done) e = cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming);
+    pthread_mutex_unlock(&b->mu);
+    *slot = f;
+    if (e != cudaSuccess) return ddp__cuda(ctx, e, ddp__colls[c->kind].name);
+    return ddp__nccl_alive(ctx, ddp__colls[c->kind].name, c->seq);
+}
+
+/* Queues c on the NCCL stream after `user`'s work, bracketed by its slot's events,
+   and hands it to the watchdog. Async: work->event marks its end and ddp_wait orders
+   the caller after it; blocking: the caller's stream waits for it; host memory: the
+   host waits for it. */
 static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_stream, ddp_work *work)
 {
     static const ncclDataType_t types[] = {
@@ -3002,6 +3242,7 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
 #undef DDP__NCCL_OP
     };
     ddp__nccl *b = ddp__nccl_of(ctx);
+    const char *name = ddp__colls[c->kind].name;
     cudaStream_t user = (cudaStream_t)user_stream;
     ncclDataType_t t = types[c->dtype];
     size_t es = ddp_dtype_size((ddp_dtype)c->dtype), W = (size_t)ctx->world_size;
@@ -3011,14 +3252,17 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
     int host_recv = ddp__colls[c->kind].recv && c->count && ddp__is_host(c->recv);
     const void *send = c->send;
     void *recv = c->recv;
-    cudaEvent_t done = NULL;
+    ddp__followed *f;
+    cudaEvent_t mine = NULL;
+    ncclComm_t comm;
     ncclResult_t nr = ncclSuccess;
     ddp_result r;
+    if ((r = ddp__nccl_alive(ctx, name, c->seq)) != DDP_OK) return r;
     if (c->kind >= DDP__BARRIER) /* a host meeting: the store serves */
         return ctx->world_size > 1 ? ddp__store_barrier(ctx, c->kind == DDP__BARRIER ? "barrier" : "destroy",
                                                         c->kind == DDP__BARRIER ? "in ddp_barrier" : "in ddp_destroy")
                                    : DDP_OK;
-    if (!b->comm) return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: %s", ddp__colls[c->kind].name, b->why);
+    if ((r = ddp__nccl_slot(ctx, c, &f)) != DDP_OK) return r;
     if (host_send || host_recv) { /* staged: send at the start, recv after it, one buffer each way */
         size_t off = host_send ? sbytes : 0;
         if ((r = ddp__nccl_stage(ctx, off + rbytes)) != DDP_OK) return r;
@@ -3033,61 +3277,58 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
     if ((r = ddp__cuda(ctx, cudaEventRecord(b->ready, user), "cudaEventRecord")) != DDP_OK ||
         (r = ddp__cuda(ctx, cudaStreamWaitEvent(b->stream, b->ready, 0), "cudaStreamWaitEvent")) != DDP_OK ||
         (host_send && (r = ddp__cuda(ctx, cudaMemcpyAsync(b->dev, b->host, sbytes, cudaMemcpyHostToDevice, b->stream),
-                                     "cudaMemcpyAsync (staging)")) != DDP_OK))
+                                     "cudaMemcpyAsync (staging)")) != DDP_OK) ||
+        (r = ddp__cuda(ctx, cudaEventRecord(f->start, b->stream), "cudaEventRecord")) != DDP_OK)
         return r;
-    switch (c->kind) {
-    case DDP__ALL_REDUCE: nr = ncclAllReduce(send, recv, c->count, t, ops[c->op], b->comm, b->stream); break;
-    case DDP__BROADCAST: nr = ncclBroadcast(recv, recv, c->count, t, c->root, b->comm, b->stream); break;
-    case DDP__ALL_GATHER: nr = ncclAllGather(send, recv, c->count, t, b->comm, b->stream); break;
-    case DDP__REDUCE_SCATTER: nr = ncclReduceScatter(send, recv, c->count, t, ops[c->op], b->comm, b->stream); break;
+    pthread_mutex_lock(&b->mu);
+    if ((comm = b->comm)) switch (c->kind) {
+        case DDP__ALL_REDUCE: nr = ncclAllReduce(send, recv, c->count, t, ops[c->op], comm, b->stream); break;
+        case DDP__BROADCAST: nr = ncclBroadcast(recv, recv, c->count, t, c->root, comm, b->stream); break;
+        case DDP__ALL_GATHER: nr = ncclAllGather(send, recv, c->count, t, comm, b->stream); break;
+        case DDP__REDUCE_SCATTER: nr = ncclReduceScatter(send, recv, c->count, t, ops[c->op], comm, b->stream); break;
+        }
+    pthread_mutex_unlock(&b->mu);
+    if (!comm) return ddp__nccl_alive(ctx, name, c->seq);
+    if ((r = ddp__nccl_settle(ctx, nr, name, c->seq)) != DDP_OK) return r;
+    if ((host_recv &&
+         (r = ddp__cuda(ctx, cudaMemcpyAsync((char *)b->host + ((char *)recv - (char *)b->dev), recv, rbytes,
+                                             cudaMemcpyDeviceToHost, b->stream), "cudaMemcpyAsync (staging)")) != DDP_OK) ||
+        (r = ddp__cuda(ctx, cudaEventRecord(f->done, b->stream), "cudaEventRecord")) != DDP_OK)
+        return r;
+    if (work && !host_send && !host_recv && /* the work's own end: the slot's events are reused */
+        ((r = ddp__cuda(ctx, cudaEventCreateWithFlags(&mine, cudaEventDisableTiming), "cudaEventCreate")) != DDP_OK ||
+         (r = ddp__cuda(ctx, cudaEventRecord(mine, b->stream), "cudaEventRecord")) != DDP_OK)) {
+        if (mine) cudaEventDestroy(mine);
+        return r;
     }
-    if ((r = ddp__nccl_settle(ctx, nr, ddp__colls[c->kind].name, c->seq)) != DDP_OK) return r;
-    if (host_recv &&
-        (r = ddp__cuda(ctx, cudaMemcpyAsync((char *)b->host + ((char *)recv - (char *)b->dev), recv, rbytes,
-                                            cudaMemcpyDeviceToHost, b->stream), "cudaMemcpyAsync (staging)")) != DDP_OK)
-        return r;
-    if ((r = ddp__cuda(ctx, cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate")) != DDP_OK ||
-        (r = ddp__cuda(ctx, cudaEventRecord(done, b->stream), "cudaEventRecord")) != DDP_OK) {
-        if (done) cudaEventDestroy(done);
-        return r;
-    }
-    if (host_send || host_recv) { /* the host needs the result now: wait, within the timeout */
-        r = ddp__nccl_wait_event(ctx, done, ddp__colls[c->kind].name, c->seq);
-        cudaEventDestroy(done);
+    pthread_mutex_lock(&b->mu); /* from here the watchdog follows it */
+    f->seq = c->seq;
+    f->kind = c->kind;
+    f->began_ms = 0;
+    b->tail++;
+    pthread_mutex_unlock(&b->mu);
+    if (host_send || host_recv) { /* the host needs the result now */
+        r = ddp__nccl_wait_event(ctx, f->done, name, c->seq);
         if (r == DDP_OK && host_recv) memcpy(c->recv, (char *)b->host + ((char *)recv - (char *)b->dev), rbytes);
         return r;
     }
     if (work) {
-        work->event = done;
+        work->event = mine;
         return DDP_OK;
     }
-    if ((r = ddp__cuda(ctx, cudaStreamWaitEvent(user, done, 0), "cudaStreamWaitEvent")) != DDP_OK) {
-        cudaEventDestroy(done);
-        return r;
-    }
-    pthread_mutex_lock(&b->mu);
-    if (b->nwatch < DDP__WATCH) {
-        b->watch[b->nwatch].ev = done;
-        b->watch[b->nwatch].deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
-        b->watch[b->nwatch].seq = c->seq;
-        b->watch[b->nwatch++].kind = c->kind;
-        done = NULL;
-    }
-    pthread_mutex_unlock(&b->mu);
-    if (done) { /* more than DDP__WATCH in flight: this one is followed here */
-        r = ddp__nccl_wait_event(ctx, done, ddp__colls[c->kind].name, c->seq);
-        cudaEventDestroy(done);
-    }
-    return r;
+    return ddp__cuda(ctx, cudaStreamWaitEvent(user, f->done, 0), "cudaStreamWaitEvent");
 }
 
-static ddp_result ddp__nccl_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
+/* Async work: `host` waits on the host too (ddp_wait); without it (gradient buckets)
+   only `stream` is ordered after the work, and the watchdog keeps following it. */
+static ddp_result ddp__nccl_wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host)
 {
     cudaEvent_t ev = (cudaEvent_t)work->event;
     ddp_result r;
     if (!ev) return DDP_OK; /* it finished when issued (host memory) */
-    r = ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq);
-    if (r == DDP_OK && stream) r = ddp__cuda(ctx, cudaStreamWaitEvent((cudaStream_t)stream, ev, 0), "cudaStreamWaitEvent");
+    r = host ? ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq) : ddp__nccl_alive(ctx, "all_reduce", work->seq);
+    if (r == DDP_OK && (stream || !host))
+        r = ddp__cuda(ctx, cudaStreamWaitEvent((cudaStream_t)stream, ev, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ev);
     work->event = NULL;
     return r;
@@ -3096,23 +3337,25 @@ static ddp_result ddp__nccl_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
 static void ddp__nccl_release(ddp_ctx *ctx)
 {
     ddp__nccl *b = ddp__nccl_of(ctx);
+    int i;
     if (!b) return;
     if (b->watching) {
         pthread_mutex_lock(&b->mu);
         b->stop = 1;
-        pthread_cond_signal(&b->cv);
+        pthread_cond_broadcast(&b->cv);
         pthread_mutex_unlock(&b->mu);
         pthread_join(b->watchdog, NULL);
     }
-    while (b->nwatch) cudaEventDestroy(b->watch[--b->nwatch].ev);
-    if (b->comm) {
-        if (ctx->st->broken) {
-            ddp__nccl_abort(b);
-        } else {
-            ddp__nccl_settle(ctx, ncclCommFinalize(b->comm), "ncclCommFinalize", 0);
-            if (b->comm) ncclCommDestroy(b->comm);
-            b->comm = NULL;
-        }
+    /* this thread alone from here */
+    if (b->comm && !ctx->st->broken &&
+        ddp__nccl_settle(ctx, ncclCommFinalize(b->comm), "ncclCommFinalize", 0) == DDP_OK) {
+        ncclCommDestroy(b->comm); /* finalized: frees without waiting */
+        b->comm = NULL;
+    }
+    if (b->comm) ncclCommAbort(b->comm); /* broken (or finalize failed): wait for nobody */
+    for (i = 0; i < DDP__RING; i++) {
+        if (b->ring[i].start) cudaEventDestroy(b->ring[i].start);
+        if (b->ring[i].done) cudaEventDestroy(b->ring[i].done);
     }
     if (b->stream) cudaStreamDestroy(b->stream);
     if (b->ready) cudaEventDestroy(b->ready);
@@ -3481,14 +3724,15 @@ static int ddp__mpi_launched(void)
 /* ---- >>backends ------------------------------------------------------------------------------
    What a backend provides. init runs after the store is up (world > 1) and sets
    ctx->st->bs; run does one collective (host backends: to completion; `work` is NULL
-   for them, the worker thread gives them overlap); wait finishes async work (NULL:
-   the worker thread's queue is the async mechanism); release undoes init. A backend
+   for them, the worker thread gives them overlap); wait finishes async work, on the
+   host too or only on `stream` (NULL: the worker thread's queue is the async
+   mechanism); release undoes init. A backend
    compiled out has a row of NULLs and a reason. */
 struct ddp__backend {
     ddp_result (*group)(ddp_ctx *ctx); /* forms the group itself (MPI); NULL: the store does */
     ddp_result (*init)(ddp_ctx *ctx);
     ddp_result (*run)(ddp_ctx *ctx, const ddp__coll *c, void *stream, ddp_work *work);
-    ddp_result (*wait)(ddp_ctx *ctx, ddp_work *work, void *stream);
+    ddp_result (*wait)(ddp_ctx *ctx, ddp_work *work, void *stream, int host);
     void (*release)(ddp_ctx *ctx);
     void (*abort)(ddp_ctx *ctx, ddp_result code); /* tell the peers at once, if it can */
     const char *missing; /* why it is not compiled in */
@@ -3969,7 +4213,9 @@ ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *recv, size
     return ddp__post(ctx, DDP__ALL_REDUCE, send, recv, count, dtype, op, 0, stream, work);
 }
 
-ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
+/* ddp_wait; without `host` (gradient buckets) a GPU backend only orders `stream` after
+   the work, and the host goes on. */
+static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host)
 {
     struct ddp__state *st;
     ddp_result r;
@@ -3980,13 +4226,15 @@ ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
         r = ddp__fail(ctx, DDP_ERR_ABORTED, "wait for #%llu refused: the process group failed earlier: %s",
                       (unsigned long long)work->seq, st->err);
     else if (st->be->wait)
-        r = st->be->wait(ctx, work, stream);
+        r = st->be->wait(ctx, work, stream, host);
     else
         r = ddp__drain(ctx, work->seq);
     if (r != DDP_OK) st->broken = r;
     ddp_trace_end(ctx);
     return r;
 }
+
+ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream) { return ddp__wait(ctx, work, stream, 1); }
 
 ddp_result ddp_broadcast(ddp_ctx *ctx, void *buf, size_t count, ddp_dtype dtype, int root, void *stream)
 {
@@ -4162,10 +4410,11 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
         ddp__release(ctx);
         return r;
     }
-    ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s)%s, "
-              "timeout %.1f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank, ctx->local_world_size,
-              ctx->node_rank, ctx->num_nodes, ctx->device, cfg->master_port ? cfg->master_addr : "-", cfg->master_port,
-              cfg->job_id, cfg->job_from, cfg->secret[0] ? ", secret set" : "", cfg->timeout_ms / 1000.0,
+    ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s), "
+              "restart %d%s, timeout %.1f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank,
+              ctx->local_world_size, ctx->node_rank, ctx->num_nodes, ctx->device,
+              cfg->master_port ? cfg->master_addr : "-", cfg->master_port, cfg->job_id, cfg->job_from,
+              ddp_restart_count(), cfg->secret[0] ? ", secret set" : "", cfg->timeout_ms / 1000.0,
               cfg->check ? ", DDP_CHECK on" : "");
     return DDP_OK;
 }
@@ -4225,11 +4474,12 @@ static const char *ddp__launched_by(void)
 /* The job's environment for rank i, in the child. Every rank gets its share of the
    cores for OpenMP (unless the user chose), so N ranks do not run N x cores threads. */
 static void ddp__child_env(int i, const char *num, const char *port, const char *job, const char *secret, int threads,
-                           const char *report)
+                           int attempt, const char *report)
 {
-    char r[16], t[16];
+    char r[16], t[16], a[16];
     snprintf(r, sizeof r, "%d", i);
     snprintf(t, sizeof t, "%d", threads);
+    snprintf(a, sizeof a, "%d", attempt);
     setenv("RANK", r, 1);
     setenv("LOCAL_RANK", r, 1);
     setenv("WORLD_SIZE", num, 1);
@@ -4240,6 +4490,7 @@ static void ddp__child_env(int i, const char *num, const char *port, const char 
     setenv("DDP_JOB_ID", job, 1);
     setenv("DDP_SECRET", secret, 1);
     setenv("DDP_LAUNCHER", report, 1);
+    setenv("TORCHELASTIC_RESTART_COUNT", a, 1);
     setenv("OMP_NUM_THREADS", t, 0);
     unsetenv("TORCHELASTIC_RUN_ID");
 }
@@ -4282,7 +4533,14 @@ static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said)
     }
 }
 
-int ddp_run(int nproc, char *const argv[])
+/* One attempt of the job: nproc ranks under a job id, secret and port of their own, so
+   that no rank of an earlier attempt can join; returns when every rank has ended: 0,
+   or the status of the rank whose failure stopped the job, described in `why`.
+   *final says not to restart (the launcher was signalled, or could not start ranks).
+   After the first failure the others have 2 s to end on their own (and say why), then
+   SIGTERM, and SIGKILL 3 s later: the job ends within seconds. */
+static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt, char *why, size_t why_size,
+                        int *final)
 {
     sigset_t block, old;
     pid_t *pids, *started;
@@ -4290,21 +4548,13 @@ int ddp_run(int nproc, char *const argv[])
     int *said;
     char port[16], job[40], num[16], secret[65], prefix[40], report[48] = "1";
     unsigned char raw[32];
-    int i, live = 0, nends = 0, reported = 0, status = 0, p, threads, pipefd[2] = {-1, -1};
-    long cores = ddp__cores_allowed();
+    int i, live = 0, nends = 0, cause = -1, status = 0, others = 0, p, pipefd[2] = {-1, -1};
     int64_t term_at = 0, kill_at = 0;
-    const char *outer = ddp__launched_by();
     struct stat sb;
-    if (nproc < 1 || !argv || !argv[0]) {
-        fprintf(stderr, "ddp: nothing to run (nproc %d)\n", nproc);
-        return 2;
-    }
-    if (outer) { /* a job inside a job would be nproc unrelated jobs */
-        fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
-        return 2;
-    }
+    *why = 0;
+    *final = 1;
     if ((p = ddp__free_port()) < 0) {
-        fprintf(stderr, "ddp: cannot find a free TCP port on 127.0.0.1: %s\n", strerror(errno));
+        snprintf(why, why_size, "cannot find a free TCP port on 127.0.0.1: %s", strerror(errno));
         return 1;
     }
     pids = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *pids * (size_t)nproc));
@@ -4313,6 +4563,7 @@ int ddp_run(int nproc, char *const argv[])
     said = DDP__CAST(int *, DDP_MALLOC(sizeof *said * (size_t)nproc));
     if (!pids || !started || !ends || !said) {
         DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said);
+        snprintf(why, why_size, "out of memory");
         return 1;
     }
     for (i = 0; i < nproc; i++) said[i] = -1;
@@ -4330,10 +4581,6 @@ int ddp_run(int nproc, char *const argv[])
     if (getenv("DDP_SECRET") && *getenv("DDP_SECRET")) ddp__copy(secret, sizeof secret, getenv("DDP_SECRET"));
     snprintf(port, sizeof port, "%d", p);
     snprintf(num, sizeof num, "%d", nproc);
-    threads = cores > nproc ? (int)(cores / nproc) : 1;
-    if (!getenv("OMP_NUM_THREADS") && nproc > 1)
-        fprintf(stderr, "ddp: OMP_NUM_THREADS=%d for each of %d ranks (%ld cores); set it to choose\n", threads, nproc,
-                cores);
     /* signals arrive through sigtimedwait below, never asynchronously */
     sigemptyset(&block);
     sigaddset(&block, SIGCHLD);
@@ -4342,10 +4589,11 @@ int ddp_run(int nproc, char *const argv[])
     sigaddset(&block, SIGHUP);
     sigprocmask(SIG_BLOCK, &block, &old);
     fflush(NULL);
+    *final = 0;
     for (i = 0; i < nproc; i++) {
         pid_t pid = fork();
         if (pid == 0) {
-            ddp__child_env(i, num, port, job, secret, threads, report);
+            ddp__child_env(i, num, port, job, secret, threads, attempt, report);
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans if the launcher is killed */
             sigprocmask(SIG_SETMASK, &old, NULL);
             execvp(argv[0], argv);
@@ -4353,9 +4601,10 @@ int ddp_run(int nproc, char *const argv[])
             _exit(127);
         }
         if (pid < 0) {
-            fprintf(stderr, "ddp: fork failed for rank %d: %s\n", i, strerror(errno));
+            snprintf(why, why_size, "fork failed for rank %d: %s", i, strerror(errno));
+            *final = 1;
             status = 1;
-            reported = 1;
+            cause = nproc; /* said */
             term_at = ddp__now_ms();
             nproc = i;
             break;
@@ -4378,6 +4627,7 @@ int ddp_run(int nproc, char *const argv[])
             /* a terminal's Ctrl-C already reached the whole process group */
             if (info.si_code != SI_KERNEL) ddp__signal_all(pids, nproc, sig);
             if (!kill_at) kill_at = ddp__now_ms() + 3000;
+            *final = 1; /* the user stops the job: never restarted */
         }
         while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
             for (i = 0; i < nproc && pids[i] != pid; i++) {}
@@ -4395,18 +4645,21 @@ int ddp_run(int nproc, char *const argv[])
             ends[i].caused = said[ends[i].rank] == DDP_ERR_PEER || said[ends[i].rank] == DDP_ERR_ABORTED;
         now = ddp__now_ms();
         c = ddp__first_cause(ends, nends);
-        /* after the first failure the others have a moment to end on their own (and say
-           why): then SIGTERM, and SIGKILL 3 s later; the job ends within seconds */
-        if (c >= 0 && !term_at) term_at = now + 2000;
-        if (!reported && c >= 0 && (!ends[c].caused || live == 0 || now >= term_at)) {
-            reported = 1;
+        if (c >= 0 && !term_at) {
+            term_at = now + 2000;
+            others = live;
+        }
+        /* the cause, once no rank that may still be it is left (or the moment is over) */
+        if (cause < 0 && c >= 0 && (!ends[c].caused || live == 0 || now >= term_at)) {
+            int n;
+            cause = c;
             status = ends[c].status;
-            if (ends[c].signal)
-                fprintf(stderr, "ddp: rank %d (pid %d) was killed by signal %d (%s)", ends[c].rank, ends[c].pid,
-                        ends[c].signal, strsignal(ends[c].signal));
-            else
-                fprintf(stderr, "ddp: rank %d (pid %d) exited with status %d", ends[c].rank, ends[c].pid, status);
-            fprintf(stderr, live ? "; stopping the other %d\n" : "\n", live);
+            n = ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)", ends[c].rank,
+                                          ends[c].pid, ends[c].signal, strsignal(ends[c].signal))
+                               : snprintf(why, why_size, "rank %d (pid %d) exited with status %d", ends[c].rank,
+                                          ends[c].pid, status);
+            if (others && n > 0 && (size_t)n < why_size)
+                snprintf(why + n, why_size - (size_t)n, "; stopped the other %d", others);
         }
         if (term_at && now >= term_at && live > 0 && !kill_at) {
             ddp__signal_all(pids, nproc, SIGTERM);
@@ -4419,59 +4672,114 @@ int ddp_run(int nproc, char *const argv[])
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
     if (pipefd[0] >= 0) close(pipefd[0]);
-    /* whatever shared memory a crash left behind goes with the job */
+    /* whatever shared memory a crash left behind goes with the attempt */
     snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));
     ddp__shm_sweep(prefix, -1);
     DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said);
     return status;
 }
 
-/* "--nproc N", "--nproc=N" and torchrun's "--nproc_per_node" (or "--nproc-per-node"):
-   the length of the flag name at argv[i], or 0 */
-static size_t ddp__nproc_flag(const char *a)
+int ddp_run(int nproc, char *const argv[]) { return ddp_run_restarts(nproc, 0, argv); }
+
+int ddp_run_restarts(int nproc, int max_restarts, char *const argv[])
 {
-    static const char *const names[] = {"--nproc_per_node", "--nproc-per-node", "--nproc"};
+    char why[300];
+    int attempt, status, final, threads;
+    long cores = ddp__cores_allowed();
+    const char *outer = ddp__launched_by();
+    if (nproc < 1 || !argv || !argv[0] || max_restarts < 0) {
+        fprintf(stderr, "ddp: nothing to run (nproc %d, max_restarts %d)\n", nproc, max_restarts);
+        return 2;
+    }
+    if (outer) { /* a job inside a job would be nproc unrelated jobs */
+        fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
+        return 2;
+    }
+    threads = cores > nproc ? (int)(cores / nproc) : 1;
+    if (!getenv("OMP_NUM_THREADS") && nproc > 1)
+        fprintf(stderr, "ddp: OMP_NUM_THREADS=%d for each of %d ranks (%ld cores); set it to choose\n", threads, nproc,
+                cores);
+    for (attempt = 0;; attempt++) {
+        status = ddp__attempt(nproc, argv, threads, attempt, why, sizeof why, &final);
+        if (status == 0) return 0;
+        if (final || attempt == max_restarts) break;
+        fprintf(stderr, "ddp: %s; restarting the job: attempt %d of %d\n", why, attempt + 2, max_restarts + 1);
+    }
+    if (*why && max_restarts && !final)
+        fprintf(stderr, "ddp: %s; no restart left (attempt %d of %d)\n", why, attempt + 1, max_restarts + 1);
+    else if (*why)
+        fprintf(stderr, "ddp: %s\n", why);
+    return status;
+}
+
+/* The flags ddp_launch takes: "--nproc N" (or --nproc=N, torchrun's --nproc_per_node
+   and --nproc-per-node) and torchrun's "--max-restarts N" (or --max_restarts). */
+static const char *const ddp__nproc_names[] = {"--nproc_per_node", "--nproc-per-node", "--nproc", NULL};
+static const char *const ddp__restart_names[] = {"--max-restarts", "--max_restarts", NULL};
+
+/* The length of the flag name at a when it is one of names (alone or with "="), else 0. */
+static size_t ddp__flag(const char *a, const char *const *names)
+{
     size_t i, n;
-    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+    for (i = 0; names[i]; i++) {
         n = strlen(names[i]);
         if (strncmp(a, names[i], n) == 0 && (a[n] == 0 || a[n] == '=')) return n;
     }
     return 0;
 }
 
-int ddp_launch(int *argc, char **argv)
+/* Finds one of names in argv (before "--"), reads its integer in [lo, hi] and removes
+   it: 1 with *value, 0 when absent, -1 after a one-line error (a bad value, given twice). */
+static int ddp__take_flag(int *argc, char **argv, const char *const *names, const char *what, long lo, long hi,
+                          long *value)
 {
     int i, j, used;
     size_t n;
     char *end;
-    long v;
-    const char *outer, *val;
-    if (!argc || !argv) return DDP_WORKER;
-    for (i = 1; i < *argc; i++) {
-        if (strcmp(argv[i], "--") == 0) break;
-        if (!(n = ddp__nproc_flag(argv[i]))) continue;
-        if ((outer = ddp__launched_by()) != NULL) {
-            fprintf(stderr, "ddp: %s inside a job started by %s: drop one of the two launchers\n", argv[i], outer);
-            return 2;
-        }
+    const char *val;
+    for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++) {
+        if (!(n = ddp__flag(argv[i], names))) continue;
         used = argv[i][n] == '=' ? 1 : 2;
         val = argv[i][n] == '=' ? argv[i] + n + 1 : i + 1 < *argc ? argv[i + 1] : "";
         errno = 0;
-        v = strtol(val, &end, 10);
-        if (errno || *end || !*val || v < 1 || v > 4096) {
-            fprintf(stderr, "ddp: %.*s needs a process count from 1 to 4096, not '%s'\n", (int)n, argv[i], val);
-            return 2;
+        *value = strtol(val, &end, 10);
+        if (errno || *end || !*val || *value < lo || *value > hi) {
+            fprintf(stderr, "ddp: %.*s needs %s from %ld to %ld, not '%s'\n", (int)n, argv[i], what, lo, hi, val);
+            return -1;
         }
         for (j = i + used; j < *argc && strcmp(argv[j], "--") != 0; j++)
-            if (ddp__nproc_flag(argv[j])) {
-                fprintf(stderr, "ddp: --nproc given twice ('%s' and '%s'): give it once\n", argv[i], argv[j]);
-                return 2;
+            if (ddp__flag(argv[j], names)) {
+                fprintf(stderr, "ddp: %.*s given twice ('%s' and '%s'): give it once\n", (int)n, argv[i], argv[i],
+                        argv[j]);
+                return -1;
             }
         memmove(&argv[i], &argv[i + used], sizeof *argv * (size_t)(*argc - i - used + 1));
         *argc -= used;
-        return ddp_run((int)v, argv);
+        return 1;
     }
-    return DDP_WORKER;
+    return 0;
+}
+
+int ddp_launch(int *argc, char **argv)
+{
+    int i, nproc_given, restarts_given;
+    long nproc = 0, restarts = 0;
+    const char *outer;
+    if (!argc || !argv) return DDP_WORKER;
+    for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++)
+        if (ddp__flag(argv[i], ddp__nproc_names) && (outer = ddp__launched_by()) != NULL) {
+            fprintf(stderr, "ddp: %s inside a job started by %s: drop one of the two launchers\n", argv[i], outer);
+            return 2;
+        }
+    if ((nproc_given = ddp__take_flag(argc, argv, ddp__nproc_names, "a process count", 1, 4096, &nproc)) < 0 ||
+        (restarts_given = ddp__take_flag(argc, argv, ddp__restart_names, "a restart count", 0, 1000000, &restarts)) < 0)
+        return 2;
+    if (restarts_given && !nproc_given) {
+        fprintf(stderr, "ddp: --max-restarts restarts the ranks that --nproc N starts: give both (under another "
+                "launcher, give it to that launcher)\n");
+        return 2;
+    }
+    return nproc_given ? ddp_run_restarts((int)nproc, (int)restarts, argv) : DDP_WORKER;
 }
 /* ---- >>sampler ------------------------------------------------------------------------------ */
 /* MT19937, seeded like torch.Generator.manual_seed (init_genrand on the low 32 bits). */
@@ -4823,7 +5131,7 @@ static ddp_result ddp__grad_wait(ddp_grad *g, size_t keep)
     struct ddp__grad_state *st = g->st;
     ddp_result first = DDP_OK;
     while (st->launched - st->waited > keep) {
-        ddp_result r = ddp_wait(g->ctx, &st->buckets[g->num_buckets - 1 - st->waited].work, g->stream);
+        ddp_result r = ddp__wait(g->ctx, &st->buckets[g->num_buckets - 1 - st->waited].work, g->stream, 0);
         if (r != DDP_OK && first == DDP_OK) first = r;
         st->waited++;
     }

@@ -468,6 +468,19 @@ ST_DEF void st_put(st_text *t, const char *fmt, ...)
     t->len += (size_t)n;
 }
 
+/* The shortest decimal text that reads back as x: metadata values are text, and a
+   setting compared as text must not differ by a rounding. */
+ST_DEF const char *st_float(char *out, size_t cap, float x)
+{
+    int digits;
+    for (digits = 1; digits < 9; digits++) {
+        snprintf(out, cap, "%.*g", digits, (double)x);
+        if (strtof(out, NULL) == x) return out;
+    }
+    snprintf(out, cap, "%.9g", (double)x);
+    return out;
+}
+
 /* header: the JSON (padded here to a multiple of 8); then n arrays of bytes[i] bytes.
    The data is written as this machine stores it: little-endian on x86 and ARM. */
 ST_DEF int st_write_file(const char *path, st_text *header, const void *const *arrays, const size_t *bytes, int n,

@@ -171,6 +171,36 @@ static void thread_share(void)
     }
 }
 
+/* The NCCL backend's choice of GPU (ddp__device_for), as launchers hand out GPUs. */
+static void device_rule(void)
+{
+    static const struct { const char *name; int local_rank, visible, want; } cases[] = {
+        {"one_visible_is_used_by_local_rank_0", 0, 1, 0},
+        {"one_visible_is_used_by_local_rank_5", 5, 1, 0}, /* Slurm's per-task binding */
+        {"local_rank_picks_among_8", 3, 8, 3},
+        {"last_of_8", 7, 8, 7},
+        {"local_rank_past_2_visible", 2, 2, -1},
+        {"local_rank_past_4_visible", 5, 4, -1},
+    };
+    char why[300], name[96];
+    int i, got;
+    for (i = 0; i < TEST_COUNT(cases); i++) {
+        why[0] = 0;
+        got = ddp__device_for(cases[i].local_rank, cases[i].visible, "0,1", why, sizeof why);
+        snprintf(name, sizeof name, "env.device.%s", cases[i].name);
+        if (cases[i].want >= 0)
+            CHECK(name, got == cases[i].want, "local rank %d, %d visible: GPU %d, want %d", cases[i].local_rank,
+                  cases[i].visible, got, cases[i].want);
+        else /* a one-line error naming the counts and CUDA_VISIBLE_DEVICES */
+            CHECK(name, got == -1 && strstr(why, "CUDA_VISIBLE_DEVICES='0,1'") && !strchr(why, '\n') &&
+                  strstr(why, cases[i].visible == 2 ? "2 are visible" : "4 are visible"),
+                  "local rank %d, %d visible: GPU %d, '%s'", cases[i].local_rank, cases[i].visible, got, why);
+    }
+    why[0] = 0;
+    got = ddp__device_for(3, 2, NULL, why, sizeof why);
+    CHECK("env.device.unset_visible_devices_named", got == -1 && strstr(why, "CUDA_VISIBLE_DEVICES=unset"), "'%s'", why);
+}
+
 int main(void)
 {
     ddp_ctx ctx;
@@ -207,5 +237,6 @@ int main(void)
     launcher("slurm", 4);
     launcher("openmpi", 3);
     launcher("mpich", 5);
+    device_rule();
     TEST_EXIT();
 }
