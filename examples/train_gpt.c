@@ -1889,7 +1889,9 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     /* --trace: from here on; ddp.h adds its collectives (buckets on their own row) */
     if (o->trace && (r = ddp_trace_start(&t->ctx, 0)) != DDP_OK)
         return ddp_reason(t, "ddp_trace_start", r, err, errsize);
-    t->tty = ddp_is_main(&t->ctx) && isatty(fileno(stdout));
+    /* progress in place only where the user watches: stdout is this process's own
+       terminal (Open MPI gives every rank a pty, even when mpirun writes to a file) */
+    t->tty = ddp_is_main(&t->ctx) && isatty(fileno(stdout)) && tcgetpgrp(fileno(stdout)) != -1;
     if (ddp_is_main(&t->ctx) && o->log && !(t->log = open_log(o->log, t->start_step, err, errsize))) return 0;
     return 1;
 }

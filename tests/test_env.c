@@ -86,7 +86,7 @@ static int child(int rank, void *arg)
     char spec[512];
     ddp_ctx ctx;
     ddp_desc d;
-    int want_local = rank, ok;
+    int want_local = rank, want_local_world = world, want_node = 0, ok;
     char a0[] = "prog", a1[32];
     char *argv[] = {a0, a1, NULL};
     int argc = 2;
@@ -95,6 +95,13 @@ static int child(int rank, void *arg)
     memset(&d, 0, sizeof d);
     if (strcmp(which, "torchrun") == 0)
         snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d GROUP_RANK=0", rank, world, rank, world);
+    else if (strcmp(which, "torchrun_two_nodes_one_host") == 0) { /* torchrun --nnodes=2 twice, as a rehearsal on one machine */
+        want_local = rank % 2;
+        want_local_world = 2;
+        want_node = rank / 2;
+        snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=2 GROUP_RANK=%d TORCHELASTIC_RUN_ID=none",
+                 rank, world, rank % 2, rank / 2);
+    }
     else if (strcmp(which, "torch.distributed.launch") == 0) {
         snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=%d", rank, world);
         d.argc = &argc;
@@ -110,7 +117,7 @@ static int child(int rank, void *arg)
     set_env(spec);
     if (ddp_init(&ctx, &d) != DDP_OK) return 10;
     ok = ctx.rank == rank && ctx.world_size == world && ctx.local_rank == want_local &&
-         ctx.local_world_size == world && ctx.node_rank == 0 && ctx.num_nodes == 1 &&
+         ctx.local_world_size == want_local_world && ctx.node_rank == want_node && ctx.num_nodes == 1 &&
          ctx.backend == DDP_BACKEND_CPU && (d.argc == NULL || argc == 1);
     if (!ok)
         fprintf(stderr, "%s rank %d: got rank %d/%d local %d/%d node %d/%d argc %d\n", which, rank, ctx.rank,
@@ -225,6 +232,7 @@ int main(void)
     bad_env("env.bad_timeout", "DDP_TIMEOUT=-3", DDP_ERR_ENV, "DDP_TIMEOUT='-3'");
     legacy_argv();
     launcher("torchrun", 3);
+    launcher("torchrun_two_nodes_one_host", 4);
     launcher("torch.distributed.launch", 2);
     launcher("slurm", 4);
     launcher("openmpi", 3);
