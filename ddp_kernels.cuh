@@ -518,12 +518,16 @@ static inline float *ddp__gemm_scratch(int M, int N, int K, size_t ak)
    (MR, K) rows k-major at ap + i MR K, rows past M repeating the last. */
 static inline void ddp__gemm_pack_a(float *ap, const float *a, size_t am, size_t ak, int M, int K, int k0, int k1)
 {
-    for (int i = 0; i * DDP__MR < M; i++)
-        for (int k = k0; k < k1; k++)
-            for (int r = 0; r < DDP__MR; r++) {
-                const int m = i * DDP__MR + r < M ? i * DDP__MR + r : M - 1;
-                ap[((size_t)i * K + k) * DDP__MR + r] = a[(size_t)m * am + (size_t)k * ak];
-            }
+    for (int k = k0; k < k1; k++) /* k outer: a (the weight gradient's dout) read along its rows, as it lies */
+        for (int i = 0; i * DDP__MR < M; i++)
+            if (am == 1 && (i + 1) * DDP__MR <= M) /* a whole tile's rows side by side: one short copy */
+                memcpy(ap + ((size_t)i * K + k) * DDP__MR, a + (size_t)i * DDP__MR + (size_t)k * ak,
+                       DDP__MR * sizeof(float));
+            else
+                for (int r = 0; r < DDP__MR; r++) {
+                    const int m = i * DDP__MR + r < M ? i * DDP__MR + r : M - 1;
+                    ap[((size_t)i * K + k) * DDP__MR + r] = a[(size_t)m * am + (size_t)k * ak];
+                }
 }
 
 /* c (M,N) = (accumulate ? c : bias (N) or 0) + a @ b, with a(i,k) = a[i*am + k*ak] and
