@@ -202,8 +202,8 @@ def command_of(form, args):
 def torch_matmul(args):
     """--torch-matmul (train_gpt --bench-matmul asks for it): torch.mm's GFLOP/s on each weight's
     forward, input-gradient and weight-gradient products at the model's shapes (batch x ctx
-    rows), each the best of 5, with --threads threads; one line of torch's version, then
-    'out in fwd dinp dweight' per weight"""
+    rows), each the fastest of at least 5 runs and 0.2 s (as train_gpt times its own), with
+    --threads threads; one line of torch's version, then 'out in fwd dinp dweight' per weight"""
     try:
         import torch
     except ImportError as e:
@@ -217,11 +217,11 @@ def torch_matmul(args):
         rates = []
         for product in (lambda: x @ w.t(), lambda: dy @ w, lambda: dy.t() @ x):
             product()  # warm
-            best = float("inf")
-            for _ in range(5):
+            best, runs, start = float("inf"), 0, time.perf_counter()
+            while runs < 5 or time.perf_counter() - start < 0.2:
                 t0 = time.perf_counter()
                 product()
-                best = min(best, time.perf_counter() - t0)
+                best, runs = min(best, time.perf_counter() - t0), runs + 1
             rates.append(2.0 * M * oc * ic / best / 1e9)
         print("%d %d %.4g %.4g %.4g" % (oc, ic, rates[0], rates[1], rates[2]))
     return 0
