@@ -2,7 +2,7 @@
 #   make            examples (CPU builds with cc; GPU builds too when nvcc is present)
 #   make run        the main job: a short data-parallel training run
 #   make test       every test; the last line is "N passed, N failed, N skipped"
-#   make test-fast  about a minute: the C tests and the CPU examples' tests, no nvcc
+#   make test-fast  about a minute: most C tests and the CPU examples' tests, no nvcc
 #                   (tests/README.md: what each test checks, its tier, how long it takes)
 #   make gpu-build  every GPU example, lesson and test, and the portable CPU twin that
 #                   check-gpu compares with (needs nvcc, not a GPU)
@@ -79,10 +79,12 @@ run: examples/train_gpt
 test: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS)) $(TESTS)
 	@tests/run.sh $(TESTS) $(TEST_SCRIPTS)
 
-# The scripts whose row in tests/README.md's index says "fast" (the index is the list).
+# The C tests and scripts whose row in tests/README.md's index says "fast" (the index is
+# the list), C tests first.
+FAST_C       = $(shell sed -n 's/^| `\(test_[a-z0-9_]*\)\.c` | fast |.*/tests\/\1/p' tests/README.md)
 FAST_SCRIPTS = $(shell sed -n 's/^| `\(test_[a-z0-9_]*\.sh\)` | fast |.*/tests\/\1/p' tests/README.md)
-test-fast: $(EXAMPLES) $(LESSONS) $(C_TESTS)
-	@tests/run.sh $(C_TESTS) $(FAST_SCRIPTS)
+test-fast: $(EXAMPLES) $(LESSONS) $(FAST_C)
+	@tests/run.sh $(FAST_C) $(FAST_SCRIPTS)
 
 gpu-build: $(GPU_EXAMPLES) $(GPU_LESSONS) $(GPU_TESTS) $(CPU_TWIN)
 
