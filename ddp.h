@@ -77,7 +77,8 @@
                             challenge both ways; it never crosses the wire). The
                             built-in launcher makes a random one per job.
      DDP_SHM_CHUNK=bytes    per-rank staging size of the CPU backend, and of the MPI
-                            backend inside each host (default 1 MiB)
+                            backend inside each host (default 1 MiB; the MPI
+                            backend's chain 4 MiB)
      DDP_MPI_ALLREDUCE=chain|exchange  the MPI backend's all-reduce (default: the chain
                             when every host's ranks are consecutive, else the exchange)
      DDP_CHECK=1            compare every collective's arguments across ranks through
@@ -139,7 +140,9 @@
                       the store refused; a non-ddp answer on MASTER_PORT is one line;
                       the launcher names the first cause and lets ranks say why;
                       the MPI backend names late ranks; one arena per host however
-                      a launcher splits it; arenas locked before they have a name
+                      a launcher splits it; arenas locked before they have a name;
+                      the MPI backend's all-reduce a chain of hosts in rank order
+                      (shared memory inside each host; DDP_MPI_ALLREDUCE)
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -972,6 +975,7 @@ typedef struct ddp__settings {
     char master_addr[256];
     int master_port;
     size_t chunk;            /* CPU backend staging per rank */
+    int chunk_default;       /* nobody set it: the MPI backend's chain takes its own default */
     char agree[256];
 } ddp__settings;
 
@@ -1351,7 +1355,7 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
             return ddp__fail(ctx, DDP_ERR_ENV, "DDP_SHM_CHUNK='%s' must be a byte count from 64 to 2^30", v);
         s->chunk = (size_t)x;
     }
-    if (!s->chunk) s->chunk = DDP__DEFAULT_CHUNK;
+    if ((s->chunk_default = !s->chunk)) s->chunk = DDP__DEFAULT_CHUNK;
     /* room for one element of every rank's block (reduce_scatter), 64-byte aligned */
     if (s->chunk < (size_t)ctx->world_size * 8) s->chunk = (size_t)ctx->world_size * 8;
     s->chunk = (s->chunk + 63) & ~(size_t)63;
@@ -3429,9 +3433,14 @@ typedef struct ddp__mpi {
     MPI_Comm leaders;      /* local rank 0 of every host, in host order; MPI_COMM_NULL elsewhere */
     MPI_Win win;           /* the host's slots: one input per local rank, 2 partials in, 2 out */
     char *slots;
+    size_t slot;           /* bytes of one */
 } ddp__mpi;
 
 #define DDP__MPI_TAG 11
+/* the chain's chunk when DDP_SHM_CHUNK is not set: each chunk costs two meetings of the
+   host's ranks and a message between hosts, and at 1 MiB those, not the bytes, set the
+   pace (2 hosts x 2 ranks: 1.4-1.9x the bandwidth at 4 MiB from 4 MB up) */
+#define DDP__MPI_CHAIN_CHUNK ((size_t)4 << 20)
 /* bytes of the accumulator of each dtype: the partial sums that pass between hosts */
 static const size_t ddp__acc_sizes[] = {
 #define DDP__ACC_SIZE(e, name, T, A, nccl, load, store) sizeof(A),
@@ -3637,7 +3646,7 @@ static ddp_result ddp__mpi_chain(ddp_ctx *ctx, const ddp__coll *c)
     ddp__mpi *b = ddp__mpi_of(ctx);
     const int H = ctx->num_nodes, h = ctx->node_rank, L = ctx->local_world_size, l = ctx->local_rank;
     const int lead = l == 0, last = h == H - 1;
-    const size_t es = ddp_dtype_size((ddp_dtype)c->dtype), as = ddp__acc_sizes[c->dtype], slot = ctx->st->cfg.chunk;
+    const size_t es = ddp_dtype_size((ddp_dtype)c->dtype), as = ddp__acc_sizes[c->dtype], slot = b->slot;
     const size_t per = slot / (as > es ? as : es), rounds = (c->count + per - 1) / per;
     char *ahead_at = b->slots + (size_t)L * slot, *out_at = ahead_at + 2 * slot, *recv = (char *)c->recv;
     MPI_Request ahead[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}, away[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -3775,7 +3784,8 @@ static ddp_result ddp__mpi_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
 static ddp_result ddp__mpi_chain_init(ddp_ctx *ctx)
 {
     ddp__mpi *b = ddp__mpi_of(ctx);
-    const size_t bytes = ((size_t)ctx->local_world_size + 4) * ctx->st->cfg.chunk;
+    const size_t slot = ctx->st->cfg.chunk_default ? DDP__MPI_CHAIN_CHUNK : ctx->st->cfg.chunk;
+    const size_t bytes = ((size_t)ctx->local_world_size + 4) * slot;
     const char *v = getenv("DDP_MPI_ALLREDUCE");
     const int say = !v || !*v || !strcmp(v, "chain") ? 2 : !strcmp(v, "exchange") ? 0 : -1;
     int first = ctx->rank, together, ok, unit, rc;
@@ -3802,6 +3812,7 @@ static ddp_result ddp__mpi_chain_init(ddp_ctx *ctx)
         return ddp__fail(ctx, DDP_ERR_BACKEND, "another host could not allocate the MPI backend's %zu bytes of shared "
                          "memory (DDP_SHM_CHUNK x (its ranks + 4))", bytes);
     MPI_Win_shared_query(b->win, 0, &size, &unit, &b->slots);
+    b->slot = slot;
     MPI_Win_lock_all(MPI_MODE_NOCHECK, b->win); /* one passive epoch; MPI_Win_sync at each meeting */
     b->chain = 1;
     ddp__info(ctx, "MPI all-reduce: a chain of %d host%s, %zu bytes of shared memory on each", ctx->num_nodes,

@@ -167,7 +167,8 @@
         plans with a cublasGemmEx fallback; attention without spills, any B*NH;
         ddp_kernels_error; more accurate CPU layernorm and cross-entropy; CPU speed:
         8-row tiles under AVX-512, output prefetch, attention reading k/v in place,
-        ddp_matmul_backward_sum_cpu; new last bits from layernorm's vectorized sums
+        ddp_matmul_backward_sum_cpu, the matmul's operands packed once per call
+        (b always, a where it lies along the wrong axis); new last bits from layernorm's vectorized sums
         and the forward attention's 128-key blocks.
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
