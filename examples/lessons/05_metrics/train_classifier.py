@@ -113,8 +113,9 @@ for epoch in range(args.epochs):
         outputs = model(x)
         losses = F.cross_entropy(outputs, y, reduction="none")
         correct = (outputs.argmax(1) == y).double()
-        exact[0:4] += torch.stack([losses.double()[mask].sum(), mask.sum(), correct[mask].sum(), mask.sum()])
-        template[0] += losses.sum().item()
+        seen = losses.detach().double()  # the metrics are numbers, not part of the graph
+        exact[0:4] += torch.stack([seen[mask].sum(), mask.sum(), correct[mask].sum(), mask.sum()])
+        template[0] += seen.sum().item()
         template[1] += correct.sum().item()
         # DDP averages the gradients over the ranks: scaling each rank's sum by
         # world / global_count makes that average the mean over the real global batch.
