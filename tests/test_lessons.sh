@@ -116,7 +116,8 @@ for path in sys.argv[1:]:
             bad.append("%s:%d: 规约 (write 归约)" % (path, i))
 n = len(sys.argv) - 1
 if bad or n == 0:
-    sys.exit("FAIL lessons.chinese_pages: %s" % ("; ".join(bad[:8]) or "no .zh.md found"))
+    print("FAIL lessons.chinese_pages: %s" % ("; ".join(bad[:8]) or "no .zh.md found"))
+    sys.exit(1)
 print("PASS lessons.chinese_pages: %d pages, no line break between Chinese characters, no ASCII quotes, 归约" % n)
 PY
 [ $? -eq 0 ] || fail=1
@@ -137,6 +138,14 @@ else:
     sys.exit("FAIL lessons.gradsync_trace: processes %s, ranks with buckets %s, with backward %s" % (names, buckets, backward))
 PY
 [ $? -eq 0 ] || fail=1
+# without matplotlib the scripts say so in one line, with how to install it
+for script in examples/lessons/04_gradsync/draw_trace.py examples/lessons/01_launch/draw_job.py; do
+  out=$("$py" -c 'import runpy, sys; sys.modules["matplotlib"] = None; sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")' "$script" "$tmp/trace.json" "$tmp/none.png" 2>&1)
+  rc=$?
+  [ $rc -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q 'matplotlib.*pip install matplotlib' <<<"$out"
+  report "lessons.$(basename "$script" .py)_without_matplotlib: one line on how to install it" $? "exit $rc: $out"
+done
 if ! "$py" -c 'import matplotlib' 2>/dev/null; then
   echo "SKIP lessons.draw_scripts: python3 cannot import matplotlib"
 else

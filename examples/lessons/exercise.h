@@ -4,9 +4,10 @@
    otherwise. A wrong answer gets the first hint (what is wrong, where to look);
    HINT=2 adds a second, closer one. No hint gives the answer: solution.c does.
 
-   exercise.h - 每道练习（及其答案）共用的部分：判定结果，以及英文或中文的提示。语言由环境决定：
-   LC_ALL、LC_MESSAGES、LANG 中第一个设置了的变量以 "zh" 开头（例如 LANG=zh_CN.UTF-8）时用中文，否则用英文。
-   答错时给出第一条提示（错在哪里、该看哪里）；设置 HINT=2 会再给出第二条更具体的提示。提示从不直接给出答案，答案见
+   exercise.h - 每道练习（及其答案）共用的部分：判定结果，以及英文或中文的提示。
+   语言由环境决定：LC_ALL、LC_MESSAGES、LANG 中第一个设置了的变量以 "zh" 开头
+   （例如 LANG=zh_CN.UTF-8）时用中文，否则用英文。答错时给出第一条提示（错在哪里、
+   该看哪里）；设置 HINT=2 会再给出第二条更具体的提示。提示从不直接给出答案，答案见
    solution.c。 */
 #ifndef LESSON_EXERCISE_H
 #define LESSON_EXERCISE_H
@@ -28,6 +29,17 @@ static inline int lesson_zh(void)
 /* The text in the reader's language; a macro, so that the compiler still checks a
    format string's arguments against both translations. */
 #define TR(en, zh) (lesson_zh() ? (zh) : (en))
+
+/* Rank 0 lists the ranks whose difference (diffs[r] for rank r) is above tol, then ends
+   the line. */
+static inline void lesson_print_ranks(const ddp_ctx *ctx, const float *diffs, float tol)
+{
+    int r, n = 0;
+    for (r = 0; r < ctx->world_size; r++)
+        if (diffs[r] > tol)
+            ddp_print(ctx, TR("%srank %d by %g", "%srank %d 相差 %g"), n++ ? TR(", ", "，") : TR(" ", ""), r, diffs[r]);
+    ddp_print(ctx, "\n");
+}
 
 /* Rank 0 prints the hints: the first always, the second with HINT=2 (else how to get it).
    `lesson` is the number in `make lesson-N`. */

@@ -68,8 +68,8 @@ int main(int argc, char **argv)
                      TR("in my_piece(), the pieces must fit together with no gap and no overlap: rank 0's "
                         "begins at 0, each rank's begins where the one before it ends, and the last one ends at N. "
                         "A piece depends on ctx->rank and ctx->world_size.",
-                        "看 my_piece()：各段必须首尾相接，不留空隙也不重叠：rank 0 的那一段从 0 开始，每个 rank "
-                        "的那一段从前一个 rank 的结束处开始，最后一段在 N 处结束。一段的位置取决于 ctx->rank "
+                        "看 my_piece()：各段必须首尾相接，不留空隙也不重叠。rank 0 的那一段从 0 开始，每个 rank "
+                        "的那一段从前一个 rank 的结束处开始，最后一段在 N 处结束。每一段的位置都取决于 ctx->rank "
                         "和 ctx->world_size。"),
                      TR("Rank r's piece begins r / W of the way through the N items and ends (r + 1) / W of the "
                         "way (W = ctx->world_size). In integer arithmetic the order of * and / decides whether "

@@ -8,7 +8,7 @@
    第 2 课练习：整个作业的准确率。rank r 看了 100 (r + 1) 个样本，其中答对 `correct` 个。
    计算全部 rank 的全部样本上的准确率，每个 rank 得到的结果都要相同。
    在仓库根目录运行 make lesson-2 检查（它会用 1、2、3、4、5、7 个 rank 各试一次）。
-   修改 global_accuracy()，直到它说「正确」。 */
+   修改 global_accuracy()，直到它说“正确”。 */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "../exercise.h"
@@ -55,7 +55,8 @@ int main(int argc, char **argv)
         ddp_print(&ctx, TR("wrong: accuracy %.4f %%, want %.4f %% (%g of %g samples right)\n",
                            "错误：准确率为 %.4f %%，应为 %.4f %%（答对 %g 个，共 %g 个样本）\n"), got, want, right, all);
         for (r = 0; r < ctx.world_size; r++)
-            ddp_print(&ctx, TR("  rank %d: %g of %g samples right (%.1f %%)\n", "  rank %d：答对 %g 个，共 %g 个样本（%.1f %%）\n"),
+            ddp_print(&ctx, TR("  rank %d: %g of %g samples right (%.1f %%)\n",
+                               "  rank %d：答对 %g 个，共 %g 个样本（%.1f %%）\n"),
                       r, right_by(r), seen_by(r), 100 * right_by(r) / seen_by(r));
         lesson_hints(&ctx, 2,
                      TR("in global_accuracy(), every sample must weigh the same: the job's accuracy is the right "

@@ -55,7 +55,8 @@ int main(int argc, char **argv)
         ddp_print(&ctx, TR("wrong: accuracy %.4f %%, want %.4f %% (%g of %g samples right)\n",
                            "错误：准确率为 %.4f %%，应为 %.4f %%（答对 %g 个，共 %g 个样本）\n"), got, want, right, all);
         for (r = 0; r < ctx.world_size; r++)
-            ddp_print(&ctx, TR("  rank %d: %g of %g samples right (%.1f %%)\n", "  rank %d：答对 %g 个，共 %g 个样本（%.1f %%）\n"),
+            ddp_print(&ctx, TR("  rank %d: %g of %g samples right (%.1f %%)\n",
+                               "  rank %d：答对 %g 个，共 %g 个样本（%.1f %%）\n"),
                       r, right_by(r), seen_by(r), 100 * right_by(r) / seen_by(r));
         lesson_hints(&ctx, 2,
                      TR("in global_accuracy(), every sample must weigh the same: the job's accuracy is the right "

@@ -8,7 +8,7 @@
    第 3 课练习：一个 epoch 的 loss。采样器把各自的 batch 交给每个 rank；不管有几个 rank，这个
    epoch 的平均 loss 都必须把数据集里的每个样本恰好算一次（10 个样本不能被 3 个 rank 整除）。
    在仓库根目录运行 make lesson-3 检查（它会用 1、2、3、4、5、7 个 rank 各试一次）。
-   修改 add_batch()，直到它说「正确」。 */
+   修改 add_batch()，直到它说“正确”。 */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "../exercise.h"

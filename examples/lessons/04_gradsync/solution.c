@@ -111,7 +111,7 @@ int main(int argc, char **argv)
     if (ddp_all_gather(&ctx, &diff, diffs, 1, DDP_F32, NULL) != DDP_OK) return 1;
     for (same = 1, failed = 0, r = 0; r < ctx.world_size; r++) {
         failed = failed || diffs[r] < 0;
-        same = same && diffs[r] >= 0 && diffs[r] < 1e-5f;
+        same = same && diffs[r] >= 0 && diffs[r] <= 1e-5f;
     }
     ok = same && sync.num_buckets == LAYERS; /* one problem at a time, the most basic first */
     if (ok) {
@@ -135,15 +135,12 @@ int main(int argc, char **argv)
     } else if (!same) {
         ddp_print(&ctx, TR("wrong: after %d steps the weights differ from one process's on the global batch:",
                            "错误：%d 步之后，权重与一个进程在全局 batch 上训练出的不同："), STEPS);
-        for (j = 0, r = 0; r < ctx.world_size; r++)
-            if (diffs[r] >= 1e-5f)
-                ddp_print(&ctx, TR("%srank %d by %g", "%srank %d 相差 %g"), j++ ? TR(", ", "，") : TR(" ", ""), r, diffs[r]);
-        ddp_print(&ctx, "\n");
+        lesson_print_ranks(&ctx, diffs, 1e-5f);
         lesson_hints(&ctx, 4,
                      TR("each rank stepped with the gradient of its own samples only: nothing summed it over the "
                         "ranks. ddp_grad does that once layer_done() hands it each layer and backward_done() "
                         "waits for it (lesson 4's page).",
-                        "每个 rank 只用自己样本的梯度走了一步：没有任何地方在各 rank 间对它求和。只要 layer_done() "
+                        "每个 rank 每一步都只用了自己样本的梯度：没有任何地方在各 rank 间对梯度求和。只要 layer_done() "
                         "把每一层交给 ddp_grad，backward_done() 等它完成，ddp_grad 就会做这件事（见第 4 课的讲义）。"),
                      TR("The region of layer `layer` is the P elements from layer * P on. When backward_done() "
                         "returns, every bucket's all-reduce must be over.",

@@ -6,9 +6,9 @@
    Edit load_checkpoint() until it says "correct".
 
    第 5 课练习：从检查点恢复。rank 0 保存了训练好的权重（只有 rank 0 写文件：模板的注意事项 7）。
-   恢复时，不管每个 rank 启动时随机得到的是什么，都必须从这些权重出发。
+   恢复时，每个 rank 都必须从这些权重出发，不管它启动时随机得到的是什么。
    在仓库根目录运行 make lesson-5 检查（它会用 1、2、3、4、5、7 个 rank 各试一次）。
-   修改 load_checkpoint()，直到它说「正确」。 */
+   修改 load_checkpoint()，直到它说“正确”。 */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "../exercise.h"
@@ -65,10 +65,7 @@ int main(int argc, char **argv)
     } else {
         ddp_print(&ctx, TR("wrong: these ranks' weights differ from the checkpoint's:",
                            "错误：这些 rank 的权重与检查点里的不同："));
-        for (j = 0, r = 0; r < ctx.world_size; r++)
-            if (diffs[r] != 0)
-                ddp_print(&ctx, TR("%srank %d by %g", "%srank %d 相差 %g"), j++ ? TR(", ", "，") : TR(" ", ""), r, diffs[r]);
-        ddp_print(&ctx, "\n");
+        lesson_print_ranks(&ctx, diffs, 0);
         lesson_hints(&ctx, 5,
                      TR("in load_checkpoint(), only rank 0 reads the file (note 7); when the function returns, "
                         "every rank must hold rank 0's w.",

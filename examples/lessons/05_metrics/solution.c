@@ -6,7 +6,7 @@
    Solved: rank 0's weights are broadcast.
 
    第 5 课答案：从检查点恢复。rank 0 保存了训练好的权重（只有 rank 0 写文件：模板的注意事项 7）。
-   恢复时，不管每个 rank 启动时随机得到的是什么，都必须从这些权重出发。
+   恢复时，每个 rank 都必须从这些权重出发，不管它启动时随机得到的是什么。
    在仓库根目录运行 make lesson-5 检查（它会用 1、2、3、4、5、7 个 rank 各试一次）。
    答案：把 rank 0 的权重广播出去。 */
 #define DDP_IMPLEMENTATION
@@ -65,10 +65,7 @@ int main(int argc, char **argv)
     } else {
         ddp_print(&ctx, TR("wrong: these ranks' weights differ from the checkpoint's:",
                            "错误：这些 rank 的权重与检查点里的不同："));
-        for (j = 0, r = 0; r < ctx.world_size; r++)
-            if (diffs[r] != 0)
-                ddp_print(&ctx, TR("%srank %d by %g", "%srank %d 相差 %g"), j++ ? TR(", ", "，") : TR(" ", ""), r, diffs[r]);
-        ddp_print(&ctx, "\n");
+        lesson_print_ranks(&ctx, diffs, 0);
         lesson_hints(&ctx, 5,
                      TR("in load_checkpoint(), only rank 0 reads the file (note 7); when the function returns, "
                         "every rank must hold rank 0's w.",

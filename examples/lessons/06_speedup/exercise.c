@@ -7,11 +7,12 @@
        make lesson-6
    Edit per_rank_batch() until it says "correct".
 
-   第 6 课练习：固定的全局 batch。要公平地比较 1 个 rank 和 W 个 rank，每次运行每一步都必须在同样
-   192 个样本的全局 batch 上训练（因此每个 epoch 的步数也相同）：rank 越多，每个 rank 分到的越少。
-   192 不能被 W 整除时，各 rank 宁可多取几个样本，也不能少取，这样一个 epoch 的步数才和 1 个 rank 时一样。
+   第 6 课练习：固定的全局 batch。要公平地比较 1 个 rank 和 W 个 rank，每次运行的每一步都必须在
+   同样的、192 个样本的全局 batch 上训练（因此每个 epoch 的步数也相同）：rank 越多，每个 rank 分到的越少。
+   192 不能被 W 整除时，各 rank 宁可多取几个样本，也不能少取，这样一个 epoch 的步数才和
+   1 个 rank 时一样。
    在仓库根目录运行 make lesson-6 检查（它会用 1、2、3、4、5、7 个 rank 各试一次）。
-   修改 per_rank_batch()，直到它说「正确」。 */
+   修改 per_rank_batch()，直到它说“正确”。 */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "../exercise.h"

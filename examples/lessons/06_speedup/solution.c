@@ -7,9 +7,10 @@
        make lesson-6
    Solved: each rank takes its share of the global batch, rounded up.
 
-   第 6 课答案：固定的全局 batch。要公平地比较 1 个 rank 和 W 个 rank，每次运行每一步都必须在同样
-   192 个样本的全局 batch 上训练（因此每个 epoch 的步数也相同）：rank 越多，每个 rank 分到的越少。
-   192 不能被 W 整除时，各 rank 宁可多取几个样本，也不能少取，这样一个 epoch 的步数才和 1 个 rank 时一样。
+   第 6 课答案：固定的全局 batch。要公平地比较 1 个 rank 和 W 个 rank，每次运行的每一步都必须在
+   同样的、192 个样本的全局 batch 上训练（因此每个 epoch 的步数也相同）：rank 越多，每个 rank 分到的越少。
+   192 不能被 W 整除时，各 rank 宁可多取几个样本，也不能少取，这样一个 epoch 的步数才和
+   1 个 rank 时一样。
    在仓库根目录运行 make lesson-6 检查（它会用 1、2、3、4、5、7 个 rank 各试一次）。
    答案：每个 rank 取全局 batch 中自己的那一份，向上取整。 */
 #define DDP_IMPLEMENTATION

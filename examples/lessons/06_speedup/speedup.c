@@ -104,9 +104,10 @@ int main(int argc, char **argv)
               ctx.world_size, ctx.world_size > 1 ? "s" : "", sd.batch_size, 1e3 * t[EPOCHS / 2] / sampler.num_batches,
               1e3 * comm[EPOCHS / 2] / sampler.num_batches, N / t[EPOCHS / 2], EPOCHS, 100 * spread, -100 * m[0]);
     if (ctx.world_size > cores)
-        ddp_print(&ctx, "  %d ranks on %ld cores take turns: the speed-up cannot pass %ld\n", ctx.world_size, cores, cores);
+        ddp_print(&ctx, "  %d ranks on %ld cores take turns: the speed-up cannot pass %ld\n", ctx.world_size, cores,
+                  cores);
     else if (-m[0] < 0.9 || spread > 0.1)
-        ddp_print(&ctx, "  other programs are using the cores: these numbers measure the machine's load (see uptime)\n");
+        ddp_print(&ctx, "  other programs are using the cores: these numbers measure the machine's load (uptime)\n");
     dev_free(&ctx, dev);
     ddp_sampler_destroy(&sampler);
     ddp_destroy(&ctx);
