@@ -4,18 +4,19 @@
        for n in 1 2 4; do ./examples/lessons/06_speedup/speedup --nproc $n; done
    speed-up = (samples/s with W ranks) / (samples/s with 1); efficiency = speed-up / W.
    A measurement, not one stopwatch reading: one epoch warms up (first touches of memory,
-   the first collectives), then EPOCHS epochs are timed one by one, from a barrier to the
-   slowest rank's end. The line gives the median epoch and the spread of all of them,
-   and how much of its computing time each rank really had a core: below about 95 % the
-   ranks took turns with each other or with other programs, and the numbers measure the
-   machine's load, not data parallelism. */
+   the first collectives), then 5 epochs (--epochs N) are timed one by one, from a barrier
+   to the slowest rank's end. The line gives the median epoch and the spread of all of
+   them, and how much of its computing time the least lucky rank really had a core: below
+   about 90 % the ranks took turns with each other or with other programs, and the
+   numbers measure the machine's load, not data parallelism. */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "../device.h"
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
-enum { D = 1 << 17, N = 1920, GLOBAL = 192, EPOCHS = 5 };
+enum { D = 1 << 17, N = 1920, GLOBAL = 192, MAX_EPOCHS = 100 };
 
 static float feature(uint32_t i, uint32_t j) /* as in lesson 4: computed, not stored */
 {
@@ -47,12 +48,18 @@ int main(int argc, char **argv)
     ddp_sampler_desc sd = {0};
     static float w[D], g[D];
     float *dev;
-    double t[EPOCHS], comm[EPOCHS], m[2], on_core = 0, computing = 0, spread;
+    double t[MAX_EPOCHS], comm[MAX_EPOCHS], m[2], on_core = 0, computing = 0, spread;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     size_t b, s;
     uint32_t j;
-    int e, status = ddp_launch(&argc, argv);
+    int e, epochs = 5, status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
+    for (e = 1; e + 1 < argc; e++)
+        if (strcmp(argv[e], "--epochs") == 0) epochs = atoi(argv[e + 1]);
+    if (epochs < 1 || epochs > MAX_EPOCHS) {
+        fprintf(stderr, "--epochs needs 1 to %d\n", MAX_EPOCHS);
+        return 2;
+    }
     desc.argc = &argc;
     desc.argv = argv;
     if (ddp_init(&ctx, &desc) != DDP_OK) return 1;
@@ -63,7 +70,7 @@ int main(int argc, char **argv)
     if (ddp_sampler_init(&sampler, &ctx, &sd) != DDP_OK) return 1;
     dev = (float *)dev_alloc(&ctx, sizeof g);
 
-    for (e = -1; e < EPOCHS; e++) { /* epoch -1 warms up */
+    for (e = -1; e < epochs; e++) { /* epoch -1 warms up */
         double t0;
         m[1] = 0;
         if (ddp_barrier(&ctx) != DDP_OK) return 1; /* start the clock together */
@@ -96,13 +103,14 @@ int main(int argc, char **argv)
     }
     m[0] = -on_core / computing; /* the rank that had a core least often: the max of the negation */
     if (ddp_all_reduce(&ctx, m, m, 1, DDP_F64, DDP_MAX, NULL) != DDP_OK) return 1;
-    qsort(t, EPOCHS, sizeof t[0], by_value);
-    qsort(comm, EPOCHS, sizeof comm[0], by_value);
-    spread = (t[EPOCHS - 1] - t[0]) / t[EPOCHS / 2];
+    qsort(t, (size_t)epochs, sizeof t[0], by_value);
+    qsort(comm, (size_t)epochs, sizeof comm[0], by_value);
+    spread = (t[epochs - 1] - t[0]) / t[epochs / 2];
     ddp_print(&ctx, "%d rank%s x %zu samples: %.1f ms per step, %.1f of it all-reduce; %.0f samples/s (median of %d "
-                    "epochs, spread %.0f %%); on a core %.0f %% of the computing time\n",
-              ctx.world_size, ctx.world_size > 1 ? "s" : "", sd.batch_size, 1e3 * t[EPOCHS / 2] / sampler.num_batches,
-              1e3 * comm[EPOCHS / 2] / sampler.num_batches, N / t[EPOCHS / 2], EPOCHS, 100 * spread, -100 * m[0]);
+                    "epoch%s, spread %.0f %%); on a core %.0f %% of the computing time\n",
+              ctx.world_size, ctx.world_size > 1 ? "s" : "", sd.batch_size, 1e3 * t[epochs / 2] / sampler.num_batches,
+              1e3 * comm[epochs / 2] / sampler.num_batches, N / t[epochs / 2], epochs, epochs > 1 ? "s" : "",
+              100 * spread, -100 * m[0]);
     if (ctx.world_size > cores)
         ddp_print(&ctx, "  %d ranks on %ld cores take turns: the speed-up cannot pass %ld\n", ctx.world_size, cores,
                   cores);
