@@ -3898,7 +3898,8 @@ int ddp_run(int nproc, char *const argv[])
        the rank may use unless told otherwise, so with one core it takes 1 anyway */
     threads = ddp__omp_num_threads() > 0 ? 0 : cores > nproc ? (int)(cores / nproc) : 1;
     if (threads && getenv("OMP_NUM_THREADS") && *getenv("OMP_NUM_THREADS"))
-        fprintf(stderr, "ddp: ignoring OMP_NUM_THREADS='%s': not a positive number of threads\n", getenv("OMP_NUM_THREADS"));
+        fprintf(stderr, "ddp: ignoring OMP_NUM_THREADS='%s': not a positive number of threads\n",
+                getenv("OMP_NUM_THREADS"));
     if (threads && nproc > 1 && cores > 1)
         fprintf(stderr, "ddp: %d ranks share %ld cores, so each rank gets OMP_NUM_THREADS=%d (a rank that uses "
                 "OpenMP would otherwise start %ld threads); set OMP_NUM_THREADS to choose another number\n",
