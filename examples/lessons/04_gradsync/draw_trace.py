@@ -57,6 +57,9 @@ for z, e in enumerate(shown):
     x, w = (e["ts"] - t0) / 1000, e["dur"] / 1000
     ax.broken_barh([(x, w)], (row - 0.4, 0.8), facecolors=color(e["name"]), edgecolor="white", linewidth=0.5,
                    zorder=2 * z)
+    if any(o is not e and o["pid"] == e["pid"] and o["tid"] == e["tid"] and o["dur"] < e["dur"] and
+           e["ts"] <= o["ts"] and o["ts"] + o["dur"] <= e["ts"] + e["dur"] for o in shown):
+        continue  # an outer span: its label would peek out between its inner ones
     label = re.sub(r" all_reduce.*", "", e["name"]).replace("backward layer ", "bwd ").replace("backward block ", "bwd ")
     labels.append((ax.text(x + w / 2, row, label, ha="center", va="center", fontsize=6, color="white", clip_on=True,
                            zorder=2 * z + 1), x, w))
