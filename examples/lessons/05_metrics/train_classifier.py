@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import struct
+import sys
 
 import torch
 import torch.distributed as dist
@@ -144,3 +145,10 @@ for epoch in range(args.epochs):
 if dist.get_rank() == 0:  # template: 模型在0卡存一个 (note 7); model.module, not model (note 1)
     torch.save(model.module.state_dict(), args.out)
 dist.destroy_process_group()
+# torch 2.x does not free a gloo process group that DDP has used: its threads (gloo_tcp_loop,
+# pt_gloo_runloop) still run when the process exits, and the exit-time destructors that race
+# them abort a run now and then ("terminate called without an active exception"); torch 1.x
+# frees the group first. A rank whose work is done and saved leaves without that teardown.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
