@@ -21,7 +21,8 @@ report() { # name ok why
   if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
 }
 export OMP_NUM_THREADS=1 # the lessons use no OpenMP: keeps the launcher's note out of the outputs
-unset LC_ALL LC_MESSAGES
+unset LC_ALL LC_MESSAGES HINT
+export LANG=C # English messages, whatever the caller's locale (the Chinese ones are asked for below)
 # The exercises as handed out are HEAD's, when this is a git checkout of its own.
 handed_out=""
 if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$root" ] && git rev-parse -q --verify HEAD >/dev/null; then
@@ -84,7 +85,7 @@ for dir in examples/lessons/[0-9]*/; do
   report "$name/exercise as handed out compiles" $? "$(head -c 400 "$tmp/out")"
   [ -x "$src/exercise" ] || continue
   # check.sh names the lesson after the exercise's folder
-  (cd "$tmp" && LANG=C.UTF-8 "$root/examples/lessons/check.sh" "$src/exercise" >"$tmp/en" 2>&1)
+  (cd "$tmp" && "$root/examples/lessons/check.sh" "$src/exercise" >"$tmp/en" 2>&1)
   rc=$?
   [ $rc -eq 1 ] && grep -q '^wrong: ' "$tmp/en" && grep -q '^hint 1: ' "$tmp/en" && ! grep -q '^hint 2: ' "$tmp/en" &&
     grep -q "make lesson-$n HINT=2" "$tmp/en" && grep -q "^lesson $n: not yet" "$tmp/en"
