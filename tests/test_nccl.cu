@@ -12,7 +12,8 @@
      ddp_wait(stream) after an async one: a kernel on the stream reads the result);
      gradient sync with buckets that split the buffer covers every element, moves
      nothing out of place and writes nothing outside it; host memory (&x, a stack
-     variable) works as on the CPU backend.
+     variable) works as on the CPU backend; the watchdog's time starts when a
+     collective can start (behind a 2.5 s kernel, a 1 s timeout does not fire).
    - not shown: arithmetic across ranks (sums, averages over several ranks; which
      NCCL dtype or op was asked for, as long as its element size is right), the data
      a broadcast moves. Those are exercised on the CPU backend by test_collectives and
@@ -29,7 +30,7 @@ static const char *const dtype_names[] = {"f32", "f64", "bf16", "f16", "i32", "i
 static const char *const op_names[] = {"sum", "avg", "min", "max"};                    /* ddp_op order */
 static const char *const checks[] = {"all_reduce", "all_reduce_async", "broadcast", "all_gather", "reduce_scatter",
                                      "stream_order", "stream_order_async", "grad_sync", "grad_sync_bf16",
-                                     "metrics", "host_memory"};
+                                     "metrics", "deadline_from_start", "host_memory"};
 
 /* Non-integer, non-repeating values (exact in bf16 and f16; truncated for integers). */
 static double value(size_t i, int salt) { return (double)((long)((i * 7919 + salt * 131) % 2003) - 1001) / 8.0 + 0.375; }
@@ -245,6 +246,41 @@ static int grad_sync(ddp_ctx *ctx, ddp_dtype t, char *why)
     return ok;
 }
 
+/* The watchdog's time for a collective starts when the collective can start, not when
+   it is queued: behind 2.5 s of the caller's kernel, an all-reduce under a 1 s timeout
+   must succeed (a second context, with that timeout, on the same GPU). The host
+   all-reduce after it waits for both. */
+static int deadline_from_start(char *why)
+{
+    const size_t n = 1024;
+    ddp_ctx ctx;
+    ddp_desc d;
+    float *a = NULL, one = 1.0f;
+    cudaStream_t s = NULL;
+    ddp_result r;
+    double t0;
+    memset(&d, 0, sizeof d);
+    d.backend = DDP_BACKEND_NCCL;
+    d.timeout_ms = 1000;
+    if ((r = ddp_init(&ctx, &d)) != DDP_OK) {
+        snprintf(why, 400, "init with a 1 s timeout: %.300s", ddp_error(&ctx));
+        return 0;
+    }
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaMalloc((void **)&a, n * sizeof *a);
+    t0 = test_now_s();
+    slow_fill<<<1, 256, 0, s>>>(a, n, 1.5f, 2500000000LL);
+    r = ddp_all_reduce(&ctx, a, a, n, DDP_F32, DDP_SUM, s);
+    if (r == DDP_OK) r = ddp_all_reduce(&ctx, &one, &one, 1, DDP_F32, DDP_SUM, s);
+    if (r != DDP_OK) snprintf(why, 400, "after %.2f s: %.300s", test_now_s() - t0, ddp_error(&ctx));
+    else if (test_now_s() - t0 < 2.4) snprintf(why, 400, "the host collective returned after %.2f s, before the "
+                                                         "2.5 s kernel ahead of it ended", test_now_s() - t0);
+    cudaFree(a);
+    cudaStreamDestroy(s);
+    ddp_destroy(&ctx);
+    return r == DDP_OK && why[0] == 0;
+}
+
 /* Host memory, as the README's first example passes it: a stack variable, out of
    place and in place, and small host arrays through the other collectives. On the
    NCCL backend ddp.h stages host buffers through device memory; the result must be
@@ -337,6 +373,8 @@ int main(void)
         CHECK("nccl.metrics", ddp_metric_reduce(&ctx, m, 2) == DDP_OK && ddp_metric_mean(&m[0]) == 3.0 &&
               m[1].count == 3 && m[0].max == 4.0, "%s", ddp_error(&ctx));
     }
+    why[0] = 0;
+    CHECK("nccl.deadline_from_start", deadline_from_start(why), "%s", why);
     CHECK("nccl.host_memory", host_memory(&ctx, why), "%s", why); /* last: a failure may break the group */
     ddp_destroy(&ctx);
     TEST_EXIT();

@@ -5,7 +5,7 @@
 # fp32 rounding, for 1, 2 and 4 processes. PyTorch must print nothing but its epoch
 # lines (no warning) and exit 0 (no abort at exit). Runs with every python3 here that
 # imports torch (PyPI's as python3, Debian's as /usr/bin/python3), once each, and skips
-# with the reason where none does.
+# with the reason where none does. An init file whose tensors share bytes is refused.
 cd "$(dirname "$0")/.." || exit 1
 bin=./examples/train_classifier
 twin=examples/lessons/05_metrics/train_classifier.py
@@ -64,6 +64,29 @@ for py in python3 /usr/bin/python3; do
     fi
     [ -n "$DDP_TWIN_TABLE" ] && { echo "--- nproc $n"; grep '^epoch ' "$tmp/c$n.txt" | sed 's/^/C       /'; grep '^epoch \|^template ' "$tmp/py$n.txt" | sed 's/^/PyTorch /'; }
   done
+  # an init file whose tensors share bytes is refused, as the safetensors library refuses it
+  if [ -s "$tmp/init1.safetensors" ]; then
+    "$py" - "$tmp/init1.safetensors" "$tmp/overlap.safetensors" <<'EOF'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+h['fc1.bias']['data_offsets'] = [0, 128]  # the first bytes of fc1.weight
+hs = json.dumps(h).encode()
+hs += b' ' * (-len(hs) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hs)) + hs + b[8 + n:])
+EOF
+    port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS=1 timeout 150 "$py" -m torch.distributed.run $extra --nproc_per_node 1 --master_port "$port" "$twin" \
+      --init "$tmp/overlap.safetensors" $flags --out "$tmp/overlap.pth" >"$tmp/overlap.txt" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && grep -q 'do not tile the data' "$tmp/overlap.txt" && ! grep -q '^epoch ' "$tmp/overlap.txt"; then
+      echo "PASS pytorch_twin.torch$version.overlapping_tensors_refused"
+    else
+      echo "FAIL pytorch_twin.torch$version.overlapping_tensors_refused: exit $rc: $(tail -n 3 "$tmp/overlap.txt" | tr '\n' ' ' | head -c 400)"; fail=1
+    fi
+  fi
 done
 if [ -z "$found" ]; then echo "SKIP pytorch_twin: no python3 here imports torch (Debian: apt-get install python3-torch)"; fi
 exit $fail
