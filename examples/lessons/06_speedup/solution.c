@@ -66,7 +66,7 @@ int main(int argc, char **argv)
                      TR("With 5 or 7 ranks, 192 does not divide evenly. Rounding one way makes every global batch "
                         "a little smaller and adds a step to each epoch (see the steps per epoch above); the other "
                         "way does not.",
-                        "用 5 个或 7 个 rank 时，192 不能整除。往一个方向舍入，每个全局 batch 都会小一点，每个 epoch "
+                        "用 5 个或 7 个 rank 时，192 不能被 rank 数整除。往一个方向舍入，每个全局 batch 都会小一点，每个 epoch "
                         "也会多出一步（看上面每个 epoch 的步数）；往另一个方向则不会。"));
     }
     ddp_sampler_destroy(&sampler);
