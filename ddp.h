@@ -140,7 +140,9 @@
                       the store refused; a non-ddp answer on MASTER_PORT is one line;
                       the launcher names the first cause and lets ranks say why;
                       the MPI backend names late ranks; one arena per host however
-                      a launcher splits it; arenas locked before they have a name
+                      a launcher splits it; arenas locked before they have a name;
+                      the launcher's OpenMP note once per job, an empty or malformed
+                      OMP_NUM_THREADS counts as unset; #error off Linux
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
