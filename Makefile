@@ -56,6 +56,8 @@ HEADERS      = ddp.h ddp_kernels.cuh
 # or (when NVARCH was chosen) what it reads from NVARCH.
 export DDP_EXPECT_ARCH = $(if $(filter file,$(origin NVARCH)),sm_80 sm_90 ptx:sm_90)
 export DDP_NVARCH = $(NVARCH)
+# 0 under make HAVE_NVCC=: the tests that read GPU binaries skip rather than find none
+export DDP_GPU_BUILDS = $(if $(HAVE_NVCC),1,0)
 
 .PHONY: all run test lessons gpu-build check-gpu install uninstall clean
 all: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS))
