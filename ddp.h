@@ -81,6 +81,10 @@
                             the store too (the CPU backend always compares, in shared
                             memory; this is how NCCL jobs get the check)
      DDP_DEBUG=1            log what init decided, on every rank
+     OMP_NUM_THREADS        the built-in launcher and ddprun give each rank its share
+                            of the cores (cores / ranks, at least 1) unless this holds
+                            a count; an empty value counts as unset, a malformed one
+                            is ignored with a warning
      TORCHELASTIC_RESTART_COUNT  the attempt of a restarted job (0 first), set by
                             torchrun and --max-restarts; ddp_restart_count() reads it
 
@@ -136,7 +140,9 @@
                       the store refused; a non-ddp answer on MASTER_PORT is one line;
                       the launcher names the first cause and lets ranks say why;
                       the MPI backend names late ranks; one arena per host however
-                      a launcher splits it; arenas locked before they have a name
+                      a launcher splits it; arenas locked before they have a name;
+                      the launcher's OpenMP note once per job, an empty or malformed
+                      OMP_NUM_THREADS counts as unset; #error off Linux
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -148,6 +154,9 @@
 */
 #ifndef DDP_H_INCLUDED
 #define DDP_H_INCLUDED
+#ifndef __linux__
+#error "ddp.h runs on Linux only (futexes, POSIX shared memory): on macOS or Windows use a Linux machine, VM or container"
+#endif
 
 #if defined(DDP_IMPLEMENTATION) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* before the first system header: futex, CLOCK_*, getaddrinfo */
@@ -1071,13 +1080,24 @@ const char *ddp_backend_name(ddp_backend b)
 
 int ddp_is_main(const ddp_ctx *ctx) { return ctx->rank == 0; }
 
-int ddp_thread_share(const ddp_ctx *ctx)
+/* OMP_NUM_THREADS as OpenMP reads it ("4", or "4,2" for nested levels): its first
+   count; 0 when it is unset, empty or not a positive number (OpenMP ignores it then). */
+static long ddp__omp_num_threads(void)
 {
     const char *v = getenv("OMP_NUM_THREADS");
-    long online = sysconf(_SC_NPROCESSORS_ONLN), allowed = ddp__cores_allowed(), n;
-    int local = ctx && ctx->local_world_size > 0 ? ctx->local_world_size : 1;
     char *end;
-    if (v && (n = strtol(v, &end, 10)) > 0 && (*end == 0 || *end == ',')) return n > 1 << 16 ? 1 << 16 : (int)n;
+    long n;
+    if (!v) return 0;
+    n = strtol(v, &end, 10);
+    while (*end == ' ' || *end == '\t') end++;
+    return end != v && n > 0 && (*end == 0 || *end == ',') ? n : 0;
+}
+
+int ddp_thread_share(const ddp_ctx *ctx)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN), allowed = ddp__cores_allowed(), n = ddp__omp_num_threads();
+    int local = ctx && ctx->local_world_size > 0 ? ctx->local_world_size : 1;
+    if (n > 0) return n > 1 << 16 ? 1 << 16 : (int)n;
     if (allowed < online) return (int)(allowed > 0 ? allowed : 1); /* bound by the launcher: all of it is ours */
     return online / local > 1 ? (int)(online / local) : 1;
 }
@@ -4472,7 +4492,8 @@ static const char *ddp__launched_by(void)
 }
 
 /* The job's environment for rank i, in the child. Every rank gets its share of the
-   cores for OpenMP (unless the user chose), so N ranks do not run N x cores threads. */
+   cores for OpenMP (threads > 0: the user did not choose), so N ranks do not run
+   N x cores threads. */
 static void ddp__child_env(int i, const char *num, const char *port, const char *job, const char *secret, int threads,
                            int attempt, const char *report)
 {
@@ -4491,7 +4512,7 @@ static void ddp__child_env(int i, const char *num, const char *port, const char 
     setenv("DDP_SECRET", secret, 1);
     setenv("DDP_LAUNCHER", report, 1);
     setenv("TORCHELASTIC_RESTART_COUNT", a, 1);
-    setenv("OMP_NUM_THREADS", t, 0);
+    if (threads > 0) setenv("OMP_NUM_THREADS", t, 1);
     unsetenv("TORCHELASTIC_RUN_ID");
 }
 
@@ -4695,10 +4716,16 @@ int ddp_run_restarts(int nproc, int max_restarts, char *const argv[])
         fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
         return 2;
     }
-    threads = cores > nproc ? (int)(cores / nproc) : 1;
-    if (!getenv("OMP_NUM_THREADS") && nproc > 1)
-        fprintf(stderr, "ddp: OMP_NUM_THREADS=%d for each of %d ranks (%ld cores); set it to choose\n", threads, nproc,
-                cores);
+    /* said once per job, and only where it changes something: OpenMP takes every core
+       the rank may use unless told otherwise, so with one core it takes 1 anyway */
+    threads = ddp__omp_num_threads() > 0 ? 0 : cores > nproc ? (int)(cores / nproc) : 1;
+    if (threads && getenv("OMP_NUM_THREADS") && *getenv("OMP_NUM_THREADS"))
+        fprintf(stderr, "ddp: ignoring OMP_NUM_THREADS='%s': not a positive number of threads\n",
+                getenv("OMP_NUM_THREADS"));
+    if (threads && nproc > 1 && cores > 1)
+        fprintf(stderr, "ddp: %d ranks share %ld cores, so each rank gets OMP_NUM_THREADS=%d (a rank that uses "
+                "OpenMP would otherwise start %ld threads); set OMP_NUM_THREADS to choose another number\n",
+                nproc, cores, threads, cores);
     for (attempt = 0;; attempt++) {
         status = ddp__attempt(nproc, argv, threads, attempt, why, sizeof why, &final);
         if (status == 0) return 0;
