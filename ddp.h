@@ -987,6 +987,7 @@ struct ddp__state {
     void *log_user;
     ddp__settings cfg;
     ddp_result broken;       /* set once a collective fails: later ones refuse */
+    char cause[300];         /* err when the first refusal came: what every refusal cites */
     int store_fd;            /* connection to rank 0's store, -1 in a world of one */
     int pmi_fd;              /* Hydra's PMI connection once asked for the kvsname, else -1 */
     int report_fd;           /* the built-in launcher's pipe, else -1: how this rank's first failure came about */
@@ -4127,13 +4128,25 @@ static ddp_result ddp__queue(ddp_ctx *ctx, const ddp__coll *c, ddp_work *work)
     return DDP_OK;
 }
 
+/* A call on a broken group: the first refusal is logged, later ones only set the error
+   (a loop that ignores results would print a line per bucket); all cite the first cause. */
+static ddp_result ddp__refuse(ddp_ctx *ctx, const char *what)
+{
+    struct ddp__state *st = ctx->st;
+    int first = !st->cause[0];
+    if (first) ddp__copy(st->cause, sizeof st->cause, st->err);
+    if (first) return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: the process group failed earlier: %s", what, st->cause);
+    snprintf(st->err, sizeof st->err, "%s refused: the process group failed earlier: %s", what, st->cause);
+    return DDP_ERR_ABORTED;
+}
+
 static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
 {
     const char *name = ddp__colls[c->kind].name;
     int needs_data = c->kind < DDP__BARRIER && c->count > 0;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
     if (ctx->st->broken)
-        return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: the process group failed earlier: %s", name, ctx->st->err);
+        return ddp__refuse(ctx, name);
     if ((unsigned)c->dtype >= DDP_DTYPE_COUNT || (unsigned)c->op >= DDP_OP_COUNT)
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: unknown dtype %d or op %d", name, (int)c->dtype, (int)c->op);
     if (needs_data && (!c->recv || (!c->send && ddp__colls[c->kind].send)))
@@ -4242,10 +4255,11 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
     if (!ctx || !ctx->st || !work) return DDP_ERR_ARG;
     st = ctx->st;
     ddp_trace_begin(ctx, "wait"); /* nothing without tracing */
-    if (st->broken)
-        r = ddp__fail(ctx, DDP_ERR_ABORTED, "wait for #%llu refused: the process group failed earlier: %s",
-                      (unsigned long long)work->seq, st->err);
-    else if (st->be->wait)
+    if (st->broken) {
+        char what[40];
+        snprintf(what, sizeof what, "wait for #%llu", (unsigned long long)work->seq);
+        r = ddp__refuse(ctx, what);
+    } else if (st->be->wait)
         r = st->be->wait(ctx, work, stream, host);
     else
         r = ddp__drain(ctx, work->seq);
