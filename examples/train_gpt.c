@@ -1314,7 +1314,7 @@ static int bench_matmul(const options *o)
         {3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}, {o->cfg.vocab, C}}; /* (out, in): qkv, proj, fc, proj, lm_head */
     static const char *names[5] = {"attn qkv", "attn proj", "mlp fc", "mlp proj", "lm_head"};
     const size_t M = (size_t)B * T, most = (size_t)4 * C > (size_t)o->cfg.vocab ? (size_t)4 * C : (size_t)o->cfg.vocab;
-    float *x = (float *)calloc(3 * M * most + 2 * most * C, sizeof(float)); /* then y, dx, w, dw */
+    float *x = (float *)calloc(3 * M * most + most * C, sizeof(float)); /* then y, dx, w */
     float *y = x + M * most, *dx = y + M * most, *w = dx + M * most;
     double *dw = (double *)calloc(most * C, sizeof(double)), ours[5][3], theirs[5][3], flops = 0, mine = 0, torch = 0;
     char version[256];
