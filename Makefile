@@ -5,6 +5,10 @@
 #   make gpu-build  every GPU example and GPU test (needs nvcc, not a GPU)
 #   make check-gpu  on a GPU machine: a probe, the GPU tests, the benchmarks; fails if any
 #                   step fails; builds only binaries that are missing (run gpu-build first)
+#   make emu        every GPU program built with g++ against the CUDA emulator (tests/emu),
+#                   under build/emu/: runs on any CPU, slowly; proves logic, not speed
+#   make check-emu  the GPU tests, examples, lessons and NCCL with 1-4 ranks, emulated
+#                   (make test runs them too)
 #   make install PREFIX=/usr/local [DESTDIR=...]   headers, ddprun, ddp.pc, CMake package
 #   make uninstall  removes exactly what install put
 # GPU code is built for sm_80 (A100) and sm_90 (H100/H200) plus PTX that newer GPUs
@@ -41,7 +45,7 @@ HEADERS      = ddp.h ddp_kernels.cuh
 export DDP_EXPECT_ARCH = $(if $(filter file,$(origin NVARCH)),sm_80 sm_90 ptx:sm_90)
 export DDP_NVARCH = $(NVARCH)
 
-.PHONY: all run test gpu-build check-gpu install uninstall clean
+.PHONY: all run test gpu-build check-gpu emu check-emu install uninstall clean
 all: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS))
 
 examples/%: examples/%.c $(HEADERS)
@@ -59,8 +63,8 @@ tests/%: tests/%.cu tests/test.h $(HEADERS)
 run: examples/train_gpt
 	./examples/train_gpt --nproc 2 --steps 400
 
-test: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS)) $(TESTS)
-	@tests/run.sh $(TESTS) $(TEST_SCRIPTS)
+test: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS)) $(TESTS) emu
+	@tests/run.sh $(TESTS) $(TEST_SCRIPTS) $(EMU_TESTS)
 
 gpu-build: $(GPU_EXAMPLES) $(GPU_LESSONS) $(GPU_TESTS)
 
@@ -100,6 +104,42 @@ check-gpu:
 	  BEGIN { print "\ncheck-gpu summary (every output: $(CHECK_GPU_LOG))\n| step | result |\n|---|---|" }' $(CHECK_GPU_LOG); \
 	if [ -n "$$failed" ]; then echo "check-gpu: FAILED:$${failed#,}"; exit 1; fi; \
 	echo "check-gpu: every step passed"
+
+# ---- the CUDA emulator: the GPU programs built with g++, run on the CPU ----
+# tests/emu/rewrite.pl copies each source under build/emu/src with its <<<>>> launches
+# and __shared__ arrays in a form g++ takes; the copies compile against tests/emu's
+# cuda_runtime.h, cublasLt.h, nccl.h, ... and link its runtime (build/emu/libemu.a).
+# EMU_OPT=-O0 makes the kernels easier to step through in gdb.
+EMU_CXX     ?= g++
+EMU_OPT     ?= -O1
+EMU_FLAGS    = -std=c++17 -g -fno-strict-aliasing -pthread -D__CUDACC__ -Wall -Wno-unused-function -Wno-unknown-pragmas
+EMU_SRC      = build/emu/src
+EMU_LIB      = build/emu/libemu.a
+EMU_HEADERS  = $(wildcard tests/emu/*.h tests/emu/cub/device/*.cuh)
+EMU_PROGRAMS = $(addprefix build/emu/,$(GPU_EXAMPLES) $(GPU_LESSONS) $(GPU_TESTS))
+EMU_COPIES   = $(addprefix $(EMU_SRC)/,$(HEADERS) examples/safetensors.h examples/lessons/device.h tests/test.h)
+EMU_TESTS    = build/emu/tests/test_gpu_probe build/emu/tests/test_kernels_gpu $(wildcard tests/emu/test_*.sh)
+
+emu: $(EMU_PROGRAMS)
+.PRECIOUS: $(EMU_SRC)/%
+
+check-emu: emu
+	@tests/run.sh $(EMU_TESTS)
+
+$(EMU_SRC)/%: % tests/emu/rewrite.pl
+	@mkdir -p $(@D)
+	perl tests/emu/rewrite.pl $< >$@
+build/emu/%.o: tests/emu/%.cpp $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_FLAGS) -O2 -Wextra -Itests/emu -c $< -o $@
+$(EMU_LIB): build/emu/emu.o build/emu/emu_blas.o build/emu/emu_nccl.o
+	ar rcs $@ $^
+build/emu/examples/%_gpu: $(EMU_SRC)/examples/%.c $(EMU_COPIES) $(EMU_LIB) $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
+build/emu/%: $(EMU_SRC)/%.cu $(EMU_COPIES) $(EMU_LIB) $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
 
 # ---- install: headers, ddprun, pkg-config and CMake package files ----
 INCLUDEDIR = $(PREFIX)/include
@@ -165,3 +205,4 @@ uninstall:
 
 clean:
 	rm -f $(EXAMPLES) $(GPU_EXAMPLES) $(LESSONS) $(GPU_LESSONS) $(TESTS) $(GPU_TESTS)
+	rm -rf build/emu
