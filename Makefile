@@ -116,14 +116,14 @@ EMU_FLAGS    = -std=c++17 -g -fno-strict-aliasing -pthread -D__CUDACC__ -Wall -W
 EMU_SRC      = build/emu/src
 EMU_LIB      = build/emu/libemu.a
 EMU_HEADERS  = $(wildcard tests/emu/*.h tests/emu/cub/device/*.cuh)
-EMU_PROGRAMS = $(addprefix build/emu/,$(GPU_EXAMPLES) $(GPU_LESSONS) $(GPU_TESTS))
+EMU_PROGRAMS = $(addprefix build/emu/,$(GPU_EXAMPLES) $(GPU_LESSONS) $(GPU_TESTS) tests/emu/selftest tests/emu/gpt2_corners)
 EMU_COPIES   = $(addprefix $(EMU_SRC)/,$(HEADERS) examples/safetensors.h examples/lessons/device.h tests/test.h)
-EMU_TESTS    = build/emu/tests/test_gpu_probe build/emu/tests/test_kernels_gpu $(wildcard tests/emu/test_*.sh)
+EMU_TESTS    = $(wildcard tests/emu/test_*.sh)
 
 emu: $(EMU_PROGRAMS)
 .PRECIOUS: $(EMU_SRC)/%
 
-check-emu: emu
+check-emu: emu examples/train_gpt examples/train_classifier
 	@tests/run.sh $(EMU_TESTS)
 
 $(EMU_SRC)/%: % tests/emu/rewrite.pl

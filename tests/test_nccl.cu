@@ -6,7 +6,7 @@
      poisoned output buffer (a broken path leaves poison), with the right element size
      and count (a poisoned guard after the end stays untouched: byte counts passed as
      element counts overrun it), non-integer values, AVG included, 1 and 1000003
-     elements (300007 for W > 1); the collective is ordered after the caller's stream (a slow kernel
+     elements (100003 for W > 1); the collective is ordered after the caller's stream (a slow kernel
      writes the input just before the call: NCCL must see its values, not the old
      ones) and the caller's stream after the collective (blocking call, and
      ddp_wait(stream) after an async one: a kernel on the stream reads the result);
@@ -413,7 +413,7 @@ static void report(ddp_ctx *ctx, const char *check, int ok, const char *why)
 static int run_checks(ddp_ctx *ctx)
 {
     /* the larger size crosses the staging chunks; W ranks each check all W inputs */
-    const size_t sizes[] = {1, ctx->world_size == 1 ? (size_t)1000003 : (size_t)300007};
+    const size_t sizes[] = {1, ctx->world_size == 1 ? (size_t)1000003 : (size_t)100003};
     char why[400] = "";
     int c, t, o, s, ok;
     for (c = 0; c < 5; c++) {

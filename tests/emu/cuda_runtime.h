@@ -18,7 +18,8 @@
      inaccessible pages and filled with 0xFF bytes (NaN, -1); every kernel pointer
      argument, copy, cuBLAS operand and NCCL buffer is checked against it;
    - streams are queues that run only when the host waits (a synchronisation, a
-     blocking copy, a query), other streams' ready work first; events, the legacy
+     blocking copy, a query), the ready work issued last first (a consumer on another
+     stream that does not wait for its producer runs before it); events, the legacy
      default stream's implicit ordering and pageable/pinned copy rules are CUDA's;
    - each host thread has its own current device (device 0 until cudaSetDevice), and
      the devices a process touched are recorded (DDP_EMU_TOUCH_LOG, DDP_EMU_STRICT_DEVICES).
@@ -245,7 +246,7 @@ template <class C> static void run_closure(void *p) { std::apply(static_cast<C *
 template <class C> static void drop_closure(void *p) { delete static_cast<C *>(p); }
 template <class T> static inline void pointer_arg(const void **out, int *n, const T &v)
 {
-    if constexpr (std::is_pointer<T>::value) out[(*n)++] = (const void *)v;
+    if constexpr (std::is_pointer<typename std::decay<T>::type>::value) out[(*n)++] = (const void *)v;
     (void)out, (void)n, (void)v;
 }
 
@@ -307,7 +308,7 @@ extern unsigned long long block_serial; /* changes at the start of every block *
 void poison_shared(void *p, size_t bytes);
 } // namespace emu
 
-#define EMU_LAUNCH(...) ::emu::make_site(#__VA_ARGS__, __FILE__, __LINE__, [](auto... emu_a) { __VA_ARGS__(emu_a...); })
+#define EMU_LAUNCH(...) ::emu::make_site(#__VA_ARGS__, __FILE__, __LINE__, [=](auto... emu_a) { __VA_ARGS__(emu_a...); })
 /* a static __shared__ array becomes 0xFF bytes when the first thread of each block
    reaches its declaration */
 #define EMU_SHARED(a)                                                                                  \

@@ -7,9 +7,10 @@
    the grid on its stream. Nothing runs yet: the engine thread starts queued work only
    when a host thread waits for something (a stream or device synchronisation, a
    blocking copy, an event or stream query, cudaFree) or when another process's NCCL
-   rank waits for this one, as a GPU would go on working by itself. It then runs ready
-   work of the other streams before the work that was asked for, so that missing
-   stream ordering shows. A grid runs block by block in a shuffled order; in a block,
+   rank waits for this one, as a GPU would go on working by itself. Of the operations
+   ready to run (first in their stream, their events recorded) it starts the one
+   issued last: a consumer on one stream that does not wait for its producer on
+   another was issued after it, so it runs first and reads what was there before. A grid runs block by block in a shuffled order; in a block,
    a "runner" fiber starts the threads one after another (a thread that never waits
    costs one function call); a thread that reaches __syncthreads or a shuffle keeps
    its fiber and waits, and a new runner starts the remaining threads. When every
@@ -558,7 +559,8 @@ struct block_run {
     int next_new;
     int live;
     std::deque<fiber *> ready;
-    std::deque<fiber> fibers;     /* every fiber made for this block (a deque: they do not move) */
+    std::vector<fiber> fibers;    /* every fiber made for this block (reserved: they do not move) */
+    std::vector<int> order;       /* the order a barrier releases the threads in */
     fiber sched;                  /* the scheduler's own context */
     fiber *running;
     fiber *finished;              /* a runner out of threads, for the scheduler to free */
@@ -604,7 +606,8 @@ static void runner_entry(void *);
 
 static fiber *new_runner()
 {
-    blk->fibers.emplace_back();
+    if (blk->fibers.size() == blk->fibers.capacity()) report("internal: more runner fibers than threads");
+    blk->fibers.emplace_back(); /* within the capacity reserved: a runner starts a thread before it blocks */
     fiber *f = &blk->fibers.back();
     fiber_init(f, runner_entry, NULL);
     f->carries = NULL;
@@ -796,7 +799,8 @@ static void release_or_report()
                       "block reaches", tname(first_bar), first_bar->file, first_bar->line, tname(first_done));
     /* release in a new order: a permutation drawn for this phase */
     blk->phase++;
-    std::vector<int> order((size_t)blk->n);
+    std::vector<int> &order = blk->order;
+    order.resize((size_t)blk->n);
     for (int i = 0; i < blk->n; i++) order[i] = i;
     unsigned long long r = mix(cfg.seed ^ blk->phase * 0x51ed27ull ^ block_serial);
     for (int i = blk->n - 1; i > 0; i--) {
@@ -834,6 +838,8 @@ static void run_block(const kernel_op *k, uint3 b, block_run *run)
     run->phase = 0;
     run->current = NULL;
     run->ready.clear();
+    run->fibers.clear();
+    run->fibers.reserve((size_t)n + 1);
     blockIdx = b;
     block_serial++;
     for (;;) {
@@ -854,7 +860,6 @@ static void run_block(const kernel_op *k, uint3 b, block_run *run)
         fiber_switch(&run->sched, f); /* back when a runner runs out of threads, or nobody can run */
         if (run->finished) fiber_free(run->finished);
     }
-    run->fibers.clear();
 }
 
 /* Which blocks run: all of them in a shuffled order (a bijection of the block index
@@ -909,12 +914,14 @@ static void run_grid(kernel_op *k)
 
 /* ---- streams, events and the engine ------------------------------------------------ */
 struct op {
-    unsigned long long seq;
+    unsigned long long seq;        /* in its stream */
+    unsigned long long issued;     /* in the process, for the order of ready work */
     const char *what;
     std::function<void()> fn;      /* work that runs to its end */
     std::function<void()> body;    /* or a waiting operation, in a fiber */
     std::vector<std::pair<stream *, unsigned long long>> deps; /* (stream, seq) that must be done first */
     bool started, finished;
+    bool marker;                   /* an event record or wait: it touches no memory */
     fiber f;
     const uint32_t *futex_word;    /* what a waiting operation sleeps on */
     uint32_t futex_seen;
@@ -933,26 +940,21 @@ struct event {
     bool recorded, destroyed;
     double t;
 };
-struct demand_t {
-    std::function<bool()> pred;
-    stream *s; /* the stream it waits for, run last; NULL: none */
-};
 
 static std::mutex mu;
 static std::condition_variable engine_cv, done_cv;
 static std::vector<stream *> streams;
 static std::set<void *> handles; /* every stream and event ever made: a stale handle is named, not followed */
 static stream *legacy_streams[64];
-static std::vector<demand_t> demands;
+static std::vector<std::function<bool()>> demands; /* what someone waits for; work runs while one is unmet */
 static std::vector<op *> waiting_ops; /* started waiting operations */
-static size_t rr;                     /* round robin over streams */
 static bool engine_running, engine_stop;
 static pthread_t engine_thread;
 static void (*idle_hook)();
 static op *engine_op;                 /* the operation running, for the fault handler */
 static fiber engine_ctx;
 static op *current_waiting;           /* the waiting operation whose fiber runs */
-static unsigned long long stream_serial;
+static unsigned long long stream_serial, issue_serial;
 
 int stream_device(const stream *s) { return s->device; }
 
@@ -999,6 +1001,7 @@ static bool deps_done(const op *o)
 static void push_op(stream *s, op *o)
 {
     o->seq = ++s->enq;
+    o->issued = ++issue_serial;
     /* the legacy default stream waits for the blocking streams of its device, and they for it */
     if (s->legacy) {
         for (stream *x : streams)
@@ -1049,7 +1052,7 @@ void demand(std::function<bool()> pred)
 {
     std::lock_guard<std::mutex> lk(mu);
     start_engine();
-    demands.push_back({std::move(pred), NULL});
+    demands.push_back(std::move(pred));
     engine_cv.notify_all();
 }
 
@@ -1066,25 +1069,33 @@ void wake_engine()
     engine_cv.notify_all();
 }
 
-/* The next operation to start, or NULL. Only while something is demanded; streams
-   nobody waits for go first, the ones waited for last. */
+static void complete(stream *s, op *o);
+
+/* The next operation to start, or NULL. Only while something is demanded: of the
+   ready operations the one issued last, once the ready event records and waits at
+   the heads of the streams are done (they move no data; an early one only lets
+   later work become ready). */
 static op *pick(stream **owner)
 {
+    op *best = NULL;
     if (demands.empty()) return NULL;
-    std::set<stream *> wanted;
-    for (auto &d : demands)
-        if (d.s) wanted.insert(d.s);
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < streams.size(); i++) {
-            stream *s = streams[(rr + i) % streams.size()];
-            if (s->q.empty() || (wanted.count(s) != 0) != (pass == 1)) continue;
-            op *o = s->q.front();
-            if (o->started || !deps_done(o)) continue;
-            rr = (rr + i + 1) % streams.size();
-            *owner = s;
-            return o;
-        }
-    return NULL;
+    for (bool again = true; again;) {
+        again = false;
+        for (stream *s : streams)
+            if (!s->q.empty() && s->q.front()->marker && !s->q.front()->started && deps_done(s->q.front())) {
+                if (s->q.front()->fn) s->q.front()->fn();
+                complete(s, s->q.front());
+                again = true;
+            }
+    }
+    for (stream *s : streams) {
+        if (s->q.empty()) continue;
+        op *o = s->q.front();
+        if (o->started || !deps_done(o) || (best && best->issued > o->issued)) continue;
+        best = o;
+        *owner = s;
+    }
+    return best;
 }
 
 static void complete(stream *s, op *o)
@@ -1097,7 +1108,8 @@ static void complete(stream *s, op *o)
 
 static void prune_demands()
 {
-    demands.erase(std::remove_if(demands.begin(), demands.end(), [](demand_t &d) { return d.pred(); }), demands.end());
+    demands.erase(std::remove_if(demands.begin(), demands.end(), [](std::function<bool()> &d) { return d(); }),
+                  demands.end());
 }
 
 static void waiting_entry(void *arg)
@@ -1231,7 +1243,7 @@ static void wait_targets(std::unique_lock<std::mutex> &lk, std::vector<std::pair
     for (auto &t : targets) {
         stream *s = t.first;
         unsigned long long seq = t.second;
-        demands.push_back({[s, seq]() { return s->done >= seq; }, s});
+        demands.push_back([s, seq]() { return s->done >= seq; });
     }
     engine_cv.notify_all();
     const double t0 = now_s();
@@ -1755,7 +1767,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t h)
     std::lock_guard<std::mutex> lk(mu);
     s->destroyed = true; /* its queued work still runs, as on a GPU */
     unsigned long long seq = s->enq;
-    demands.push_back({[s, seq]() { return s->done >= seq; }, s});
+    demands.push_back([s, seq]() { return s->done >= seq; });
     engine_cv.notify_all();
     return cudaSuccess;
 }
@@ -1784,7 +1796,7 @@ cudaError_t cudaStreamQuery(cudaStream_t h)
     if (s->done >= s->enq) return cudaSuccess;
     unsigned long long seq = s->enq; /* the query sets the device going, as a GPU goes by itself */
     start_engine();
-    demands.push_back({[s, seq]() { return s->done >= seq; }, s});
+    demands.push_back([s, seq]() { return s->done >= seq; });
     engine_cv.notify_all();
     return cudaErrorNotReady;
 }
@@ -1811,6 +1823,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t evh, unsigned int)
     if (!ev->recorded) return cudaSuccess; /* never recorded: nothing to wait for */
     op *o = new op();
     o->what = "cudaStreamWaitEvent";
+    o->marker = true;
     o->deps.push_back({ev->s, ev->seq}); /* the record as it stands now, not a later one */
     start_engine();
     push_op(s, o);
@@ -1870,6 +1883,7 @@ cudaError_t cudaEventRecord(cudaEvent_t h, cudaStream_t sh)
     std::lock_guard<std::mutex> lk(mu);
     op *o = new op();
     o->what = "cudaEventRecord";
+    o->marker = true;
     o->fn = [ev]() { ev->t = now_s(); };
     start_engine();
     push_op(s, o);
@@ -1889,7 +1903,7 @@ cudaError_t cudaEventQuery(cudaEvent_t h)
     stream *s = ev->s;
     unsigned long long seq = ev->seq;
     start_engine();
-    demands.push_back({[s, seq]() { return s->done >= seq; }, s});
+    demands.push_back([s, seq]() { return s->done >= seq; });
     engine_cv.notify_all();
     return cudaErrorNotReady;
 }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# tests/emu/test_mutants_ddp.sh - planted bugs in ddp.h's NCCL backend and in
+# train_gpt's GPU path (the same method as test_mutants.sh, which plants them in
+# ddp_kernels.cuh): a stream ordering removed either way, a count in bytes, a pinned
+# upload buffer written again before its copy ran.
+cd "$(dirname "$0")/../.." || exit 1
+. tests/emu/common.sh
+root=$PWD
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+EMU_CXX=${EMU_CXX:-g++}
+for b in build/emu/libemu.a build/emu/tests/test_nccl build/emu/examples/train_gpt_gpu examples/train_gpt; do
+  if [ ! -e "$b" ]; then echo "FAIL emu.mutants: $b is not built (make emu examples/train_gpt)"; exit 1; fi
+done
+
+mutant nccl_after_stream_unordered ddp.h '
+        (r = ddp__cuda(ctx, cudaStreamWaitEvent(b->stream, b->ready, 0), "cudaStreamWaitEvent")) != DDP_OK ||' '' \
+  tests/test_nccl '' '^FAIL nccl\.stream_order'
+mutant stream_after_nccl_unordered ddp.h 'ddp__cuda(ctx, cudaStreamWaitEvent(user, done, 0), "cudaStreamWaitEvent")' \
+  'ddp__cuda(ctx, cudaSuccess, "cudaStreamWaitEvent")' tests/test_nccl '' '^FAIL nccl\.stream_order:'
+mutant nccl_count_in_bytes ddp.h 'nr = ncclAllReduce(send, recv, c->count, t,' 'nr = ncclAllReduce(send, recv, c->count * es, t,' \
+  tests/test_nccl '' '^emu: ncclAllReduce #1 \(4 x float32\) on rank 0: sendbuff: 16 bytes .*past its end'
+
+# The pinned upload buffer of the tokens reused for the targets: the host writes it
+# again before the tokens' copy has read it, so the model trains on the targets as
+# tokens: its losses are not the CPU's (the unmutated build's are, within fp32 rounding).
+tiny="--layers 1 --heads 2 --dim 32 --ctx 16 --batch-size 4 --data data.txt --steps 3 --val-every 0 --sample-len 0 --seed 3"
+losses() { awk '/^step / { print $5 }' "$1" | tr '\n' ' '; }
+name=pinned_buffer_rewritten
+if build $name examples/train_gpt.c '        memcpy(d->h_targets, g->a.targets, BT * sizeof(int));
+        CUDA(cudaMemcpyAsync(a->targets, d->h_targets,' '        memcpy(d->h_tokens, g->a.targets, BT * sizeof(int));
+        CUDA(cudaMemcpyAsync(a->targets, d->h_tokens,' examples/train_gpt_gpu examples/train_gpt.c; then
+  (cd "$tmp" && head -c 30000 "$root/ddp.h" >data.txt &&
+    "$root/examples/train_gpt" $tiny --stop-after 1 --save init.st >init.txt 2>&1 &&
+    "$root/examples/train_gpt" $tiny --resume init.st >cpu.txt 2>&1 &&
+    timeout 200 "$root/build/emu/examples/train_gpt_gpu" $tiny --dtype fp32 --resume init.st >good.txt 2>&1 &&
+    timeout 200 "$tmp/$name/examples/train_gpt_gpu" $tiny --dtype fp32 --resume init.st >bad.txt 2>&1)
+  verdict=$(awk -v c="$(losses "$tmp/cpu.txt")" -v g="$(losses "$tmp/good.txt")" -v b="$(losses "$tmp/bad.txt")" 'BEGIN {
+    n = split(c, x, " "); if (n != 2 || split(g, y, " ") != 2 || split(b, z, " ") != 2) { print "runs"; exit }
+    for (i = 1; i <= n; i++) { d = y[i] - x[i]; if (d < 0) d = -d; if (d > 1e-4 * x[i]) { print "good"; exit } }
+    for (i = 1; i <= n; i++) { d = z[i] - x[i]; if (d < 0) d = -d; if (d > 1e-3 * x[i]) { print "caught"; exit } }
+    print "same" }')
+  case $verdict in
+  caught) echo "PASS emu.mutant.$name: losses $(losses "$tmp/bad.txt")against the CPU's $(losses "$tmp/cpu.txt")" ;;
+  *) echo "FAIL emu.mutant.$name: $verdict: CPU $(losses "$tmp/cpu.txt")| unmutated $(losses "$tmp/good.txt")| mutant $(losses "$tmp/bad.txt")$(tail -n 2 "$tmp/bad.txt" | tr '\n' ' ')"; fail=1 ;;
+  esac
+else
+  echo "FAIL emu.mutant.$name: cannot build the mutant: $(tail -n 3 "$tmp/$name/log" | tr '\n' ' ' | head -c 400)"
+  fail=1
+fi
+exit $fail
