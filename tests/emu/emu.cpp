@@ -10,12 +10,14 @@
    rank waits for this one, as a GPU would go on working by itself. Of the operations
    ready to run (first in their stream, their events recorded) it starts the one
    issued last: a consumer on one stream that does not wait for its producer on
-   another was issued after it, so it runs first and reads what was there before. A grid runs block by block in a shuffled order; in a block,
-   a "runner" fiber starts the threads one after another (a thread that never waits
-   costs one function call); a thread that reaches __syncthreads or a shuffle keeps
-   its fiber and waits, and a new runner starts the remaining threads. When every
-   live thread waits, the barrier is checked and released, and the threads go on in
-   a new order. The fibers switch with a few instructions (x86-64; ucontext elsewhere).
+   another was issued after it, so it runs first and reads what was there before.
+
+   A grid runs block by block in a shuffled order. In a block, a "runner" fiber starts
+   the threads one after another (a thread that never waits costs one function call);
+   a thread that reaches __syncthreads or a shuffle keeps its fiber and waits, and a
+   new runner starts the remaining threads. When every live thread waits, the barrier
+   is checked and released, and the threads go on in a new order. The fibers switch
+   with a few instructions (x86-64; ucontext elsewhere).
 
    What is checked, each a one-line report and abort(): a barrier not reached by
    every live thread at the same place, a shuffle whose mask or partner lane does not
@@ -104,7 +106,7 @@ void set_error(cudaError_t e)
     if (e != cudaSuccess) last_error = e;
 }
 
-static pid_t tid() { return (pid_t)syscall(SYS_gettid); }
+pid_t tid() { return (pid_t)syscall(SYS_gettid); }
 
 /* ---- settings --------------------------------------------------------------------- */
 static long long env_number(const char *name, long long def, long long lo, long long hi)
@@ -231,8 +233,10 @@ struct alloc {
     bool live;
 };
 static std::mutex mem_mu;
-static std::map<uintptr_t, alloc *> live_allocs; /* by the start of their mapping */
-static std::deque<alloc *> freed_allocs;          /* kept inaccessible to name a use after free */
+/* The emulator's containers live on the heap and are never destroyed: the engine may
+   still be running when the program exits, and must not find them torn down. */
+static auto &live_allocs = *new std::map<uintptr_t, alloc *>; /* by the start of their mapping */
+static auto &freed_allocs = *new std::deque<alloc *>;         /* kept inaccessible to name a use after free */
 static size_t freed_bytes;
 static unsigned long long alloc_serial;
 
@@ -411,8 +415,8 @@ struct fiber {
 #endif
 };
 static const size_t stack_size = 256 << 10;
-static std::vector<char *> spare_stacks;
-static std::vector<std::pair<char *, char *>> stack_guards; /* for naming an overflow */
+static auto &spare_stacks = *new std::vector<char *>;
+static auto &stack_guards = *new std::vector<std::pair<char *, char *>>; /* for naming an overflow */
 
 #if defined(__x86_64__)
 extern "C" void emu_switch(void **save_sp, void *to_sp);
@@ -886,7 +890,7 @@ static unsigned long long permute(unsigned long long i, unsigned long long n, un
 
 static void run_grid(kernel_op *k)
 {
-    static block_run run;
+    static block_run &run = *new block_run;
     const unsigned long long gx = k->grid.x, gy = k->grid.y, gz = k->grid.z, total = gx * gy * gz;
     std::vector<unsigned long long> sample;
     gridDim = k->grid;
@@ -942,12 +946,12 @@ struct event {
 };
 
 static std::mutex mu;
-static std::condition_variable engine_cv, done_cv;
-static std::vector<stream *> streams;
-static std::set<void *> handles; /* every stream and event ever made: a stale handle is named, not followed */
+static auto &engine_cv = *new std::condition_variable, &done_cv = *new std::condition_variable;
+static auto &streams = *new std::vector<stream *>;
+static auto &handles = *new std::set<void *>; /* every stream and event ever made: a stale handle is named, not followed */
 static stream *legacy_streams[64];
-static std::vector<std::function<bool()>> demands; /* what someone waits for; work runs while one is unmet */
-static std::vector<op *> waiting_ops; /* started waiting operations */
+static auto &demands = *new std::vector<std::function<bool()>>; /* what someone waits for; work runs while one is unmet */
+static auto &waiting_ops = *new std::vector<op *>; /* started waiting operations */
 static bool engine_running, engine_stop;
 static pthread_t engine_thread;
 static void (*idle_hook)();
@@ -1272,18 +1276,14 @@ static void wait_device(int device, const char *call)
     wait_targets(lk, targets, call);
 }
 
+/* At exit the engine stops where it is (work still queued is dropped, as a GPU's is
+   when its process ends); the devices this process touched go to DDP_EMU_TOUCH_LOG. */
 static void at_exit()
 {
     if (engine_running) {
-        {
-            std::lock_guard<std::mutex> lk(mu);
-            engine_stop = true;
-            engine_cv.notify_all();
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 2;
-        pthread_timedjoin_np(engine_thread, NULL, &ts);
+        std::lock_guard<std::mutex> lk(mu);
+        engine_stop = true;
+        engine_cv.notify_all();
     }
     if (cfg.touch_log) {
         std::string line;

@@ -5,6 +5,7 @@
 #define EMU_INTERNAL_H
 #include "cuda_runtime.h"
 #include <functional>
+#include <sys/types.h>
 #include <string>
 
 namespace emu {
@@ -28,6 +29,7 @@ void init(); /* reads the settings once; every entry point calls it */
 void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 double now_s();
 void set_error(cudaError_t e); /* the calling thread's last error */
+pid_t tid();                   /* the calling thread's id, for messages */
 
 /* IEEE half precision, rounded to nearest even (cuBLAS fp16 operands, NCCL's ncclFloat16) */
 static inline float half_to_float(uint16_t h)

@@ -109,12 +109,10 @@ struct ncclComm {
 
 namespace {
 std::mutex comms_mu;
-std::vector<ncclComm *> comms;
+std::vector<ncclComm *> &comms = *new std::vector<ncclComm *>; /* never destroyed: the engine may outlive main */
 int inject_inprogress = -1, hang_rank = -1, error_rank = -1, error_code = ncclSystemError, delay_us;
 long long hang_k, error_k;
 size_t chunk_bytes;
-
-pid_t tid() { return (pid_t)syscall(SYS_gettid); }
 
 void parse_rank_k(const char *name, int *rank, long long *k, int *code)
 {
