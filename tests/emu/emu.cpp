@@ -410,7 +410,7 @@ struct fiber {
     void *sp;
     char *stack; /* lowest usable byte; a guard page lies below */
     void *carries; /* the GPU thread it runs now */
-#if !defined(__x86_64__)
+#if !defined(__x86_64__) || defined(EMU_UCONTEXT)
     ucontext_t uc;
 #endif
 };
@@ -418,7 +418,7 @@ static const size_t stack_size = 256 << 10;
 static auto &spare_stacks = *new std::vector<char *>;
 static auto &stack_guards = *new std::vector<std::pair<char *, char *>>; /* for naming an overflow */
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
 extern "C" void emu_switch(void **save_sp, void *to_sp);
 extern "C" void emu_fiber_start(void);
 asm(R"(
@@ -480,7 +480,7 @@ static char *new_stack()
 static void fiber_init(fiber *f, void (*entry)(void *), void *arg)
 {
     f->stack = new_stack();
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
     uint64_t *top = (uint64_t *)(f->stack + stack_size); /* 16-byte aligned */
     uint64_t *sp = top - 10;
     uint32_t mxcsr;
@@ -508,7 +508,7 @@ static void fiber_init(fiber *f, void (*entry)(void *), void *arg)
 
 static void fiber_switch(fiber *from, fiber *to)
 {
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
     emu_switch(&from->sp, to->sp);
 #else
     swapcontext(&from->uc, &to->uc);
