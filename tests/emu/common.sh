@@ -12,7 +12,21 @@ emulated() {
   elif [ $rc -ne 0 ]; then echo "FAIL emu.$(basename "$prog"): '$*' exited $rc without a FAIL line"; fail=1; fi
 }
 
-# ---- planted bugs (test_mutants*.sh), in $tmp; EMU_CXX the compiler ----
+# ---- planted bugs (test_mutants*.sh) ----
+# mutants_need FILE...: a temporary directory $tmp for the mutants, removed at exit, and
+# FILE... built (make's outputs the runs compare against), else one FAIL line and exit
+mutants_need() {
+  local b
+  root=$PWD
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  fail=0
+  EMU_CXX=${EMU_CXX:-g++}
+  for b in "$@"; do
+    if [ ! -e "$b" ]; then echo "FAIL emu.mutants: $b is not built (make emu $*)"; exit 1; fi
+  done
+}
+
 # build NAME FILE OLD NEW PROGRAM [SOURCE]: $tmp/NAME/PROGRAM (a path like tests/test_nccl)
 # from SOURCE (default PROGRAM.cu) among the rewritten copies under build/emu/src, with
 # FILE mutated (OLD replaced by NEW)

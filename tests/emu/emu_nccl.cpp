@@ -194,7 +194,9 @@ void host_id(char *out, size_t n)
     snprintf(out, n, "%s/%s", name, boot);
 }
 
-bool peer_alive(ncclComm *c, int r)
+/* The lock on rank r's byte of the shared object: cmd F_OFD_SETLK takes it (0 when
+   another process holds it), F_OFD_GETLK asks whether a live process holds it. */
+int rank_lock(int fd, int r, int cmd)
 {
     struct flock fl;
     memset(&fl, 0, sizeof fl);
@@ -202,9 +204,11 @@ bool peer_alive(ncclComm *c, int r)
     fl.l_whence = SEEK_SET;
     fl.l_start = r;
     fl.l_len = 1;
-    if (fcntl(c->fd, F_OFD_GETLK, &fl) != 0) return true;
-    return fl.l_type != F_UNLCK;
+    if (fcntl(fd, cmd, &fl) != 0) return cmd == F_OFD_GETLK;
+    return cmd == F_OFD_SETLK || fl.l_type != F_UNLCK;
 }
+
+bool peer_alive(ncclComm *c, int r) { return rank_lock(c->fd, r, F_OFD_GETLK); }
 
 /* Init finishes when every rank has joined: no two ranks on one GPU. */
 void finish_init(ncclComm *c)
@@ -565,13 +569,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
     if (c->h->nranks.load() != nranks || c->h->chunk.load() != c->chunk)
         report("ncclCommInitRank: rank %d says %d ranks and DDP_EMU_NCCL_CHUNK=%zu, an earlier rank %d ranks and %llu",
                rank, nranks, c->chunk, (int)c->h->nranks.load(), (unsigned long long)c->h->chunk.load());
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = rank;
-    fl.l_len = 1;
-    if (fcntl(c->fd, F_OFD_SETLK, &fl) != 0)
+    if (!rank_lock(c->fd, rank, F_OFD_SETLK))
         report("ncclCommInitRank: rank %d of this communicator is already taken (by pid %d)", rank,
                (int)c->slots[rank].pid.load());
     slot *me = &c->slots[rank];

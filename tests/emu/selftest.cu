@@ -207,6 +207,14 @@ static int c_blocks_shuffled(void)
     return in_order ? printf("blocks ran in index order\n"), 1 : 0;
 }
 
+/* two non-blocking streams and an event */
+static void two_streams(cudaStream_t *a, cudaStream_t *b, cudaEvent_t *ev)
+{
+    OK(cudaStreamCreateWithFlags(a, cudaStreamNonBlocking));
+    OK(cudaStreamCreateWithFlags(b, cudaStreamNonBlocking));
+    OK(cudaEventCreate(ev));
+}
+
 /* A kernel on stream b reads what one on stream a writes: without an event the host's
    wait for b runs b first (the old value); with cudaStreamWaitEvent the new one. */
 static int streams_case(int with_event)
@@ -214,9 +222,7 @@ static int streams_case(int with_event)
     cudaStream_t a, b;
     cudaEvent_t ev;
     float *x = dev_floats(1, 1.0f), *y = dev_floats(1, 0.0f);
-    OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
-    OK(cudaEventCreate(&ev));
+    two_streams(&a, &b, &ev);
     set_value<<<1, 1, 0, a>>>(x, 2.0f);
     OK(cudaEventRecord(ev, a));
     if (with_event) OK(cudaStreamWaitEvent(b, ev, 0));
@@ -236,9 +242,7 @@ static int c_wait_event_snapshot(void)
     cudaStream_t a, b;
     cudaEvent_t ev;
     float *x = dev_floats(1, 1.0f), *y = dev_floats(1, 0.0f);
-    OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
-    OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
-    OK(cudaEventCreate(&ev));
+    two_streams(&a, &b, &ev);
     OK(cudaEventRecord(ev, a));   /* before the write */
     OK(cudaStreamWaitEvent(b, ev, 0));
     set_value<<<1, 1, 0, a>>>(x, 2.0f);

@@ -9,14 +9,7 @@
 # passes the same run. The planted bugs in ddp.h and train_gpt: test_mutants_ddp.sh.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/emu/common.sh
-root=$PWD
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-EMU_CXX=${EMU_CXX:-g++}
-for b in build/emu/libemu.a build/emu/tests/test_kernels_gpu build/emu/tests/emu/gpt2_corners; do
-  if [ ! -e "$b" ]; then echo "FAIL emu.mutants: $b is not built (make emu)"; exit 1; fi
-done
+mutants_need build/emu/libemu.a build/emu/tests/test_kernels_gpu build/emu/tests/emu/gpt2_corners
 
 K=ddp_kernels.cuh
 mutant syncthreads_removed $K '    if (lane == 0) warp_vals[warp] = v;

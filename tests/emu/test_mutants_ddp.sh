@@ -5,14 +5,7 @@
 # upload buffer written again before its copy ran.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/emu/common.sh
-root=$PWD
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-EMU_CXX=${EMU_CXX:-g++}
-for b in build/emu/libemu.a build/emu/tests/test_nccl build/emu/examples/train_gpt_gpu examples/train_gpt; do
-  if [ ! -e "$b" ]; then echo "FAIL emu.mutants: $b is not built (make emu examples/train_gpt)"; exit 1; fi
-done
+mutants_need build/emu/libemu.a build/emu/tests/test_nccl build/emu/examples/train_gpt_gpu examples/train_gpt
 
 mutant nccl_after_stream_unordered ddp.h '
         (r = ddp__cuda(ctx, cudaStreamWaitEvent(b->stream, b->ready, 0), "cudaStreamWaitEvent")) != DDP_OK ||' '' \
