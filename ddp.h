@@ -33,7 +33,7 @@
          desc.argv = argv;
          if (ddp_init(&ctx, &desc) != DDP_OK) return 1; // the reason went to stderr
          float x = (float)(ctx.rank + 1);
-         ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
+         if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
          ddp_print(&ctx, "sum %g over %d ranks\n", x, ctx.world_size); // rank 0 only
          ddp_destroy(&ctx);
          return 0;
@@ -42,26 +42,37 @@
    LAUNCHING (any of these; the program reads whichever environment it finds)
      ./prog --nproc 4 args                    built-in launcher (ddp_launch; also
                                               --nproc_per_node=4); a job's own secret
+     ./prog --nproc 4 --max-restarts 3 args   and the job again after a failure (RESTARTS)
      ddprun -n 4 ./prog args                  examples/ddprun.c, for any program
      torchrun --no_python --nproc_per_node=4 ./prog args   (RANK, WORLD_SIZE, ...)
      mpirun -np 4 ./prog                      one host: MASTER_ADDR defaults to 127.0.0.1
      srun -n 4 ./prog                         MASTER_ADDR: the step's first host
      mpirun -np 8 --host a:4,b:4 ./prog       CPU across hosts: build with mpicc -DDDP_MPI
    Without MASTER_PORT the port comes from the launch's own id (torchrun's run id,
-   Slurm's job and step, Open MPI's namespace), so two jobs on a host never meet;
-   without any id it is 29500. --nproc inside a launched job is refused.
+   Slurm's job and step, Open MPI's namespace, Hydra's kvsname asked for over PMI_FD),
+   so two jobs on a host never meet; without any id (ranks started by hand) it is
+   29500, and a second launch on the port stops the job (see TWO LAUNCHES).
+   --nproc inside a launched job is refused. The built-in launcher reports the first
+   rank that failed on its own (not those that failed because it was gone), with its
+   status, and gives the others 2 s to end and say why before SIGTERM.
 
    ENVIRONMENT
      RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
                     torchrun's names; read first
      SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_NODEID      Slurm
      OMPI_COMM_WORLD_RANK _SIZE _LOCAL_RANK _LOCAL_SIZE           Open MPI
-     PMI_RANK PMI_SIZE MPI_LOCALRANKID                            MPICH / Hydra
+     PMI_RANK PMI_SIZE MPI_LOCALRANKID PMI_FD                     MPICH / Hydra (the
+                            kvsname over PMI_FD, PMI-1; finalized in ddp_destroy
+                            unless the program started MPI)
      DDP_BACKEND=cpu|nccl|mpi  force a backend (default: nccl if a GPU is visible;
                             mpi if built with -DDDP_MPI and mpirun's job spans hosts)
+     CUDA_VISIBLE_DEVICES   NCCL: a rank that sees one GPU drives it (Slurm's per-task
+                            binding), one that sees several drives GPU LOCAL_RANK; two
+                            ranks on one GPU are an error naming both
      DDP_TIMEOUT=seconds    how long any wait may take (default 300, at least 0.001)
      DDP_JOB_ID             this launch's id (default: the launcher's); the store
-                            refuses ranks of other jobs
+                            refuses ranks of other jobs; a process of this job that
+                            cannot be one of its ranks stops it
      DDP_SECRET             peers of the store prove they know it (HMAC-SHA256
                             challenge both ways; it never crosses the wire). The
                             built-in launcher makes a random one per job.
@@ -70,6 +81,20 @@
                             the store too (the CPU backend always compares, in shared
                             memory; this is how NCCL jobs get the check)
      DDP_DEBUG=1            log what init decided, on every rank
+     TORCHELASTIC_RESTART_COUNT  the attempt of a restarted job (0 first), set by
+                            torchrun and --max-restarts; ddp_restart_count() reads it
+
+   RESTARTS
+     With --max-restarts N (ddp_run_restarts) the launcher stops the job when a rank
+     fails and starts all of it again, up to N times, one stderr line each (the cause,
+     the attempt that starts). Every attempt is a new job (job id, secret, port: a
+     process of an earlier attempt is refused) and starts once the one before has
+     ended entirely and its shared memory is swept. A signal to the launcher is never
+     restarted; after N + 1 failures the status is the last attempt's cause's. The
+     program resumes from its own checkpoint (train_gpt --resume auto). Across hosts
+     the outer launcher restarts (torchrun --max-restarts, Slurm's requeue), every
+     host the same attempt; under torchrun the count can differ between hosts, so it
+     is information, not identity: decide what to load from the files.
 
    RANKS MUST AGREE
      Every collective carries a fingerprint (number, kind, dtype, op, count, root).
@@ -79,7 +104,18 @@
      backend, shm chunk, DDP_CHECK); ddp_grad_init compares the bucket layout. A rank
      that calls ddp_destroy while others wait in a collective is named at once.
 
+   TWO LAUNCHES (ranks started by hand, no DDP_JOB_ID, one port)
+     A rank cannot tell which launch it belongs to. The signs of a second: a second
+     rank 0 finds the port taken (and tells the store there), a second claim to a rank,
+     a rank with another world size; each stops the job that holds the store, and a job
+     without an id waits 0.3 s after its ranks meet before ddp_init returns, so two
+     launches started together fail in ddp_init. A sign later stops the job at rank 0's
+     next collective. Not told apart: a rank of one launch that joins the other's job
+     and ends with it before any other process of either launch reaches the port.
+
    DOES NOT
+     - tell two launches without an id apart in every order (see TWO LAUNCHES): give
+       each a DDP_JOB_ID or MASTER_PORT, or use a launcher
      - run the CPU backend across hosts (one host; NCCL and the MPI backend span hosts)
      - abort an MPI collective on one rank: a timed-out rank returns the error and
        the MPI launcher ends the job when it exits
@@ -88,16 +124,25 @@
        the collectives and NCCL's own traffic are not protected from the network
      - host the store inside torchrun's agent: under torchrun, rank 0 opens its own
        store on MASTER_PORT+1
+     - restart one rank alone (elastic membership): a restart is the whole job, on
+       one host by its launcher, across hosts by the outer one
      - hide failures: every call returns a ddp_result; after a failure the context
        refuses further collectives (the job is broken, like NCCL's)
      - call exit() or print anything but errors unless asked (DDP_DEBUG, ddp_print)
 
    VERSION HISTORY
+     0.3 (unreleased) two launches on one port stop rather than merge; Hydra's
+                      kvsname as the job id; rank 0 names who never joined and why
+                      the store refused; a non-ddp answer on MASTER_PORT is one line;
+                      the launcher names the first cause and lets ranks say why;
+                      the MPI backend names late ranks; one arena per host however
+                      a launcher splits it; arenas locked before they have a name
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
                       memory on NCCL, an NCCL watchdog, one list per concept, the
-                      MPI backend, tracing (ddp_trace_*), ddp_thread_share
+                      MPI backend, tracing (ddp_trace_*), ddp_thread_share,
+                      restarts (--max-restarts, ddp_run_restarts, ddp_restart_count)
      0.1 (2026-12-02) process group, launcher, TCP store, CPU + NCCL collectives,
                       sampler, gradient sync, metrics
 */
@@ -225,7 +270,8 @@ typedef struct ddp_ctx {
     int rank, world_size;
     int local_rank, local_world_size;
     int node_rank, num_nodes;
-    int device;            /* CUDA device (= local_rank) with NCCL, -1 on the CPU */
+    int device;            /* the CUDA device this rank drives with NCCL, -1 on the CPU:
+                              the only one it sees, else the one numbered local_rank */
     ddp_backend backend;   /* what init chose */
     struct ddp__state *st; /* private */
 } ddp_ctx;
@@ -241,13 +287,23 @@ typedef struct ddp_work {
    DDP_WORKER and the program goes on as one rank. With "--nproc N" in argv this
    process becomes the launcher: it runs N copies of the program (argv without
    --nproc), forwards SIGINT/SIGTERM, stops everything when one rank fails, and
-   returns the exit status for main to return. */
+   returns the exit status for main to return. "--max-restarts N" (torchrun's flag,
+   also --max_restarts) starts the job again after a failure, up to N times. */
 #define DDP_WORKER (-1)
 DDPDEF int ddp_launch(int *argc, char **argv);
 /* Runs nproc copies of argv (argv[0] looked up in PATH) as ranks 0..nproc-1 of one
-   job on this host; returns 0 if all succeeded, else the first failure's status
-   (128+signal for a signal). Prints one line naming the failed rank. */
+   job on this host; returns 0 if all succeeded, else the status of the rank whose
+   failure stopped the job (128+signal for a signal). Prints one line naming it. */
 DDPDEF int ddp_run(int nproc, char *const argv[]);
+/* ddp_run, and after a failed attempt the whole job again, up to max_restarts times
+   (a signal to the launcher is never restarted). Each attempt is a new job (job id,
+   secret, port: no rank of an earlier attempt can join it) and starts once every
+   process of the one before has ended; its ranks see TORCHELASTIC_RESTART_COUNT. */
+DDPDEF int ddp_run_restarts(int nproc, int max_restarts, char *const argv[]);
+/* Which attempt of the job this process belongs to: 0 for the first, n after n
+   restarts (TORCHELASTIC_RESTART_COUNT, set by torchrun and by ddp's launcher);
+   -1 if that variable is not a count (ddp_init then refuses to start). */
+DDPDEF int ddp_restart_count(void);
 
 /* ---- process group ------------------------------------------------------------ */
 DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc);
@@ -261,9 +317,13 @@ DDPDEF const char *ddp_backend_name(ddp_backend b);
 /* ---- collectives -----------------------------------------------------------------
    Every rank calls the same collectives in the same order. Counts are elements.
    NCCL: device pointers, `stream` a cudaStream_t (NULL: the legacy default stream);
-   the call returns once the work is queued after `stream`'s earlier work (a watchdog
-   aborts NCCL if it is not done within the timeout). Host memory works too: it is
-   staged through device memory and the call returns when the result is there.
+   the call returns once the work is queued after `stream`'s earlier work, and
+   `stream`'s later work sees the result. A watchdog thread aborts NCCL when a
+   collective has not finished within the timeout of its start (when the work queued
+   before it is done): NCCL's kernels end, the streams run on with garbage in the
+   collectives' outputs (CUDA reports no error), and the next ddp.h call returns
+   DDP_ERR_TIMEOUT saying which collective. Host memory works too: it is staged
+   through device memory and the call returns when the result is there.
    CPU: host pointers, `stream` ignored; the call returns when the result is there.
    Ranks that pass different arguments get DDP_ERR_MISMATCH (see RANKS MUST AGREE).
    send == recv is in place. AVG of integers truncates toward zero. 16-bit floats
@@ -389,9 +449,11 @@ DDPDEF double ddp_metric_percent(const ddp_metric *m); /* 100 sum / count: accur
    communication overlaps the rest of the backward pass. Buckets are reduced in the
    same order on every rank (from the end of the buffer) whatever order regions are
    marked in. ddp_grad_finish launches what is left, waits, and leaves the average
-   over ranks in place. Every element must be marked exactly once per step; a region
-   marked twice, or finish with elements never marked, returns DDP_ERR_ARG and
-   ddp_error(ctx) says which elements. */
+   over ranks in place; on NCCL the stream waits, not the host: work queued on
+   desc.stream after it sees the average, and the host goes on at once (the watchdog
+   follows the buckets, see the collectives). Every element must be marked exactly
+   once per step; a region marked twice, or finish with elements never marked,
+   returns DDP_ERR_ARG and ddp_error(ctx) says which elements. */
 typedef struct ddp_grad_desc {
     void *grads;           /* flat gradient buffer of `count` elements (device memory on NCCL) */
     size_t count;
@@ -513,6 +575,9 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #define F_OFD_GETLK 36
 #define F_OFD_SETLK 37
 #endif
+#ifndef O_TMPFILE /* the same: Linux's generic value */
+#define O_TMPFILE (020000000 | O_DIRECTORY)
+#endif
 #ifdef DDP_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -548,6 +613,7 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #define DDP__STORE_HELLO_MS 5000 /* store: a newcomer identifies itself within this */
 #define DDP__STORE_STALL_MS 10000 /* store: a message once begun arrives within this */
 #define DDP__STORE_QUOTA ((size_t)4 << 20) /* store: bytes one rank may make it hold */
+#define DDP__SETTLE_MS 300     /* a job with no id of its own waits this long for a second launch */
 
 #ifdef __cplusplus
 #define DDP__CAST(T, x) ((T)(x))
@@ -578,13 +644,15 @@ static long ddp__cores_allowed(void)
     return n > 0 ? n : 1;
 }
 
-static void ddp__sleep_ms(int ms)
+static void ddp__sleep_us(int64_t us)
 {
     struct timespec ts;
-    ts.tv_sec = ms / 1000;
-    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    ts.tv_sec = (time_t)(us / 1000000);
+    ts.tv_nsec = (long)(us % 1000000) * 1000L;
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
+
+static void ddp__sleep_ms(int ms) { ddp__sleep_us((int64_t)ms * 1000); }
 
 /* strncpy that always terminates (and truncates quietly) */
 static void ddp__copy(char *dst, size_t size, const char *src)
@@ -593,6 +661,18 @@ static void ddp__copy(char *dst, size_t size, const char *src)
     if (n >= size) n = size - 1;
     memcpy(dst, src, n);
     dst[n] = 0;
+}
+
+/* printf at the end of the string in out (size bytes), truncating quietly */
+static void ddp__append(char *out, size_t size, const char *fmt, ...) DDP__PRINTF(3, 4);
+static void ddp__append(char *out, size_t size, const char *fmt, ...)
+{
+    size_t n = strlen(out);
+    va_list ap;
+    if (n + 1 >= size) return;
+    va_start(ap, fmt);
+    vsnprintf(out + n, size - n, fmt, ap);
+    va_end(ap);
 }
 
 /* n bytes from the kernel's random source; falls back to clock and pid (tests only
@@ -899,6 +979,8 @@ struct ddp__state {
     ddp__settings cfg;
     ddp_result broken;       /* set once a collective fails: later ones refuse */
     int store_fd;            /* connection to rank 0's store, -1 in a world of one */
+    int pmi_fd;              /* Hydra's PMI connection once asked for the kvsname, else -1 */
+    int report_fd;           /* the built-in launcher's pipe, else -1: how this rank's first failure came about */
     ddp__server *server;     /* rank 0 only */
     uint64_t seq;            /* collectives issued */
     const ddp__backend *be;
@@ -948,6 +1030,11 @@ static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt
     memcpy(ctx->st->err, text, sizeof text);
     snprintf(msg, sizeof msg, "rank %d/%d: %s", ctx->rank, ctx->world_size, text);
     ctx->st->log(ctx->st->log_user, DDP_LOG_ERROR, msg);
+    if (ctx->st->report_fd >= 0) { /* the launcher blames the first rank whose failure was its own */
+        int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), (int)code);
+        if (write(ctx->st->report_fd, msg, (size_t)n) < 0) {}
+        ctx->st->report_fd = -1; /* the first failure says how it came about */
+    }
     return code;
 }
 
@@ -1077,6 +1164,17 @@ static int ddp__env_int(ddp_ctx *ctx, const char *name, int *out)
     }
     *out = (int)x;
     return 1;
+}
+
+int ddp_restart_count(void)
+{
+    const char *v = getenv("TORCHELASTIC_RESTART_COUNT");
+    char *end;
+    long x;
+    if (!v || !*v) return 0;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    return errno || *end || x < 0 || x > INT_MAX ? -1 : (int)x;
 }
 
 /* Finds --local_rank N, --local_rank=N (or --local-rank) in argv, removes it, -1 if absent. */
@@ -1225,6 +1323,9 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     } else {
         ddp__copy(s->job_id, sizeof s->job_id, "ddp");
     }
+    if (ddp_restart_count() < 0)
+        return ddp__fail(ctx, DDP_ERR_ENV, "TORCHELASTIC_RESTART_COUNT='%s' is not a restart count",
+                         getenv("TORCHELASTIC_RESTART_COUNT"));
     v = d->secret ? d->secret : getenv("DDP_SECRET");
     if (v && strlen(v) >= sizeof s->secret)
         return ddp__fail(ctx, DDP_ERR_ENV, "DDP_SECRET is longer than %d bytes", (int)sizeof s->secret - 1);
@@ -1255,6 +1356,16 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     s->check = d->check ? d->check != 0 : v && *v && strcmp(v, "0") != 0;
     v = getenv("DDP_DEBUG");
     s->debug = v && *v && strcmp(v, "0") != 0;
+    { /* the built-in launcher's report pipe, "fd:inode" (checked: an inherited name may mean another file) */
+        struct stat sb;
+        unsigned long ino = 0;
+        int fd = -1;
+        if ((v = getenv("DDP_LAUNCHER")) && sscanf(v, "%d:%lu", &fd, &ino) == 2 && fstat(fd, &sb) == 0 &&
+            S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino) {
+            fcntl(fd, F_SETFD, FD_CLOEXEC); /* the rank's own children are not ranks */
+            ctx->st->report_fd = fd;
+        }
+    }
     s->backend = d->backend;
     s->backend_why = "ddp_desc.backend";
     if (!s->backend && (v = getenv("DDP_BACKEND")) && *v) {
@@ -1270,14 +1381,82 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     return DDP_OK;
 }
 
+/* MPI started in this process (it then finalizes Hydra's PMI connection itself). Without
+   -DDDP_MPI, a weak reference finds MPI_Initialized only where the program links MPI. */
+#ifdef DDP_MPI
+static int ddp__mpi_started(void)
+{
+    int flag = 0;
+    return MPI_Initialized(&flag) == MPI_SUCCESS && flag;
+}
+#elif defined(__GNUC__)
+#ifdef __cplusplus
+extern "C"
+#endif
+int MPI_Initialized(int *flag) __attribute__((weak));
+static int ddp__mpi_started(void)
+{
+    int flag = 0;
+    return MPI_Initialized && MPI_Initialized(&flag) == 0 && flag;
+}
+#else
+static int ddp__mpi_started(void) { return 1; } /* cannot tell: leave the connection to MPI */
+#endif
+
+/* One PMI-1 command and its one-line answer (commands and answers are "cmd=... \n"). */
+static int ddp__pmi_ask(int fd, const char *cmd, char *line, size_t n)
+{
+    int64_t deadline = ddp__now_ms() + 5000;
+    size_t got = 0;
+    if (ddp__write_all(fd, cmd, strlen(cmd), deadline) != 0) return 0;
+    while (got + 1 < n && ddp__read_all(fd, line + got, 1, deadline) == 0)
+        if (line[got++] == '\n') break;
+    line[got] = 0;
+    return got > 0 && line[got - 1] == '\n';
+}
+
+/* MPICH's Hydra names each launch (its kvsname, the same on every host) but puts the
+   name in no variable: ask for it over PMI_FD in PMI-1. Hydra accepts a second init from
+   MPI later, so the connection stays usable; ddp__pmi_done finalizes it. 1 on success. */
+static int ddp__pmi_kvsname(ddp_ctx *ctx, char *out, size_t n)
+{
+    struct stat sb;
+    char line[300], *name, *end = NULL;
+    const char *v = getenv("PMI_FD");
+    long fd = v ? strtol(v, &end, 10) : -1;
+    if (!v || !*v || *end || fd < 0 || fd > INT_MAX || fstat((int)fd, &sb) != 0 || !S_ISSOCK(sb.st_mode)) return 0;
+    if (!ddp__pmi_ask((int)fd, "cmd=init pmi_version=1 pmi_subversion=1\n", line, sizeof line) || !strstr(line, "rc=0"))
+        return 0;
+    ctx->st->pmi_fd = (int)fd; /* Hydra now expects a finalize from this process */
+    if (!ddp__pmi_ask((int)fd, "cmd=get_my_kvsname\n", line, sizeof line) || !(name = strstr(line, "kvsname=")))
+        return 0;
+    name += 8;
+    name[strcspn(name, " \n")] = 0;
+    if (!*name || strlen(name) >= n) return 0;
+    ddp__copy(out, n, name);
+    return 1;
+}
+
+/* Hydra stops every rank of a host when a process that spoke PMI exits without a
+   finalize: send it, unless MPI owns the connection (its MPI_Finalize sends one). */
+static void ddp__pmi_done(ddp_ctx *ctx)
+{
+    char line[100];
+    if (ctx->st->pmi_fd >= 0 && !ddp__mpi_started()) ddp__pmi_ask(ctx->st->pmi_fd, "cmd=finalize\n", line, sizeof line);
+    ctx->st->pmi_fd = -1; /* left open: a later write fails at once instead of reaching another file */
+}
+
 /* Where rank 0's store listens: only a job that meets through the store needs it. */
-static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d)
+static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const struct ddp__launcher *l)
 {
     ddp__settings *s = &ctx->st->cfg;
     const char *addr = d->master_addr ? d->master_addr : getenv("MASTER_ADDR");
     const char *v;
     int port = d->master_port, set;
     char first[256];
+    if (!strcmp(s->job_from, "default") && l && !strcmp(l->who, "MPICH") &&
+        ddp__pmi_kvsname(ctx, s->job_id, sizeof s->job_id))
+        s->job_from = "Hydra's kvsname (PMI_FD)";
     if ((!addr || !*addr) && ((v = getenv("SLURM_STEP_NODELIST")) || (v = getenv("SLURM_JOB_NODELIST")) ||
                               (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
         addr = first; /* Slurm: the first host of the step runs rank 0 */
@@ -1288,8 +1467,9 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d)
                          ctx->world_size);
     if (!port) {
         if ((set = ddp__env_int(ctx, "MASTER_PORT", &port)) < 0) return DDP_ERR_ENV;
-        /* without a port, one from the launch's identity: two jobs on a host differ */
-        if (!set) port = strcmp(s->job_from, "default") ? 20000 + (int)(ddp__hash(s->job_id) % 20000) : DDP__DEFAULT_PORT;
+        /* without a port, one from the launch's identity: two jobs on a host differ.
+           20000-32767, below Linux's ephemeral ports, where a connection's own end may sit */
+        if (!set) port = strcmp(s->job_from, "default") ? 20000 + (int)(ddp__hash(s->job_id) % 12768) : DDP__DEFAULT_PORT;
         /* torchrun's agent already serves its own store on MASTER_PORT */
         else if (getenv("TORCHELASTIC_RUN_ID")) port++;
     }
@@ -1324,6 +1504,21 @@ static ddp_result ddp__agree(ddp_ctx *ctx, int other, const char *theirs)
                      i < sizeof hints / sizeof hints[0] ? hints[i].hint : "", i < sizeof hints / sizeof hints[0] ? ")" : "");
 }
 
+/* The GPU a rank drives on NCCL, of the `visible` ones (CUDA_VISIBLE_DEVICES is `cvd`):
+   the only one when it sees one (Slurm's per-task binding, a CUDA_VISIBLE_DEVICES per
+   rank), else GPU local_rank, as torch.cuda.set_device(local_rank) would. -1 with the
+   reason in `why` when local_rank is past the visible ones. The NCCL backend's rule,
+   here without CUDA so that every build can test it (inline: unused builds stay quiet). */
+static inline int ddp__device_for(int local_rank, int visible, const char *cvd, char *why, size_t n)
+{
+    if (visible == 1) return 0;
+    if (local_rank >= 0 && local_rank < visible) return local_rank;
+    snprintf(why, n, "local rank %d has no GPU of its own: %d are visible (CUDA_VISIBLE_DEVICES=%s%s%s); give each "
+             "rank one GPU, or make at least as many visible as there are ranks on the host", local_rank, visible,
+             cvd ? "'" : "", cvd ? cvd : "unset", cvd ? "'" : "");
+    return -1;
+}
+
 /* ---- >>store ---------------------------------------------------------------------------------
    A key-value server on rank 0, for rendezvous and the rare host-side meeting.
    Message: 16-byte header {magic, op or status, key length, value length} in network
@@ -1335,8 +1530,10 @@ static ddp_result ddp__agree(ddp_ctx *ctx, int other, const char *theirs)
    job of a million barriers holds no more than a job of one).
    A stranger can make the server hold at most a 1 KiB buffer for at most
    DDP__STORE_HELLO_MS, and only DDP__STORE_PENDING of them at a time (the oldest
-   makes room); a refused connection never affects the job; an admitted rank may make
-   it hold DDP__STORE_QUOTA bytes, and one request at a time. */
+   makes room); a refused connection never affects the job, unless it proved it is of
+   this job (its id, and the secret if there is one) and yet cannot be one of its
+   ranks: then two launches share the port, and the job stops. An admitted rank may
+   make it hold DDP__STORE_QUOTA bytes, and one request at a time. */
 
 #define DDP__MAGIC 0x44445053u /* "DDPS" */
 #define DDP__MAX_KEY 1024u
@@ -1347,7 +1544,7 @@ enum { DDP__ST_OK = 0, DDP__ST_ERROR = 1, DDP__ST_CHALLENGE = 2 };
 
 typedef struct ddp__conn {
     int fd, rank;            /* rank >= 0 once admitted */
-    int claim;               /* the rank a challenged connection asks for, else -1 */
+    int claim, world;        /* the rank (and world size) a challenged connection asks for, else -1 */
     int64_t born, since;     /* accepted; first byte of the message being read (0: none) */
     char *buf;
     size_t len, cap, held;   /* held: bytes of the store this rank owns */
@@ -1360,7 +1557,13 @@ typedef struct ddp__gather { char *key; char **part; uint32_t *plen; int arrived
 struct ddp__server {
     int listen_fd, wake[2], world;
     char job_id[128], secret[256];
+    char own[33];            /* rank 0's own hello nonce: another claim to rank 0 is a second job */
     pthread_t thread;
+    pthread_mutex_t mu;      /* held while the thread works: rank 0's thread reads who is missing */
+    unsigned char *joined;   /* per rank: admitted once */
+    char refused[300];       /* why processes that named a rank were refused, for rank 0's messages */
+    int nrefused;
+    int failed;              /* atomic: broken[] is final; rank 0's next collective fails with it */
     ddp__conn *conns; int nconns, cap;
     ddp__kv *kv; int nkv, kvcap;
     ddp__gather *gathers; int ngathers, gcap;
@@ -1426,6 +1629,7 @@ static void ddp__server_break(ddp__server *s, const char *why)
     int i;
     if (s->broken[0] || s->closing) return;
     ddp__copy(s->broken, sizeof s->broken, why);
+    __atomic_store_n(&s->failed, 1, __ATOMIC_RELEASE);
     for (i = 0; i < s->nconns; i++)
         if (s->conns[i].wait_key) {
             ddp__reply_text(s->conns[i].fd, DDP__ST_ERROR, s->broken);
@@ -1443,38 +1647,83 @@ static int ddp__rank_taken(ddp__server *s, int rank)
     return 0;
 }
 
-static void ddp__admit(ddp__server *s, ddp__conn *c, int rank)
+/* Remembers, for rank 0's messages, why a process that named a rank was refused. */
+static void ddp__server_note(ddp__server *s, const char *fmt, ...) DDP__PRINTF(2, 3);
+static void ddp__server_note(ddp__server *s, const char *fmt, ...)
 {
-    (void)s;
-    c->rank = rank;
-    c->claim = -1;
-    ddp__reply(c->fd, DDP__ST_OK, NULL, 0);
+    char note[160];
+    size_t n = strlen(s->refused);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(note, sizeof note, fmt, ap);
+    va_end(ap);
+    if (!strstr(s->refused, note) && n + strlen(note) + 3 < sizeof s->refused)
+        snprintf(s->refused + n, sizeof s->refused - n, "%s%s", n ? "; " : "", note);
+    s->nrefused++;
 }
 
-/* HELLO and AUTH: returns -1 to drop the connection (harmless: not yet a member) */
+/* A stranger's text, safe to print: printable ASCII, at most 40 characters. */
+static const char *ddp__printable(char out[44], const char *in)
+{
+    int i;
+    for (i = 0; in[i] && i < 40; i++) out[i] = in[i] >= 32 && in[i] < 127 ? in[i] : '?';
+    strcpy(out + i, in[i] ? "..." : "");
+    return out;
+}
+
+/* A claim by a process of this job (its id, and the secret if there is one): admitted,
+   unless it cannot be one of this job's ranks. Then two launches share the port (with
+   no id of their own, their ranks look alike) or the ranks' settings differ; either way
+   the job cannot be trusted to complete with its own ranks: it stops, naming why. */
+static int ddp__server_claim(ddp__server *s, ddp__conn *c, int rank, int world)
+{
+    char why[200];
+    if (s->broken[0]) {
+        ddp__reply_text(c->fd, DDP__ST_ERROR, s->broken);
+        return -1;
+    }
+    if (world != s->world)
+        snprintf(why, sizeof why, "a process claims rank %d of a world of %d, but job '%.40s' has %d ranks (WORLD_SIZE "
+                 "differs between ranks, or two jobs share this port)", rank, world, s->job_id, s->world);
+    else if (ddp__rank_taken(s, rank) || (rank == 0 && strcmp(c->nonce[0], s->own) != 0))
+        snprintf(why, sizeof why, "two processes claim rank %d of job '%.40s': two launches share this port? (give "
+                 "each its own MASTER_PORT or DDP_JOB_ID)", rank, s->job_id);
+    else {
+        c->rank = rank;
+        c->claim = -1;
+        s->joined[rank] = 1;
+        ddp__reply(c->fd, DDP__ST_OK, NULL, 0);
+        return 0;
+    }
+    ddp__server_break(s, why);
+    ddp__reply_text(c->fd, DDP__ST_ERROR, why);
+    return -1;
+}
+
+/* HELLO and AUTH: returns -1 to drop the connection (harmless: not yet a member).
+   Before a claim is proven (the job id, and the secret when there is one) nothing in
+   it harms the job: it is only remembered for rank 0's messages. */
 static int ddp__server_hello(ddp__server *s, ddp__conn *c, uint32_t op, const char *key, const char *val)
 {
-    char mac[65], reply[120];
+    char mac[65], reply[120], shown[44];
     if (op == DDP__HELLO && c->claim < 0) {
         int rank = -1, world = -1;
         if (sscanf(val, "%d %d %32s", &rank, &world, c->nonce[0]) != 3 || strcmp(key, s->job_id) != 0 ||
-            world != s->world || rank < 0 || rank >= world) {
+            rank < 0 || rank >= world) {
+            if (rank >= 0 && rank < world)
+                ddp__server_note(s, "rank %d of job '%s'", rank, ddp__printable(shown, key));
             /* says nothing about the job it does serve */
             ddp__reply_text(c->fd, DDP__ST_ERROR, "this store serves another job (job id or world size differ)");
             return -1;
         }
-        if (ddp__rank_taken(s, rank)) {
-            snprintf(reply, sizeof reply, "rank %d is already connected: two processes claim it", rank);
-            ddp__reply_text(c->fd, DDP__ST_ERROR, reply);
-            return -1;
-        }
-        if (!s->secret[0]) { ddp__admit(s, c, rank); return 0; }
+        if (!s->secret[0]) return ddp__server_claim(s, c, rank, world);
         {
             unsigned char raw[16];
             ddp__random(raw, sizeof raw);
             ddp__hex(c->nonce[1], raw, sizeof raw);
         }
         c->claim = rank;
+        c->world = world;
         ddp__hmac(mac, s->secret, "server", c->nonce[0], c->nonce[1]);
         snprintf(reply, sizeof reply, "%s %s", c->nonce[1], mac);
         ddp__reply_text(c->fd, DDP__ST_CHALLENGE, reply);
@@ -1483,16 +1732,12 @@ static int ddp__server_hello(ddp__server *s, ddp__conn *c, uint32_t op, const ch
     if (op == DDP__AUTH && c->claim >= 0) {
         ddp__hmac(mac, s->secret, "client", c->nonce[1], c->nonce[0]);
         if (!ddp__same_mac(mac, val)) {
+            ddp__server_note(s, "rank %d with another DDP_SECRET", c->claim);
             ddp__reply_text(c->fd, DDP__ST_ERROR, "authentication failed: DDP_SECRET differs from rank 0's");
+            c->claim = -1;
             return -1;
         }
-        if (ddp__rank_taken(s, c->claim)) {
-            snprintf(reply, sizeof reply, "rank %d is already connected: two processes claim it", c->claim);
-            ddp__reply_text(c->fd, DDP__ST_ERROR, reply);
-            return -1;
-        }
-        ddp__admit(s, c, c->claim);
-        return 0;
+        return ddp__server_claim(s, c, c->claim, c->world);
     }
     return -1;
 }
@@ -1620,6 +1865,8 @@ static int ddp__server_handle(ddp__server *s, ddp__conn *c, uint32_t op, const c
 static void ddp__server_drop(ddp__server *s, int i, const char *why)
 {
     ddp__conn *c = &s->conns[i];
+    if (c->claim >= 0 && !s->closing)
+        ddp__server_note(s, "rank %d did not answer the challenge of DDP_SECRET (it has none, or another)", c->claim);
     if (c->rank >= 0 && !s->closing) {
         char text[200];
         snprintf(text, sizeof text, "rank %d left the job (%s)", c->rank, why);
@@ -1706,14 +1953,17 @@ static void *ddp__server_main(void *arg)
     struct pollfd *pf = DDP__CAST(struct pollfd *, DDP_MALLOC(sizeof *pf * (size_t)(s->cap + 2)));
     if (!pf) return NULL;
     for (;;) {
-        int i, n = 0, nc = s->nconns;
+        int i, n = 0, nc = s->nconns, members = 0;
         int64_t now;
-        if (s->stop_deadline && (s->nconns == 0 || ddp__now_ms() > s->stop_deadline)) break;
+        for (i = 0; i < nc; i++) members += s->conns[i].rank >= 0;
+        /* strangers (an idle connection, a port scan) do not keep a finished job waiting */
+        if (s->stop_deadline && (members == 0 || ddp__now_ms() > s->stop_deadline)) break;
         pf[n].fd = s->wake[0]; pf[n++].events = POLLIN;
         pf[n].fd = s->listen_fd; pf[n++].events = POLLIN;
         for (i = 0; i < nc; i++) { pf[n].fd = s->conns[i].fd; pf[n++].events = POLLIN; }
         for (i = 0; i < n; i++) pf[i].revents = 0;
         if (poll(pf, (nfds_t)n, 200) < 0 && errno != EINTR) break;
+        pthread_mutex_lock(&s->mu);
         if (pf[0].revents) {
             char b[64];
             ssize_t k = read(s->wake[0], b, sizeof b);
@@ -1733,6 +1983,7 @@ static void *ddp__server_main(void *arg)
             else if (c->since && now - c->since > DDP__STORE_STALL_MS) ddp__server_drop(s, i, "it stalled in the middle of a message");
         }
         if (pf[1].revents) ddp__server_accept(s);
+        pthread_mutex_unlock(&s->mu);
     }
     DDP_FREE(pf);
     return NULL;
@@ -1745,10 +1996,55 @@ static void ddp__server_free(ddp__server *s)
     while (s->nconns) ddp__server_drop(s, s->nconns - 1, "");
     for (i = 0; i < s->nkv; i++) { DDP_FREE(s->kv[i].key); DDP_FREE(s->kv[i].val); }
     while (s->ngathers) ddp__gather_free(s, s->ngathers - 1);
-    DDP_FREE(s->kv); DDP_FREE(s->gathers); DDP_FREE(s->conns);
+    DDP_FREE(s->kv); DDP_FREE(s->gathers); DDP_FREE(s->conns); DDP_FREE(s->joined);
     if (s->listen_fd >= 0) close(s->listen_fd);
     if (s->wake[0] >= 0) { close(s->wake[0]); close(s->wake[1]); }
+    pthread_mutex_destroy(&s->mu);
     DDP_FREE(s);
+}
+
+/* Appends " 2, 5, 7": the ranks that never joined (never), or that joined but have not
+   brought their part of g; the first 8 of them. Returns how many there are. */
+static int ddp__server_ranks(ddp__server *s, const ddp__gather *g, int never, char *out, size_t size)
+{
+    int r, k = 0;
+    for (r = 0; r < s->world; r++)
+        if (never ? !s->joined[r] : s->joined[r] && g && !g->part[r]) {
+            if (k < 8) ddp__append(out, size, "%s%d", k ? ", " : " ", r);
+            k++;
+        }
+    if (k > 8) ddp__append(out, size, " (%d in all)", k);
+    return k;
+}
+
+/* For rank 0's messages, from its own thread: which ranks never joined, which joined
+   but have not reached the meeting `key`, and why the store refused others. */
+static void ddp__server_missing(ddp__server *s, const char *key, char *out, size_t size)
+{
+    const ddp__gather *g = NULL;
+    char never[120] = "", late[120] = "";
+    int i, n_never, n_late;
+    pthread_mutex_lock(&s->mu);
+    for (i = 0; i < s->ngathers && !g; i++)
+        if (strcmp(s->gathers[i].key, key) == 0) g = &s->gathers[i];
+    n_never = ddp__server_ranks(s, g, 1, never, sizeof never);
+    n_late = ddp__server_ranks(s, g, 0, late, sizeof late);
+    out[0] = 0;
+    if (n_never) ddp__append(out, size, "rank%s%s never joined", n_never > 1 ? "s" : "", never);
+    if (n_late)
+        ddp__append(out, size, "%srank%s%s joined but did not reach this point", out[0] ? "; " : "", n_late > 1 ? "s" : "",
+                    late);
+    if (s->nrefused)
+        ddp__append(out, size, "%sthe store refused %d process%s: %s", out[0] ? "; " : "", s->nrefused,
+                    s->nrefused > 1 ? "es" : "", s->refused);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Rank 0 before each collective: the reason the store's job failed (a second launch on
+   its port, a rank that left), or NULL. */
+static const char *ddp__server_failed(ddp__server *s)
+{
+    return s && __atomic_load_n(&s->failed, __ATOMIC_ACQUIRE) ? s->broken : NULL;
 }
 
 /* Tells the server to finish once every rank has hung up (or after 5 s), then joins
@@ -1761,25 +2057,33 @@ static void ddp__server_stop(ddp__server *s, const char *why)
     ddp__server_free(s);
 }
 
-/* Binds MASTER_ADDR itself: the store listens only where ranks will look for it. */
-static ddp_result ddp__server_start(ddp_ctx *ctx)
+/* Binds MASTER_ADDR itself: the store listens only where ranks will look for it. A
+   port in use is left to the caller (*in_use, nothing logged): it asks who holds it. */
+static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
 {
     ddp__settings *cfg = &ctx->st->cfg;
     struct addrinfo hints, *res = NULL, *ai;
     char port[16];
+    unsigned char raw[16];
     int one = 1, fd = -1, err = 0, rc;
     ddp__server *s = DDP__CAST(ddp__server *, DDP_MALLOC(sizeof *s));
+    *in_use = 0;
     if (!s) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory for the store");
     memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
     s->listen_fd = s->wake[0] = s->wake[1] = -1;
     s->world = ctx->world_size;
     s->cap = ctx->world_size + DDP__STORE_PENDING;
     ddp__copy(s->job_id, sizeof s->job_id, cfg->job_id);
     ddp__copy(s->secret, sizeof s->secret, cfg->secret);
-    if (!(s->conns = DDP__CAST(ddp__conn *, DDP_MALLOC(sizeof *s->conns * (size_t)s->cap)))) {
+    ddp__random(raw, sizeof raw);
+    ddp__hex(s->own, raw, sizeof raw);
+    if (!(s->conns = DDP__CAST(ddp__conn *, DDP_MALLOC(sizeof *s->conns * (size_t)s->cap))) ||
+        !(s->joined = DDP__CAST(unsigned char *, DDP_MALLOC((size_t)s->world)))) {
         ddp__server_free(s);
         return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory for the store");
     }
+    memset(s->joined, 0, (size_t)s->world);
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -1800,9 +2104,12 @@ static ddp_result ddp__server_start(ddp_ctx *ctx)
         if (err == EADDRNOTAVAIL)
             return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s is not an address of rank 0's host (rank 0 hosts the store there)",
                              cfg->master_addr);
-        return ddp__fail(ctx, err == EADDRINUSE ? DDP_ERR_ENV : DDP_ERR_SYSTEM, "rank 0 cannot open the store on %s:%d: %s%s",
-                         cfg->master_addr, cfg->master_port, strerror(err),
-                         err == EADDRINUSE ? " (another job on this port? set MASTER_PORT)" : "");
+        if (err == EADDRINUSE) {
+            *in_use = 1;
+            return DDP_ERR_ENV;
+        }
+        return ddp__fail(ctx, DDP_ERR_SYSTEM, "rank 0 cannot open the store on %s:%d: %s", cfg->master_addr,
+                         cfg->master_port, strerror(err));
     }
     s->listen_fd = fd;
     if (pipe(s->wake) != 0 || pthread_create(&s->thread, NULL, ddp__server_main, s) != 0) {
@@ -1821,11 +2128,18 @@ static int ddp__store_io(int fd, uint32_t op, const char *key, const void *val, 
                          uint32_t *status, char **out, uint32_t *outlen)
 {
     uint32_t h[4], klen = (uint32_t)strlen(key), rlen;
-    char *buf;
+    char *buf, small[1024];
     h[0] = htonl(DDP__MAGIC); h[1] = htonl(op); h[2] = htonl(klen); h[3] = htonl(vlen);
-    if (ddp__write_all(fd, h, 16, deadline) != 0 || ddp__write_all(fd, key, klen, deadline) != 0 ||
-        (vlen && ddp__write_all(fd, val, vlen, deadline) != 0) || ddp__read_all(fd, h, 16, deadline) != 0)
+    if (16 + (size_t)klen + vlen <= sizeof small) { /* one send: a peer that answers the first bytes gets them all */
+        memcpy(small, h, 16);
+        memcpy(small + 16, key, klen);
+        if (vlen) memcpy(small + 16 + klen, val, vlen);
+        if (ddp__write_all(fd, small, 16 + (size_t)klen + vlen, deadline) != 0) return -1;
+    } else if (ddp__write_all(fd, h, 16, deadline) != 0 || ddp__write_all(fd, key, klen, deadline) != 0 ||
+               (vlen && ddp__write_all(fd, val, vlen, deadline) != 0)) {
         return -1;
+    }
+    if (ddp__read_all(fd, h, 16, deadline) != 0) return -1;
     rlen = ntohl(h[3]);
     if (ntohl(h[0]) != DDP__MAGIC || rlen > 0x7fffffffu) { errno = EPROTO; return -1; }
     if (!(buf = DDP__CAST(char *, DDP_MALLOC((size_t)rlen + 1)))) { errno = ENOMEM; return -1; }
@@ -1847,9 +2161,12 @@ static ddp_result ddp__store_req(ddp_ctx *ctx, uint32_t op, const char *key, con
     char *buf = NULL;
     ddp_result r;
     if (ddp__store_io(ctx->st->store_fd, op, key, val, vlen, ddp__now_ms() + cfg->timeout_ms, &status, &buf, outlen) != 0) {
-        if (errno == ETIMEDOUT)
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.1f s %s (store at %s:%d)", cfg->timeout_ms / 1000.0,
-                             what, cfg->master_addr, cfg->master_port);
+        if (errno == ETIMEDOUT) {
+            char who[400] = ""; /* rank 0 hosts the store: it can say who is missing */
+            if (ctx->st->server) ddp__server_missing(ctx->st->server, key, who, sizeof who);
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.1f s %s (store at %s:%d)%s%s", cfg->timeout_ms / 1000.0,
+                             what, cfg->master_addr, cfg->master_port, who[0] ? ": " : "", who);
+        }
         if (errno == EPROTO)
             return ddp__fail(ctx, DDP_ERR_PROTOCOL, "the store at %s:%d sent a malformed answer", cfg->master_addr,
                              cfg->master_port);
@@ -1867,8 +2184,9 @@ static ddp_result ddp__store_req(ddp_ctx *ctx, uint32_t op, const char *key, con
 }
 
 /* HELLO (and with a secret, the challenge both ways) on a fresh connection.
-   1: admitted; 0: the connection broke (try again); -1: refused (in ctx's error). */
-static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline)
+   1: admitted; 0: the connection broke (try again); -1: refused, -2: the answer is not
+   a ddp store's (why in `why`). Rank 0 says hello with its store's own nonce. */
+static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline, char *why, size_t whysize)
 {
     ddp__settings *cfg = &ctx->st->cfg;
     unsigned char raw[16];
@@ -1877,37 +2195,42 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline)
     int ok;
     ddp__random(raw, sizeof raw);
     ddp__hex(nonce, raw, sizeof raw);
+    if (ctx->st->server) ddp__copy(nonce, sizeof nonce, ctx->st->server->own);
     snprintf(hello, sizeof hello, "%d %d %s", ctx->rank, ctx->world_size, nonce);
-    if (ddp__store_io(fd, DDP__HELLO, cfg->job_id, hello, (uint32_t)strlen(hello), deadline, &status, &reply, NULL) != 0)
-        return 0;
+    if (ddp__store_io(fd, DDP__HELLO, cfg->job_id, hello, (uint32_t)strlen(hello), deadline, &status, &reply, NULL) != 0) {
+        if (errno != EPROTO) return 0;
+        snprintf(why, whysize, "%.100s:%d answers, but not as a ddp store (another program listens on MASTER_PORT?)",
+                 cfg->master_addr, cfg->master_port);
+        return -2;
+    }
     if (status == DDP__ST_ERROR) {
-        ddp__fail(ctx, DDP_ERR_REFUSED, "the store at %s:%d refused rank %d of job '%s': %s", cfg->master_addr,
-                  cfg->master_port, ctx->rank, cfg->job_id, reply);
+        snprintf(why, whysize, "the store at %.100s:%d refused rank %d of job '%.60s': %.200s", cfg->master_addr, cfg->master_port,
+                 ctx->rank, cfg->job_id, reply);
         DDP_FREE(reply);
         return -1;
     }
     if (status == DDP__ST_OK && !cfg->secret[0]) { DDP_FREE(reply); return 1; }
     if (status != DDP__ST_CHALLENGE || !cfg->secret[0]) {
         DDP_FREE(reply);
-        ddp__fail(ctx, DDP_ERR_REFUSED, status == DDP__ST_CHALLENGE
-                  ? "the store at %s:%d asks for a secret: set DDP_SECRET as rank 0 has it"
-                  : "the store at %s:%d did not ask for the secret: it is not this job's, or rank 0 has no DDP_SECRET",
-                  cfg->master_addr, cfg->master_port);
+        snprintf(why, whysize, status == DDP__ST_CHALLENGE
+                 ? "the store at %.100s:%d asks for a secret: set DDP_SECRET as rank 0 has it"
+                 : "the store at %.100s:%d did not ask for the secret: it is not this job's, or rank 0 has no DDP_SECRET",
+                 cfg->master_addr, cfg->master_port);
         return -1;
     }
     ok = sscanf(reply, "%32s %64s", snonce, smac) == 2;
     DDP_FREE(reply);
     ddp__hmac(mac, cfg->secret, "server", nonce, snonce);
     if (!ok || !ddp__same_mac(mac, smac)) {
-        ddp__fail(ctx, DDP_ERR_REFUSED, "the store at %s:%d could not prove it knows this rank's DDP_SECRET (rank 0 "
-                  "has another secret, or this is not the job's store)", cfg->master_addr, cfg->master_port);
+        snprintf(why, whysize, "the store at %.100s:%d could not prove it knows this rank's DDP_SECRET (rank 0 has another "
+                 "secret, or this is not the job's store)", cfg->master_addr, cfg->master_port);
         return -1;
     }
     ddp__hmac(mac, cfg->secret, "client", snonce, nonce);
     if (ddp__store_io(fd, DDP__AUTH, "", mac, 64, deadline, &status, &reply, NULL) != 0) return 0;
     if (status != DDP__ST_OK) {
-        ddp__fail(ctx, DDP_ERR_REFUSED, "the store at %s:%d refused rank %d: %s", cfg->master_addr, cfg->master_port,
-                  ctx->rank, reply);
+        snprintf(why, whysize, "the store at %.100s:%d refused rank %d: %.200s", cfg->master_addr, cfg->master_port, ctx->rank,
+                 reply);
         DDP_FREE(reply);
         return -1;
     }
@@ -1915,47 +2238,85 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline)
     return 1;
 }
 
-/* Connects and is admitted, retrying until the timeout: rank 0 may not listen yet,
-   and a crowd of strangers may push a newcomer out. */
-static ddp_result ddp__store_connect(ddp_ctx *ctx)
+/* One connection to MASTER_ADDR:MASTER_PORT, non-blocking once made; -1 with errno. */
+static int ddp__dial(ddp_ctx *ctx, ddp_result *r)
 {
     ddp__settings *cfg = &ctx->st->cfg;
     struct addrinfo hints, *res = NULL, *ai;
     char port[16];
-    int64_t deadline = ddp__now_ms() + cfg->timeout_ms;
-    int backoff = 10, err = ECONNREFUSED, one = 1, rc;
+    int fd = -1, err = ECONNREFUSED, one = 1, rc;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     snprintf(port, sizeof port, "%d", cfg->master_port);
+    *r = DDP_OK;
+    if ((rc = getaddrinfo(cfg->master_addr, port, &hints, &res)) != 0) {
+        *r = ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s cannot be resolved: %s", cfg->master_addr, gai_strerror(rc));
+        return -1;
+    }
+    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
+        struct timeval tv;
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        tv.tv_sec = 5; tv.tv_usec = 0; /* bounds connect() to an unreachable host */
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) { err = errno; close(fd); fd = -1; }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) { errno = err; return -1; }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    return fd;
+}
+
+/* Connects and is admitted, retrying until the timeout: rank 0 may not listen yet,
+   and a crowd of strangers may push a newcomer out. A refusal, or a port where
+   something else answers, ends it at once. */
+static ddp_result ddp__store_connect(ddp_ctx *ctx)
+{
+    ddp__settings *cfg = &ctx->st->cfg;
+    int64_t deadline = ddp__now_ms() + cfg->timeout_ms;
+    int backoff = 10, err = ECONNREFUSED;
+    char why[512];
+    ddp_result r;
     for (;;) {
-        int fd = -1, admitted;
-        if ((rc = getaddrinfo(cfg->master_addr, port, &hints, &res)) != 0)
-            return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s cannot be resolved: %s", cfg->master_addr, gai_strerror(rc));
-        for (ai = res; ai && fd < 0; ai = ai->ai_next) {
-            struct timeval tv;
-            fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
-            if (fd < 0) continue;
-            tv.tv_sec = 5; tv.tv_usec = 0; /* bounds connect() to an unreachable host */
-            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-            if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) { err = errno; close(fd); fd = -1; }
-        }
-        freeaddrinfo(res);
-        if (fd >= 0) {
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            fcntl(fd, F_SETFL, O_NONBLOCK);
-            admitted = ddp__store_hello(ctx, fd, deadline);
+        int fd = ddp__dial(ctx, &r), admitted;
+        if (r != DDP_OK) return r;
+        if (fd < 0) err = errno;
+        else {
+            admitted = ddp__store_hello(ctx, fd, deadline, why, sizeof why);
             if (admitted > 0) { ctx->st->store_fd = fd; return DDP_OK; }
             close(fd);
-            if (admitted < 0) return DDP_ERR_REFUSED;
+            if (admitted < 0) return ddp__fail(ctx, admitted == -2 ? DDP_ERR_PROTOCOL : DDP_ERR_REFUSED, "%s", why);
             err = ECONNRESET;
         }
         if (ddp__now_ms() + backoff > deadline)
             return ddp__fail(ctx, DDP_ERR_TIMEOUT, "cannot reach rank 0's store at %s:%d within %.1f s: %s",
                              cfg->master_addr, cfg->master_port, cfg->timeout_ms / 1000.0, strerror(err));
         ddp__sleep_ms(backoff);
-        backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
+        /* at most 0.1 s: a rank that waits for rank 0 joins as soon as it listens */
+        backoff = backoff * 2 > 100 ? 100 : backoff * 2;
     }
+}
+
+/* Rank 0 found MASTER_PORT taken: asks the holder who it is. A store of this job id
+   takes the question as a second claim to rank 0 and stops its job too (a rank of
+   this launch may already have joined it). */
+static ddp_result ddp__port_taken(ddp_ctx *ctx)
+{
+    ddp__settings *cfg = &ctx->st->cfg;
+    char why[512] = "what listens there did not answer as a ddp store";
+    ddp_result r;
+    int fd = ddp__dial(ctx, &r), said;
+    if (r != DDP_OK) return r;
+    if (fd >= 0) {
+        said = ddp__store_hello(ctx, fd, ddp__now_ms() + 2000, why, sizeof why);
+        if (said == 1) snprintf(why, sizeof why, "a ddp store of another version holds it");
+        close(fd);
+    }
+    return ddp__fail(ctx, DDP_ERR_ENV, "rank 0 cannot open the store on %s:%d, the port is in use: %s%s",
+                     cfg->master_addr, cfg->master_port, why,
+                     strstr(why, "MASTER_PORT") ? "" : " (give each job its own MASTER_PORT or DDP_JOB_ID)");
 }
 
 static ddp_result ddp__store_set(ddp_ctx *ctx, const char *key, const void *val, uint32_t len, const char *what)
@@ -2322,11 +2683,13 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
     return ddp__fail(ctx, DDP_ERR_ARG, "unknown collective %d", c->kind);
 }
 
-/* Arenas are named /dev/shm/ddp.<job hash>.<creator pid>: the launcher can remove
-   its job's, and a new job removes those nobody holds a lock on (their ranks are
-   all dead). Their creator locks them at once; a few seconds of age cover that
-   instant. */
-static void ddp__shm_sweep(const char *prefix, int only_orphans)
+/* Arenas are named /dev/shm/ddp.<job hash>.<creator pid>: the launcher removes its
+   job's (min_age < 0: all of them), and a new job, or a rank of a job that failed,
+   removes those nobody holds a lock on (their ranks are all gone) and that are at
+   least min_age seconds old. An arena has its creator's lock before it has a name
+   (ddp__shm_create), except where /dev/shm cannot make it unnamed first: a few
+   seconds of age cover that instant. */
+static void ddp__shm_sweep(const char *prefix, int min_age)
 {
     DIR *dir = opendir("/dev/shm");
     struct dirent *e;
@@ -2337,9 +2700,9 @@ static void ddp__shm_sweep(const char *prefix, int only_orphans)
         int fd, orphan;
         if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
         snprintf(name, sizeof name, "/%s", e->d_name);
-        if (!only_orphans) { shm_unlink(name); continue; }
+        if (min_age < 0) { shm_unlink(name); continue; }
         if ((fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0)) < 0) continue;
-        orphan = fstat(fd, &sb) == 0 && sb.st_mtime + 5 < time(NULL) && !ddp__locked(fd, 0, DDP__MAX_CPU_RANKS);
+        orphan = fstat(fd, &sb) == 0 && time(NULL) - sb.st_mtime >= min_age && !ddp__locked(fd, 0, DDP__MAX_CPU_RANKS);
         close(fd);
         if (orphan) shm_unlink(name);
     }
@@ -2359,11 +2722,47 @@ static ddp_result ddp__cpu_lock(ddp_ctx *ctx, int fd, const char *name)
     return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot lock byte %d of shared memory %s: %s", ctx->rank, name, strerror(errno));
 }
 
+/* Rank 0's arena, locked and its pages reserved (a full /dev/shm is an error here,
+   not a SIGBUS later) before it has a name: made unnamed (O_TMPFILE) and linked as
+   `name` only then, so a named arena always has a holder while its ranks live, and a
+   crash before leaves nothing. Where /dev/shm cannot, by name and locked at once. */
+static int ddp__shm_create(ddp_ctx *ctx, const char *name, size_t size, ddp_result *r)
+{
+    char path[300], proc[64];
+    int named, fd = -1;
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    for (named = 0; named < 2; named++) {
+        fd = named ? shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)
+                   : open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0) continue;
+        if ((*r = ddp__cpu_lock(ctx, fd, name)) != DDP_OK) break;
+        if (ftruncate(fd, (off_t)size) != 0 || posix_fallocate(fd, 0, (off_t)size) != 0) {
+            struct statvfs vs;
+            double free_mb = statvfs("/dev/shm", &vs) == 0 ? (double)vs.f_bavail * vs.f_frsize / 1048576.0 : -1;
+            *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "/dev/shm has %.1f MiB free, the CPU backend needs %.1f MiB (%d ranks "
+                           "+ 1 x %zu bytes): enlarge /dev/shm (docker --shm-size) or lower DDP_SHM_CHUNK", free_mb,
+                           size / 1048576.0, ctx->world_size, ddp__cpu_of(ctx)->chunk);
+            break;
+        }
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+        if (named || linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0) return fd;
+        close(fd); /* no /proc to name it by: by name, then */
+        fd = -1;
+    }
+    if (fd < 0) {
+        *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot create shared memory %s: %s", name, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    if (named) shm_unlink(name);
+    return -1;
+}
+
 static ddp_result ddp__cpu_init(ddp_ctx *ctx)
 {
     struct ddp__state *st = ctx->st;
     ddp__cpu *cpu;
-    char name[128], key[32], *got = NULL;
+    char name[128], *got = NULL;
     unsigned long long token = 0;
     int fd = -1;
     ddp_result r;
@@ -2381,76 +2780,68 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
     st->bs = cpu;
     cpu->chunk = st->cfg.chunk;
     cpu->size = DDP__SHM_HEADER + (size_t)(ctx->world_size + 1) * cpu->chunk;
-    snprintf(key, sizeof key, "shm/%d", ctx->node_rank);
-    if (ctx->local_rank == 0) {
-        ddp__shm_sweep("ddp.", 1);
+    /* one host (by host name and boot id), so one arena, made by rank 0: launchers that
+       split one machine into "nodes" (two torchrun --nnodes=2 to rehearse) share it */
+    if (ctx->rank == 0) {
+        ddp__shm_sweep("ddp.", 5);
         snprintf(name, sizeof name, "/ddp.%016llx.%d", (unsigned long long)ddp__hash(st->cfg.job_id), (int)getpid());
-        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd < 0)
-            return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot create shared memory %s: %s", name, strerror(errno));
-        if ((r = ddp__cpu_lock(ctx, fd, name)) != DDP_OK) { close(fd); shm_unlink(name); return r; }
-        /* reserve the pages now: a full /dev/shm is an error here, not a SIGBUS later */
-        if (ftruncate(fd, (off_t)cpu->size) != 0 || posix_fallocate(fd, 0, (off_t)cpu->size) != 0) {
-            struct statvfs vs;
-            double free_mb = statvfs("/dev/shm", &vs) == 0 ? (double)vs.f_bavail * vs.f_frsize / 1048576.0 : -1;
-            close(fd);
-            shm_unlink(name);
-            return ddp__fail(ctx, DDP_ERR_SYSTEM,
-                             "/dev/shm has %.1f MiB free, the CPU backend needs %.1f MiB (%d ranks + 1 x %zu bytes): "
-                             "enlarge /dev/shm (docker --shm-size) or lower DDP_SHM_CHUNK", free_mb,
-                             cpu->size / 1048576.0, ctx->world_size, cpu->chunk);
-        }
+        if ((fd = ddp__shm_create(ctx, name, cpu->size, &r)) < 0) return r;
         ddp__random(&token, sizeof token);
     } else {
-        if ((r = ddp__store_get(ctx, key, &got, NULL, "waiting for local rank 0's shared memory")) != DDP_OK) return r;
+        if ((r = ddp__store_get(ctx, "shm", &got, NULL, "waiting for rank 0's shared memory")) != DDP_OK) return r;
         if (sscanf(got, "%127s %llx", name, &token) != 2) {
             DDP_FREE(got);
-            return ddp__fail(ctx, DDP_ERR_PROTOCOL, "local rank 0 sent a malformed arena name");
+            return ddp__fail(ctx, DDP_ERR_PROTOCOL, "rank 0 sent a malformed arena name");
         }
         DDP_FREE(got);
         fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0)
-            return ddp__fail(ctx, DDP_ERR_BACKEND, "cannot open local rank 0's shared memory %s: %s (ranks with one "
-                             "host name and boot id but separate /dev/shm? give them distinct host names)",
-                             name, strerror(errno));
+            return ddp__fail(ctx, DDP_ERR_BACKEND, "cannot open rank 0's shared memory %s: %s (ranks with one host name "
+                             "and boot id but separate /dev/shm? give them distinct host names)", name, strerror(errno));
         if ((r = ddp__cpu_lock(ctx, fd, name)) != DDP_OK) { close(fd); return r; }
     }
     cpu->fd = fd;
     p = mmap(NULL, cpu->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
-        if (ctx->local_rank == 0) shm_unlink(name);
+        if (ctx->rank == 0) shm_unlink(name);
         return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot map %zu bytes of shared memory: %s", cpu->size, strerror(errno));
     }
     cpu->shm = (ddp__shm *)p;
-    if (ctx->local_rank == 0) {
+    if (ctx->rank == 0) {
         char text[160];
         cpu->shm->token = token;
         snprintf(text, sizeof text, "%s %llx", name, token);
-        if ((r = ddp__store_set(ctx, key, text, (uint32_t)strlen(text), "publishing the shared memory")) != DDP_OK) {
+        if ((r = ddp__store_set(ctx, "shm", text, (uint32_t)strlen(text), "publishing the shared memory")) != DDP_OK) {
             shm_unlink(name);
             return r;
         }
     } else if (cpu->shm->token != token) {
-        return ddp__fail(ctx, DDP_ERR_BACKEND, "shared memory %s is not local rank 0's (ranks with one host name and "
-                         "boot id but separate /dev/shm? give them distinct host names)", name);
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "shared memory %s is not rank 0's (ranks with one host name and boot "
+                         "id but separate /dev/shm? give them distinct host names)", name);
     }
     cpu->shm->pids[ctx->rank] = (int32_t)getpid();
-    /* once everyone has it mapped the name goes: a crash can leave nothing behind */
-    r = ddp__store_barrier(ctx, "shm", "waiting for every rank to map the shared memory");
-    if (ctx->local_rank == 0) shm_unlink(name);
+    /* once everyone has it mapped the name goes; if rank 0 dies first, the last rank to
+       let go of it removes it (ddp__cpu_release) */
+    r = ddp__store_barrier(ctx, "mapped", "waiting for every rank to map the shared memory");
+    if (ctx->rank == 0) shm_unlink(name);
     if (r != DDP_OK) return r;
-    cpu->spin = sysconf(_SC_NPROCESSORS_ONLN) >= ctx->local_world_size;
+    cpu->spin = sysconf(_SC_NPROCESSORS_ONLN) >= ctx->world_size;
     return DDP_OK;
 }
 
 static void ddp__cpu_release(ddp_ctx *ctx)
 {
     ddp__cpu *cpu = ddp__cpu_of(ctx);
+    char prefix[40];
     if (!cpu) return;
     if (cpu->shm) munmap(cpu->shm, cpu->size);
     if (cpu->fd >= 0) close(cpu->fd);
     DDP_FREE(cpu);
     ctx->st->bs = NULL;
+    /* a job that failed in its first moments (rank 0 killed before it removed the
+       name): the last rank to let go removes the arena nobody holds any more */
+    snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(ctx->st->cfg.job_id));
+    if (ctx->st->broken) ddp__shm_sweep(prefix, 0);
 }
 
 /* A failure on one rank stops the others at once. */
@@ -2461,31 +2852,62 @@ static void ddp__cpu_abort(ddp_ctx *ctx, ddp_result code)
 }
 
 /* ---- >>nccl ----------------------------------------------------------------------------------
-   One communicator per process on device local_rank, created non-blocking so that a
-   stuck peer turns into a timeout and an abort instead of a hang. Collectives run on
-   the context's own stream, ordered after the caller's stream by an event, and the
-   caller's stream is ordered after them (async ones: in ddp_wait, so they overlap).
-   A blocking collective returns once queued; a watchdog thread follows it and aborts
-   the communicator if it has not finished within the timeout, so the caller's next
-   synchronising CUDA call returns with an error instead of waiting forever. Host
-   memory (a stack variable, as on the CPU backend) is staged through device memory,
-   and such a call returns when its result is in place. */
+   One communicator per process, on the GPU ddp__device_for picks, created non-blocking
+   so that a stuck peer turns into a timeout and an abort instead of a hang. Collectives
+   run on the context's own stream, ordered after the caller's stream by an event, and
+   the caller's stream is ordered after them (async ones: in ddp_wait, so they overlap).
+   Host memory (a stack variable, as on the CPU backend) is staged through device
+   memory, and such a call returns when its result is in place.
+
+   A watchdog thread follows every collective. Two events bracket it on the NCCL
+   stream, and its time starts when the first has completed: when everything queued
+   before it (the caller's kernels, earlier collectives) is done and it can run, so a
+   long backward pass ahead of a bucket does not count against the bucket. One still
+   running DDP_TIMEOUT after its start, or an error NCCL reports, aborts the
+   communicator. What follows an abort:
+   - NCCL's kernels end, so the NCCL stream, and the caller's streams ordered after
+     it, run on: a cudaStreamSynchronize returns cudaSuccess, and the collectives in
+     flight leave garbage in their outputs (CUDA reports nothing);
+   - a host wait in progress (ddp_wait, a collective on host memory) returns at once,
+     else the next ddp.h call on the context that uses NCCL (a collective, ddp_wait,
+     ddp_grad_ready or _finish, ddp_metric_reduce, ddp_barrier) returns DDP_ERR_TIMEOUT
+     (DDP_ERR_BACKEND for an NCCL error) with the reason, and later ones DDP_ERR_ABORTED.
+   Threads: the communicator and the ring of followed collectives belong to b->mu.
+   Every NCCL call on the communicator is made under it (NCCL serves one thread at a
+   time), and none of them waits long (the communicator is non-blocking); waits for the
+   GPU poll with the lock released. The first failure takes the communicator out
+   under the lock and records why, and whoever took it aborts it after releasing the
+   lock: it is aborted once, and nobody uses it after. The watchdog selects this
+   rank's GPU before anything else, as every thread that makes CUDA calls must (else
+   CUDA opens a context on GPU 0 for it, on every rank of the host). */
 #ifdef DDP_NCCL
-#define DDP__WATCH 256 /* blocking collectives followed at once */
+#define DDP__RING 256 /* collectives followed at once; the next waits for the oldest */
+
+typedef struct ddp__followed {
+    cudaEvent_t start, done; /* around the collective on the NCCL stream; made once, reused */
+    uint64_t seq;
+    int kind;
+    int64_t began_ms;        /* when the watchdog saw `start` complete; 0 until then */
+} ddp__followed;
 
 typedef struct ddp__nccl {
-    ncclComm_t comm;
+    ncclComm_t comm;         /* NULL once taken out by a failure */
     cudaStream_t stream;
-    cudaEvent_t ready;
-    void *dev, *host;       /* staging for host memory: device and pinned buffers */
-    size_t staged;          /* their size */
+    cudaEvent_t ready;       /* the caller's stream, before a collective */
+    void *dev, *host;        /* staging for host memory: device and pinned buffers */
+    size_t staged;           /* their size */
+    int device;
+    int64_t timeout_ms;
     pthread_t watchdog;
+    int watching;            /* the thread was started */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int watching, stop;
-    struct { cudaEvent_t ev; int64_t deadline; uint64_t seq; int kind; } watch[DDP__WATCH];
-    int nwatch;
-    char why[300];          /* what the watchdog saw, for the next call */
+    pthread_cond_t cv;       /* the watchdog's tick and start */
+    int up, stop;            /* up: 1 the watchdog runs on `device`, -1 it could not select it */
+    cudaError_t up_error;
+    ddp_result failed;       /* why comm was taken out; DDP_OK while it serves */
+    char why[300];           /* written once, before `failed` is set */
+    ddp__followed ring[DDP__RING];
+    uint64_t head, tail;     /* ring[head .. tail) mod DDP__RING: in flight, oldest first */
 } ddp__nccl;
 
 static ddp__nccl *ddp__nccl_of(ddp_ctx *ctx) { return (ddp__nccl *)ctx->st->bs; }
@@ -2506,83 +2928,189 @@ static void ddp__cuda_why(char *out, size_t n, cudaError_t e)
              drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
 }
 
-static void ddp__nccl_abort(ddp__nccl *b)
+/* Under b->mu: the first failure takes the communicator out and says why. Returns it
+   for the caller to abort once the lock is released; NULL if an earlier failure did. */
+static ncclComm_t ddp__nccl_take(ddp__nccl *b, ddp_result code, const char *fmt, ...) DDP__PRINTF(3, 4);
+static ncclComm_t ddp__nccl_take(ddp__nccl *b, ddp_result code, const char *fmt, ...)
 {
-    if (b->comm) ncclCommAbort(b->comm);
+    ncclComm_t comm = b->comm;
+    va_list ap;
+    if (b->failed) return NULL;
+    va_start(ap, fmt);
+    vsnprintf(b->why, sizeof b->why, fmt, ap);
+    va_end(ap);
+    b->failed = code;
     b->comm = NULL;
+    return comm;
 }
 
-/* Non-blocking NCCL calls may answer "in progress": wait for the verdict, within the timeout. */
+/* DDP_OK while the communicator serves, else the failure that took it out, reported
+   for `what`. */
+static ddp_result ddp__nccl_alive(ddp_ctx *ctx, const char *what, uint64_t seq)
+{
+    ddp__nccl *b = ddp__nccl_of(ctx);
+    ddp_result code;
+    pthread_mutex_lock(&b->mu);
+    code = b->failed;
+    pthread_mutex_unlock(&b->mu);
+    if (code == DDP_OK) return DDP_OK;
+    return ddp__fail(ctx, code, "%s #%llu: %s", what, (unsigned long long)seq, b->why);
+}
+
+/* Non-blocking NCCL calls may answer "in progress": polls for the verdict (the lock
+   released between looks), within the timeout. */
 static ddp_result ddp__nccl_settle(ddp_ctx *ctx, ncclResult_t r, const char *what, uint64_t seq)
 {
     ddp__nccl *b = ddp__nccl_of(ctx);
-    int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
-    while (r == ncclInProgress) {
-        if (ddp__now_ms() > deadline) {
-            ddp__nccl_abort(b);
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.1f s (NCCL aborted)", what,
-                             (unsigned long long)seq, ctx->st->cfg.timeout_ms / 1000.0);
+    const int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
+    char last[200] = "";
+    for (;;) {
+        ncclComm_t gone = NULL;
+        ddp_result failed;
+        int pollable;
+        pthread_mutex_lock(&b->mu);
+        if (r == ncclInProgress && b->comm) {
+            ncclResult_t q;
+            if (ddp__now_ms() > deadline)
+                gone = ddp__nccl_take(b, DDP_ERR_TIMEOUT, "%s #%llu was still in progress after %.1f s (NCCL aborted)",
+                                      what, (unsigned long long)seq, ctx->st->cfg.timeout_ms / 1000.0);
+            else if ((q = ncclCommGetAsyncError(b->comm, &r)) != ncclSuccess)
+                r = q;
         }
+        if (r != ncclSuccess && r != ncclInProgress && b->comm) snprintf(last, sizeof last, "%s", ncclGetLastError(b->comm));
+        failed = b->failed;
+        pollable = b->comm != NULL;
+        pthread_mutex_unlock(&b->mu);
+        if (gone) ncclCommAbort(gone);
+        if (failed) return ddp__nccl_alive(ctx, what, seq);
+        if (r == ncclSuccess) return DDP_OK;
+        if (r != ncclInProgress || !pollable)
+            return ddp__fail(ctx, DDP_ERR_BACKEND, "%s #%llu: %s (%s)", what, (unsigned long long)seq,
+                             ncclGetErrorString(r), last);
         sched_yield();
-        if (!b->comm || ncclCommGetAsyncError(b->comm, &r) != ncclSuccess) break;
     }
-    if (r == ncclSuccess) return DDP_OK;
-    return ddp__fail(ctx, DDP_ERR_BACKEND, "%s #%llu: %s (%s)", what, (unsigned long long)seq, ncclGetErrorString(r),
-                     b->comm ? ncclGetLastError(b->comm) : "");
 }
 
-/* Waits on the host for an event, polling NCCL for errors, within the timeout. */
+/* Under b->mu: forgets the finished collectives at the front of the ring. Returns
+   cudaErrorNotReady while the oldest runs, cudaSuccess when none is left, or the error
+   its event reports. */
+static cudaError_t ddp__nccl_retire(ddp__nccl *b)
+{
+    while (b->head < b->tail) {
+        cudaError_t e = cudaEventQuery(b->ring[b->head % DDP__RING].done);
+        if (e != cudaSuccess) return e;
+        b->head++;
+    }
+    return cudaSuccess;
+}
+
+/* Waits on the host for ev, the end of a followed collective: polls it and NCCL's
+   errors; the watchdog keeps the time. A collective that ends because the watchdog
+   aborted NCCL reports that, not its garbage. */
 static ddp_result ddp__nccl_wait_event(ddp_ctx *ctx, cudaEvent_t ev, const char *what, uint64_t seq)
 {
     ddp__nccl *b = ddp__nccl_of(ctx);
-    int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
     for (;;) {
         cudaError_t e = cudaEventQuery(ev);
         ncclResult_t async = ncclSuccess;
-        struct timespec ts;
-        if (e == cudaSuccess) return DDP_OK;
+        ncclComm_t gone = NULL;
+        ddp_result failed;
+        if (e == cudaSuccess) return ddp__nccl_alive(ctx, what, seq);
         if (e != cudaErrorNotReady) return ddp__cuda(ctx, e, what);
-        if (!b->comm) return ddp__fail(ctx, DDP_ERR_ABORTED, "%s #%llu: NCCL was aborted: %s", what,
-                                       (unsigned long long)seq, b->why);
-        ncclCommGetAsyncError(b->comm, &async);
-        if (async != ncclSuccess && async != ncclInProgress) return ddp__nccl_settle(ctx, async, what, seq);
-        if (ddp__now_ms() > deadline) {
-            ddp__nccl_abort(b);
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu did not finish within %.1f s (NCCL aborted)", what,
-                             (unsigned long long)seq, ctx->st->cfg.timeout_ms / 1000.0);
-        }
-        ts.tv_sec = 0;
-        ts.tv_nsec = 50000; /* the GPU is working; check again in 50 us */
-        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&b->mu);
+        if (b->comm && ncclCommGetAsyncError(b->comm, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress)
+            gone = ddp__nccl_take(b, DDP_ERR_BACKEND, "%s #%llu: %s (%s)", what, (unsigned long long)seq,
+                                  ncclGetErrorString(async), ncclGetLastError(b->comm));
+        failed = b->failed;
+        pthread_mutex_unlock(&b->mu);
+        if (gone) ncclCommAbort(gone);
+        if (failed) return ddp__nccl_alive(ctx, what, seq);
+        ddp__sleep_us(50); /* the GPU is working; look again soon */
     }
 }
 
-/* Follows blocking collectives: one not done by its deadline aborts the communicator. */
+/* Follows the oldest collective in flight (those behind it cannot start before it
+   ends): past DDP_TIMEOUT from its start, or on an NCCL or CUDA error, it aborts the
+   communicator. Looks every tenth of the timeout, at most every 100 ms. */
 static void *ddp__nccl_watchdog(void *arg)
 {
     ddp__nccl *b = (ddp__nccl *)arg;
+    const int64_t timeout = b->timeout_ms, tick = timeout / 10 < 1 ? 1 : timeout / 10 > 100 ? 100 : timeout / 10;
+    const cudaError_t e = cudaSetDevice(b->device);
     pthread_mutex_lock(&b->mu);
-    while (!b->stop) {
+    b->up = e == cudaSuccess ? 1 : -1;
+    b->up_error = e;
+    pthread_cond_broadcast(&b->cv);
+    while (!b->stop && e == cudaSuccess) {
         struct timespec ts;
-        int i;
+        ncclComm_t gone = NULL;
+        ncclResult_t async = ncclSuccess;
+        ddp__followed *f;
+        cudaError_t q;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        ts.tv_nsec += tick * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
         pthread_cond_timedwait(&b->cv, &b->mu, &ts);
-        for (i = 0; i < b->nwatch;) {
-            cudaError_t e = cudaEventQuery(b->watch[i].ev);
-            if (e == cudaErrorNotReady && ddp__now_ms() < b->watch[i].deadline) { i++; continue; }
-            if (e == cudaErrorNotReady && b->comm) {
-                snprintf(b->why, sizeof b->why, "%s #%llu did not finish within the timeout (the watchdog aborted NCCL)",
-                         ddp__colls[b->watch[i].kind].name, (unsigned long long)b->watch[i].seq);
-                ddp__nccl_abort(b);
-            }
-            cudaEventDestroy(b->watch[i].ev);
-            b->watch[i] = b->watch[--b->nwatch];
+        if (b->stop || !b->comm) continue; /* after a failure there is nothing left to follow */
+        q = ddp__nccl_retire(b);
+        f = b->head < b->tail ? &b->ring[b->head % DDP__RING] : NULL;
+        if (f && q != cudaErrorNotReady) {
+            gone = ddp__nccl_take(b, DDP_ERR_BACKEND, "%s #%llu: %s (the watchdog aborted NCCL)",
+                                  ddp__colls[f->kind].name, (unsigned long long)f->seq, cudaGetErrorString(q));
+        } else if (f) {
+            if (!f->began_ms && cudaEventQuery(f->start) == cudaSuccess) f->began_ms = ddp__now_ms();
+            if (f->began_ms && ddp__now_ms() - f->began_ms > timeout)
+                gone = ddp__nccl_take(b, DDP_ERR_TIMEOUT, "%s #%llu did not finish within %.1f s of its start "
+                                      "(the watchdog aborted NCCL)", ddp__colls[f->kind].name,
+                                      (unsigned long long)f->seq, timeout / 1000.0);
+        }
+        if (!gone && ncclCommGetAsyncError(b->comm, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress)
+            gone = ddp__nccl_take(b, DDP_ERR_BACKEND, "NCCL failed: %s (%s; the watchdog aborted NCCL)",
+                                  ncclGetErrorString(async), ncclGetLastError(b->comm));
+        if (gone) {
+            pthread_mutex_unlock(&b->mu);
+            ncclCommAbort(gone);
+            pthread_mutex_lock(&b->mu);
         }
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
+}
+
+/* Ranks on one host must drive different GPUs (NCCL refuses two on one, and a GPU
+   that one rank sees alone may be the one another sees alone): every rank's node and
+   GPU PCI address through the store, so that every rank names the same pair. */
+static ddp_result ddp__nccl_own_gpu(ddp_ctx *ctx, int visible)
+{
+    const int w = ctx->world_size;
+    int dom = 0, bus = 0, slot = 0, i, j;
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES"), **parts;
+    char mine[48], *all = NULL;
+    uint32_t *lens;
+    ddp_result r;
+    cudaDeviceGetAttribute(&dom, cudaDevAttrPciDomainId, ctx->device);
+    cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, ctx->device);
+    cudaDeviceGetAttribute(&slot, cudaDevAttrPciDeviceId, ctx->device);
+    snprintf(mine, sizeof mine, "%04x:%02x:%02x.0 of node %d", dom, bus, slot, ctx->node_rank);
+    parts = DDP__CAST(const char **, DDP_MALLOC(sizeof(char *) * (size_t)w));
+    lens = DDP__CAST(uint32_t *, DDP_MALLOC(sizeof(uint32_t) * (size_t)w));
+    r = parts && lens ? ddp__store_gather(ctx, "gpu", mine, (uint32_t)strlen(mine), &all, parts, lens,
+                                          "comparing the ranks' GPUs")
+                      : ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
+    for (i = 0; r == DDP_OK && i < w; i++)
+        for (j = i + 1; r == DDP_OK && j < w; j++)
+            if (lens[i] == lens[j] && memcmp(parts[i], parts[j], lens[i]) == 0)
+                r = ddp__fail(ctx, DDP_ERR_ENV, "ranks %d and %d would share GPU %.*s (this rank sees %d, "
+                              "CUDA_VISIBLE_DEVICES=%s%s%s): NCCL needs a GPU per rank; start at most one rank per GPU, "
+                              "or use DDP_BACKEND=cpu", i, j, (int)lens[i], parts[i], visible, cvd ? "'" : "",
+                              cvd ? cvd : "unset", cvd ? "'" : "");
+    DDP_FREE(all);
+    DDP_FREE(parts);
+    DDP_FREE(lens);
+    return r;
 }
 
 static ddp_result ddp__nccl_init(ddp_ctx *ctx)
@@ -2590,24 +3118,26 @@ static ddp_result ddp__nccl_init(ddp_ctx *ctx)
     ddp__nccl *b;
     ncclUniqueId id;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    int n = 0;
+    int n = 0, device;
+    char why[300] = "no GPU is visible";
     cudaError_t e = cudaGetDeviceCount(&n);
     ddp_result r;
     if (e != cudaSuccess || n == 0) {
-        char why[200] = "no GPU is visible";
         if (e != cudaSuccess) ddp__cuda_why(why, sizeof why, e);
         return ddp__fail(ctx, DDP_ERR_BACKEND, "the NCCL backend needs a GPU: %s", why);
     }
-    if (ctx->local_rank >= n)
-        return ddp__fail(ctx, DDP_ERR_ENV, "local rank %d needs GPU %d, but only %d are visible", ctx->local_rank,
-                         ctx->local_rank, n);
-    if ((r = ddp__cuda(ctx, cudaSetDevice(ctx->local_rank), "cudaSetDevice")) != DDP_OK) return r;
-    ctx->device = ctx->local_rank;
+    if ((device = ddp__device_for(ctx->local_rank, n, getenv("CUDA_VISIBLE_DEVICES"), why, sizeof why)) < 0)
+        return ddp__fail(ctx, DDP_ERR_ENV, "%s", why);
+    if ((r = ddp__cuda(ctx, cudaSetDevice(device), "cudaSetDevice")) != DDP_OK) return r;
+    ctx->device = device;
     if (!(b = DDP__CAST(ddp__nccl *, DDP_MALLOC(sizeof *b)))) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
     memset(b, 0, sizeof *b);
     ctx->st->bs = b;
+    b->device = device;
+    b->timeout_ms = ctx->st->cfg.timeout_ms;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
+    if (ctx->world_size > 1 && (r = ddp__nccl_own_gpu(ctx, n)) != DDP_OK) return r;
     if (ctx->rank == 0) {
         if ((r = ddp__nccl_settle(ctx, ncclGetUniqueId(&id), "ncclGetUniqueId", 0)) != DDP_OK) return r;
         if (ctx->world_size > 1 &&
@@ -2634,6 +3164,12 @@ static ddp_result ddp__nccl_init(ddp_ctx *ctx)
     if (pthread_create(&b->watchdog, NULL, ddp__nccl_watchdog, b) != 0)
         return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the NCCL watchdog thread");
     b->watching = 1;
+    pthread_mutex_lock(&b->mu);
+    while (!b->up) pthread_cond_wait(&b->cv, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+    if (b->up < 0)
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "the NCCL watchdog thread cannot select GPU %d: %s", device,
+                         cudaGetErrorString(b->up_error));
     return DDP_OK;
 }
 
@@ -2664,9 +3200,35 @@ static ddp_result ddp__nccl_stage(ddp_ctx *ctx, size_t bytes)
     return DDP_OK;
 }
 
-/* Queues c on the NCCL stream after `user`'s work. Async: work->event marks its end
-   and ddp_wait orders the caller after it; blocking: the caller's stream waits for
-   it and the watchdog follows it. */
+/* The ring's next slot, its events made: when every slot is in flight, waits (polling,
+   the lock released) for the oldest collective to finish; the watchdog keeps the time. */
+static ddp_result ddp__nccl_slot(ddp_ctx *ctx, const ddp__coll *c, ddp__followed **slot)
+{
+    ddp__nccl *b = ddp__nccl_of(ctx);
+    ddp__followed *f;
+    cudaError_t e = cudaSuccess;
+    pthread_mutex_lock(&b->mu);
+    while (!b->failed && b->tail - b->head == DDP__RING) {
+        if ((e = ddp__nccl_retire(b)) != cudaSuccess && e != cudaErrorNotReady) break;
+        e = cudaSuccess;
+        if (b->tail - b->head < DDP__RING) break;
+        pthread_mutex_unlock(&b->mu);
+        ddp__sleep_us(50);
+        pthread_mutex_lock(&b->mu);
+    }
+    f = &b->ring[b->tail % DDP__RING];
+    if (!b->failed && e == cudaSuccess && !f->start) e = cudaEventCreateWithFlags(&f->start, cudaEventDisableTiming);
+    if (!b->failed && e == cudaSuccess && !f->done) e = cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming);
+    pthread_mutex_unlock(&b->mu);
+    *slot = f;
+    if (e != cudaSuccess) return ddp__cuda(ctx, e, ddp__colls[c->kind].name);
+    return ddp__nccl_alive(ctx, ddp__colls[c->kind].name, c->seq);
+}
+
+/* Queues c on the NCCL stream after `user`'s work, bracketed by its slot's events,
+   and hands it to the watchdog. Async: work->event marks its end and ddp_wait orders
+   the caller after it; blocking: the caller's stream waits for it; host memory: the
+   host waits for it. */
 static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_stream, ddp_work *work)
 {
     static const ncclDataType_t types[] = {
@@ -2680,6 +3242,7 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
 #undef DDP__NCCL_OP
     };
     ddp__nccl *b = ddp__nccl_of(ctx);
+    const char *name = ddp__colls[c->kind].name;
     cudaStream_t user = (cudaStream_t)user_stream;
     ncclDataType_t t = types[c->dtype];
     size_t es = ddp_dtype_size((ddp_dtype)c->dtype), W = (size_t)ctx->world_size;
@@ -2689,14 +3252,17 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
     int host_recv = ddp__colls[c->kind].recv && c->count && ddp__is_host(c->recv);
     const void *send = c->send;
     void *recv = c->recv;
-    cudaEvent_t done = NULL;
+    ddp__followed *f;
+    cudaEvent_t mine = NULL;
+    ncclComm_t comm;
     ncclResult_t nr = ncclSuccess;
     ddp_result r;
+    if ((r = ddp__nccl_alive(ctx, name, c->seq)) != DDP_OK) return r;
     if (c->kind >= DDP__BARRIER) /* a host meeting: the store serves */
         return ctx->world_size > 1 ? ddp__store_barrier(ctx, c->kind == DDP__BARRIER ? "barrier" : "destroy",
                                                         c->kind == DDP__BARRIER ? "in ddp_barrier" : "in ddp_destroy")
                                    : DDP_OK;
-    if (!b->comm) return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: %s", ddp__colls[c->kind].name, b->why);
+    if ((r = ddp__nccl_slot(ctx, c, &f)) != DDP_OK) return r;
     if (host_send || host_recv) { /* staged: send at the start, recv after it, one buffer each way */
         size_t off = host_send ? sbytes : 0;
         if ((r = ddp__nccl_stage(ctx, off + rbytes)) != DDP_OK) return r;
@@ -2711,61 +3277,58 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
     if ((r = ddp__cuda(ctx, cudaEventRecord(b->ready, user), "cudaEventRecord")) != DDP_OK ||
         (r = ddp__cuda(ctx, cudaStreamWaitEvent(b->stream, b->ready, 0), "cudaStreamWaitEvent")) != DDP_OK ||
         (host_send && (r = ddp__cuda(ctx, cudaMemcpyAsync(b->dev, b->host, sbytes, cudaMemcpyHostToDevice, b->stream),
-                                     "cudaMemcpyAsync (staging)")) != DDP_OK))
+                                     "cudaMemcpyAsync (staging)")) != DDP_OK) ||
+        (r = ddp__cuda(ctx, cudaEventRecord(f->start, b->stream), "cudaEventRecord")) != DDP_OK)
         return r;
-    switch (c->kind) {
-    case DDP__ALL_REDUCE: nr = ncclAllReduce(send, recv, c->count, t, ops[c->op], b->comm, b->stream); break;
-    case DDP__BROADCAST: nr = ncclBroadcast(recv, recv, c->count, t, c->root, b->comm, b->stream); break;
-    case DDP__ALL_GATHER: nr = ncclAllGather(send, recv, c->count, t, b->comm, b->stream); break;
-    case DDP__REDUCE_SCATTER: nr = ncclReduceScatter(send, recv, c->count, t, ops[c->op], b->comm, b->stream); break;
+    pthread_mutex_lock(&b->mu);
+    if ((comm = b->comm)) switch (c->kind) {
+        case DDP__ALL_REDUCE: nr = ncclAllReduce(send, recv, c->count, t, ops[c->op], comm, b->stream); break;
+        case DDP__BROADCAST: nr = ncclBroadcast(recv, recv, c->count, t, c->root, comm, b->stream); break;
+        case DDP__ALL_GATHER: nr = ncclAllGather(send, recv, c->count, t, comm, b->stream); break;
+        case DDP__REDUCE_SCATTER: nr = ncclReduceScatter(send, recv, c->count, t, ops[c->op], comm, b->stream); break;
+        }
+    pthread_mutex_unlock(&b->mu);
+    if (!comm) return ddp__nccl_alive(ctx, name, c->seq);
+    if ((r = ddp__nccl_settle(ctx, nr, name, c->seq)) != DDP_OK) return r;
+    if ((host_recv &&
+         (r = ddp__cuda(ctx, cudaMemcpyAsync((char *)b->host + ((char *)recv - (char *)b->dev), recv, rbytes,
+                                             cudaMemcpyDeviceToHost, b->stream), "cudaMemcpyAsync (staging)")) != DDP_OK) ||
+        (r = ddp__cuda(ctx, cudaEventRecord(f->done, b->stream), "cudaEventRecord")) != DDP_OK)
+        return r;
+    if (work && !host_send && !host_recv && /* the work's own end: the slot's events are reused */
+        ((r = ddp__cuda(ctx, cudaEventCreateWithFlags(&mine, cudaEventDisableTiming), "cudaEventCreate")) != DDP_OK ||
+         (r = ddp__cuda(ctx, cudaEventRecord(mine, b->stream), "cudaEventRecord")) != DDP_OK)) {
+        if (mine) cudaEventDestroy(mine);
+        return r;
     }
-    if ((r = ddp__nccl_settle(ctx, nr, ddp__colls[c->kind].name, c->seq)) != DDP_OK) return r;
-    if (host_recv &&
-        (r = ddp__cuda(ctx, cudaMemcpyAsync((char *)b->host + ((char *)recv - (char *)b->dev), recv, rbytes,
-                                            cudaMemcpyDeviceToHost, b->stream), "cudaMemcpyAsync (staging)")) != DDP_OK)
-        return r;
-    if ((r = ddp__cuda(ctx, cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate")) != DDP_OK ||
-        (r = ddp__cuda(ctx, cudaEventRecord(done, b->stream), "cudaEventRecord")) != DDP_OK) {
-        if (done) cudaEventDestroy(done);
-        return r;
-    }
-    if (host_send || host_recv) { /* the host needs the result now: wait, within the timeout */
-        r = ddp__nccl_wait_event(ctx, done, ddp__colls[c->kind].name, c->seq);
-        cudaEventDestroy(done);
+    pthread_mutex_lock(&b->mu); /* from here the watchdog follows it */
+    f->seq = c->seq;
+    f->kind = c->kind;
+    f->began_ms = 0;
+    b->tail++;
+    pthread_mutex_unlock(&b->mu);
+    if (host_send || host_recv) { /* the host needs the result now */
+        r = ddp__nccl_wait_event(ctx, f->done, name, c->seq);
         if (r == DDP_OK && host_recv) memcpy(c->recv, (char *)b->host + ((char *)recv - (char *)b->dev), rbytes);
         return r;
     }
     if (work) {
-        work->event = done;
+        work->event = mine;
         return DDP_OK;
     }
-    if ((r = ddp__cuda(ctx, cudaStreamWaitEvent(user, done, 0), "cudaStreamWaitEvent")) != DDP_OK) {
-        cudaEventDestroy(done);
-        return r;
-    }
-    pthread_mutex_lock(&b->mu);
-    if (b->nwatch < DDP__WATCH) {
-        b->watch[b->nwatch].ev = done;
-        b->watch[b->nwatch].deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
-        b->watch[b->nwatch].seq = c->seq;
-        b->watch[b->nwatch++].kind = c->kind;
-        done = NULL;
-    }
-    pthread_mutex_unlock(&b->mu);
-    if (done) { /* more than DDP__WATCH in flight: this one is followed here */
-        r = ddp__nccl_wait_event(ctx, done, ddp__colls[c->kind].name, c->seq);
-        cudaEventDestroy(done);
-    }
-    return r;
+    return ddp__cuda(ctx, cudaStreamWaitEvent(user, f->done, 0), "cudaStreamWaitEvent");
 }
 
-static ddp_result ddp__nccl_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
+/* Async work: `host` waits on the host too (ddp_wait); without it (gradient buckets)
+   only `stream` is ordered after the work, and the watchdog keeps following it. */
+static ddp_result ddp__nccl_wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host)
 {
     cudaEvent_t ev = (cudaEvent_t)work->event;
     ddp_result r;
     if (!ev) return DDP_OK; /* it finished when issued (host memory) */
-    r = ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq);
-    if (r == DDP_OK && stream) r = ddp__cuda(ctx, cudaStreamWaitEvent((cudaStream_t)stream, ev, 0), "cudaStreamWaitEvent");
+    r = host ? ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq) : ddp__nccl_alive(ctx, "all_reduce", work->seq);
+    if (r == DDP_OK && (stream || !host))
+        r = ddp__cuda(ctx, cudaStreamWaitEvent((cudaStream_t)stream, ev, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ev);
     work->event = NULL;
     return r;
@@ -2774,23 +3337,25 @@ static ddp_result ddp__nccl_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
 static void ddp__nccl_release(ddp_ctx *ctx)
 {
     ddp__nccl *b = ddp__nccl_of(ctx);
+    int i;
     if (!b) return;
     if (b->watching) {
         pthread_mutex_lock(&b->mu);
         b->stop = 1;
-        pthread_cond_signal(&b->cv);
+        pthread_cond_broadcast(&b->cv);
         pthread_mutex_unlock(&b->mu);
         pthread_join(b->watchdog, NULL);
     }
-    while (b->nwatch) cudaEventDestroy(b->watch[--b->nwatch].ev);
-    if (b->comm) {
-        if (ctx->st->broken) {
-            ddp__nccl_abort(b);
-        } else {
-            ddp__nccl_settle(ctx, ncclCommFinalize(b->comm), "ncclCommFinalize", 0);
-            if (b->comm) ncclCommDestroy(b->comm);
-            b->comm = NULL;
-        }
+    /* this thread alone from here */
+    if (b->comm && !ctx->st->broken &&
+        ddp__nccl_settle(ctx, ncclCommFinalize(b->comm), "ncclCommFinalize", 0) == DDP_OK) {
+        ncclCommDestroy(b->comm); /* finalized: frees without waiting */
+        b->comm = NULL;
+    }
+    if (b->comm) ncclCommAbort(b->comm); /* broken (or finalize failed): wait for nobody */
+    for (i = 0; i < DDP__RING; i++) {
+        if (b->ring[i].start) cudaEventDestroy(b->ring[i].start);
+        if (b->ring[i].done) cudaEventDestroy(b->ring[i].done);
     }
     if (b->stream) cudaStreamDestroy(b->stream);
     if (b->ready) cudaEventDestroy(b->ready);
@@ -2830,7 +3395,7 @@ static int ddp__nccl_usable(char *why, size_t n)
 #define DDP__MPI_PIECE ((size_t)4 << 20) /* bytes of one rank's data moved per step */
 
 typedef struct ddp__mpi {
-    MPI_Comm comm;
+    MPI_Comm comm, ctl;    /* collectives; "where are you?" after a timeout */
     int has_comm;
     char *stage;           /* W blocks of a piece */
     size_t staged;
@@ -2850,27 +3415,91 @@ static ddp_result ddp__mpi_error(ddp_ctx *ctx, int rc, const char *what, const d
     return ddp__fail(ctx, DDP_ERR_BACKEND, "%s: %s", what, text);
 }
 
-/* Waits for a request within the timeout: spins briefly, then sleeps between polls. */
+/* A rank that timed out asks the others where they are (tag ASK on ctl); every rank
+   that waits answers with the collective it waits in (tag ANSWER). */
+enum { DDP__MPI_ASK = 1, DDP__MPI_ANSWER = 2 };
+
+static void ddp__mpi_answer(ddp__mpi *b, const ddp__coll *c)
+{
+    MPI_Status s;
+    int64_t ask, here[2];
+    int asked = 0;
+    here[0] = (int64_t)c->seq;
+    here[1] = c->kind;
+    while (MPI_Iprobe(MPI_ANY_SOURCE, DDP__MPI_ASK, b->ctl, &asked, &s) == MPI_SUCCESS && asked) {
+        MPI_Recv(&ask, 1, MPI_INT64_T, s.MPI_SOURCE, DDP__MPI_ASK, b->ctl, MPI_STATUS_IGNORE);
+        MPI_Send(here, 2, MPI_INT64_T, s.MPI_SOURCE, DDP__MPI_ANSWER, b->ctl); /* 16 bytes: sent eagerly */
+        asked = 0;
+    }
+}
+
+/* After a timeout: where the others are, as the CPU backend says it ("1 (no answer:
+   busy outside ddp.h, stopped or gone), 3 (in all_reduce #11)"); those that answer
+   from this collective are not named. Asks once and listens for up to a second;
+   returns how many it names. */
+static int ddp__mpi_late(ddp_ctx *ctx, const ddp__coll *c, char *out, size_t size)
+{
+    ddp__mpi *b = ddp__mpi_of(ctx);
+    int64_t ask = (int64_t)c->seq, deadline = ddp__now_ms() + 1000, *where;
+    int r, answered = 0, late = 0;
+    out[0] = 0;
+    if (!(where = DDP__CAST(int64_t *, DDP_MALLOC(sizeof *where * 2 * (size_t)ctx->world_size)))) return 0;
+    for (r = 0; r < ctx->world_size; r++) {
+        where[2 * r] = -1;
+        if (r != ctx->rank) MPI_Send(&ask, 1, MPI_INT64_T, r, DDP__MPI_ASK, b->ctl);
+    }
+    while (answered < ctx->world_size - 1 && ddp__now_ms() < deadline) {
+        MPI_Status s;
+        int got = 0;
+        struct timespec ts = {0, 500000L};
+        ddp__mpi_answer(b, c); /* the others ask too */
+        if (MPI_Iprobe(MPI_ANY_SOURCE, DDP__MPI_ANSWER, b->ctl, &got, &s) == MPI_SUCCESS && got) {
+            MPI_Recv(&where[2 * s.MPI_SOURCE], 2, MPI_INT64_T, s.MPI_SOURCE, DDP__MPI_ANSWER, b->ctl, MPI_STATUS_IGNORE);
+            answered++;
+        } else {
+            nanosleep(&ts, NULL);
+        }
+    }
+    for (r = 0; r < ctx->world_size; r++) {
+        if (r == ctx->rank || (where[2 * r] == (int64_t)c->seq && where[2 * r + 1] == c->kind)) continue;
+        if (where[2 * r] < 0)
+            ddp__append(out, size, "%s%d (no answer: busy outside ddp.h, stopped or gone)", late++ ? ", " : "", r);
+        else
+            ddp__append(out, size, "%s%d (in %s #%lld)", late++ ? ", " : "", r,
+                        (unsigned)where[2 * r + 1] < DDP__COLL_COUNT ? ddp__colls[where[2 * r + 1]].name : "?",
+                        (long long)where[2 * r]);
+    }
+    DDP_FREE(where);
+    return late;
+}
+
+/* Waits for a request within the timeout: spins briefly, then sleeps between polls,
+   answering ranks that ask where this one is. */
 static ddp_result ddp__mpi_wait_req(ddp_ctx *ctx, MPI_Request *req, const ddp__coll *c, int rc)
 {
     int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
     long nap = 1000;
-    int done = 0, spins = 0;
+    int done = 0, spins = 0, n;
+    char late[300];
     if (rc != MPI_SUCCESS) return ddp__mpi_error(ctx, rc, "MPI", c);
     for (;;) {
         if ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return ddp__mpi_error(ctx, rc, "MPI_Test", c);
         if (done) return DDP_OK;
         if (++spins < 2000) continue;
-        if (ddp__now_ms() > deadline)
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.1f s in MPI (a rank is late, stuck or "
-                             "gone; the launcher ends the job when this rank exits)", ddp__colls[c->kind].name,
-                             (unsigned long long)c->seq, ctx->st->cfg.timeout_ms / 1000.0);
+        if (ddp__now_ms() > deadline) {
+            n = ddp__mpi_late(ctx, c, late, sizeof late);
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.1f s in MPI %s%s%s (the launcher ends "
+                             "the job when this rank exits)", ddp__colls[c->kind].name, (unsigned long long)c->seq,
+                             ctx->st->cfg.timeout_ms / 1000.0, n ? "waiting for rank" : "with every rank in it",
+                             n > 1 ? "s " : n ? " " : "", late);
+        }
         {
             struct timespec ts;
             ts.tv_sec = 0;
             ts.tv_nsec = nap;
             nanosleep(&ts, NULL);
             if (nap < 200000) nap *= 2; /* up to 0.2 ms between polls */
+            ddp__mpi_answer(ddp__mpi_of(ctx), c);
         }
     }
 }
@@ -3027,8 +3656,10 @@ static ddp_result ddp__mpi_group(ddp_ctx *ctx)
     if (provided < MPI_THREAD_SERIALIZED)
         return ddp__fail(ctx, DDP_ERR_BACKEND, "MPI was initialised without MPI_THREAD_SERIALIZED, which the MPI backend needs");
     MPI_Comm_dup(MPI_COMM_WORLD, &b->comm);
+    MPI_Comm_dup(MPI_COMM_WORLD, &b->ctl);
     b->has_comm = 1;
     MPI_Comm_set_errhandler(b->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(b->ctl, MPI_ERRORS_RETURN);
     MPI_Comm_rank(b->comm, &rank);
     MPI_Comm_size(b->comm, &size);
     if (ctx->world_size > 1 && (ctx->world_size != size || ctx->rank != rank))
@@ -3070,7 +3701,7 @@ static void ddp__mpi_release(ddp_ctx *ctx)
 {
     ddp__mpi *b = ddp__mpi_of(ctx);
     if (!b) return;
-    if (b->has_comm) MPI_Comm_free(&b->comm);
+    if (b->has_comm) { MPI_Comm_free(&b->comm); MPI_Comm_free(&b->ctl); }
     if (b->owns_mpi) {
         int finalized = 0;
         MPI_Finalized(&finalized);
@@ -3093,14 +3724,15 @@ static int ddp__mpi_launched(void)
 /* ---- >>backends ------------------------------------------------------------------------------
    What a backend provides. init runs after the store is up (world > 1) and sets
    ctx->st->bs; run does one collective (host backends: to completion; `work` is NULL
-   for them, the worker thread gives them overlap); wait finishes async work (NULL:
-   the worker thread's queue is the async mechanism); release undoes init. A backend
+   for them, the worker thread gives them overlap); wait finishes async work, on the
+   host too or only on `stream` (NULL: the worker thread's queue is the async
+   mechanism); release undoes init. A backend
    compiled out has a row of NULLs and a reason. */
 struct ddp__backend {
     ddp_result (*group)(ddp_ctx *ctx); /* forms the group itself (MPI); NULL: the store does */
     ddp_result (*init)(ddp_ctx *ctx);
     ddp_result (*run)(ddp_ctx *ctx, const ddp__coll *c, void *stream, ddp_work *work);
-    ddp_result (*wait)(ddp_ctx *ctx, ddp_work *work, void *stream);
+    ddp_result (*wait)(ddp_ctx *ctx, ddp_work *work, void *stream, int host);
     void (*release)(ddp_ctx *ctx);
     void (*abort)(ddp_ctx *ctx, ddp_result code); /* tell the peers at once, if it can */
     const char *missing; /* why it is not compiled in */
@@ -3535,7 +4167,10 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
     if (st->trace) t0 = ddp__now_ns();
     c->seq = ++st->seq;
     if (work) { work->seq = c->seq; work->event = NULL; }
-    if (st->cfg.check && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = ddp__store_check(ctx, c);
+    if (ddp__server_failed(st->server)) /* rank 0: the store learnt that the job cannot be trusted */
+        r = ddp__fail(ctx, DDP_ERR_PEER, "%s #%llu stopped: %s", ddp__colls[c->kind].name, (unsigned long long)c->seq,
+                      ddp__server_failed(st->server));
+    if (r == DDP_OK && st->cfg.check && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = ddp__store_check(ctx, c);
     if (r == DDP_OK && work && !st->be->wait && ctx->world_size > 1) return ddp__queue(ctx, c, work);
     if (r == DDP_OK && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = st->be->run(ctx, c, stream, work);
     if (r != DDP_OK) {
@@ -3578,7 +4213,9 @@ ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *recv, size
     return ddp__post(ctx, DDP__ALL_REDUCE, send, recv, count, dtype, op, 0, stream, work);
 }
 
-ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
+/* ddp_wait; without `host` (gradient buckets) a GPU backend only orders `stream` after
+   the work, and the host goes on. */
+static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host)
 {
     struct ddp__state *st;
     ddp_result r;
@@ -3589,13 +4226,15 @@ ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream)
         r = ddp__fail(ctx, DDP_ERR_ABORTED, "wait for #%llu refused: the process group failed earlier: %s",
                       (unsigned long long)work->seq, st->err);
     else if (st->be->wait)
-        r = st->be->wait(ctx, work, stream);
+        r = st->be->wait(ctx, work, stream, host);
     else
         r = ddp__drain(ctx, work->seq);
     if (r != DDP_OK) st->broken = r;
     ddp_trace_end(ctx);
     return r;
 }
+
+ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream) { return ddp__wait(ctx, work, stream, 1); }
 
 ddp_result ddp_broadcast(ddp_ctx *ctx, void *buf, size_t count, ddp_dtype dtype, int root, void *stream)
 {
@@ -3686,9 +4325,15 @@ static ddp_result ddp__meet(ddp_ctx *ctx)
 static ddp_result ddp__join(ddp_ctx *ctx)
 {
     ddp_result r;
-    if (ctx->rank == 0 && (r = ddp__server_start(ctx)) != DDP_OK) return r;
-    if ((r = ddp__store_connect(ctx)) != DDP_OK) return r;
-    return ddp__meet(ctx);
+    int in_use;
+    if (ctx->rank == 0 && (r = ddp__server_start(ctx, &in_use)) != DDP_OK) return in_use ? ddp__port_taken(ctx) : r;
+    if ((r = ddp__store_connect(ctx)) != DDP_OK || (r = ddp__meet(ctx)) != DDP_OK) return r;
+    /* Without an id of its own (a hand launch) a second launch's ranks look like this
+       job's. A moment for one that started with it to show itself (a second rank 0 that
+       finds the port taken, a second claim to a rank) stops both before any collective. */
+    if (strcmp(ctx->st->cfg.job_from, "default") != 0) return DDP_OK;
+    if (ctx->rank == 0) ddp__sleep_ms(DDP__SETTLE_MS);
+    return ddp__store_barrier(ctx, "settled", "waiting for rank 0 to see that no second launch shares its port");
 }
 
 /* Releases whatever init acquired; the state itself stays for ddp_error(). */
@@ -3708,6 +4353,7 @@ static void ddp__release(ddp_ctx *ctx)
     st->store_fd = -1;
     if (st->server) ddp__server_stop(st->server, st->broken ? st->err : NULL);
     st->server = NULL;
+    ddp__pmi_done(ctx);
 }
 
 /* A program that never calls ddp_launch ignores --nproc: say so rather than run one process. */
@@ -3742,7 +4388,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     cfg = &st->cfg;
     st->log = desc->log ? desc->log : ddp__default_log;
     st->log_user = desc->log_user;
-    st->store_fd = -1;
+    st->store_fd = st->pmi_fd = st->report_fd = -1;
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
     cfg->debug = getenv("DDP_DEBUG") && *getenv("DDP_DEBUG") && strcmp(getenv("DDP_DEBUG"), "0") != 0;
@@ -3753,7 +4399,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     snprintf(cfg->agree, sizeof cfg->agree, "ddp.h=%s backend=%s shm_chunk=%zu check=%d", DDP__VERSION,
              ddp_backend_name(ctx->backend), ctx->backend == DDP_BACKEND_CPU ? cfg->chunk : 0, cfg->check);
     if (st->be->group) r = st->be->group(ctx); /* the backend forms the group itself (MPI) */
-    else if (ctx->world_size > 1 && (r = ddp__resolve_store(ctx, desc)) == DDP_OK) r = ddp__join(ctx);
+    else if (ctx->world_size > 1 && (r = ddp__resolve_store(ctx, desc, launcher)) == DDP_OK) r = ddp__join(ctx);
     if (r != DDP_OK) {
         st->broken = r;
         ddp__release(ctx);
@@ -3764,10 +4410,11 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
         ddp__release(ctx);
         return r;
     }
-    ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s)%s, "
-              "timeout %.1f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank, ctx->local_world_size,
-              ctx->node_rank, ctx->num_nodes, ctx->device, cfg->master_port ? cfg->master_addr : "-", cfg->master_port,
-              cfg->job_id, cfg->job_from, cfg->secret[0] ? ", secret set" : "", cfg->timeout_ms / 1000.0,
+    ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s), "
+              "restart %d%s, timeout %.1f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank,
+              ctx->local_world_size, ctx->node_rank, ctx->num_nodes, ctx->device,
+              cfg->master_port ? cfg->master_addr : "-", cfg->master_port, cfg->job_id, cfg->job_from,
+              ddp_restart_count(), cfg->secret[0] ? ", secret set" : "", cfg->timeout_ms / 1000.0,
               cfg->check ? ", DDP_CHECK on" : "");
     return DDP_OK;
 }
@@ -3826,11 +4473,13 @@ static const char *ddp__launched_by(void)
 
 /* The job's environment for rank i, in the child. Every rank gets its share of the
    cores for OpenMP (unless the user chose), so N ranks do not run N x cores threads. */
-static void ddp__child_env(int i, const char *num, const char *port, const char *job, const char *secret, int threads)
+static void ddp__child_env(int i, const char *num, const char *port, const char *job, const char *secret, int threads,
+                           int attempt, const char *report)
 {
-    char r[16], t[16];
+    char r[16], t[16], a[16];
     snprintf(r, sizeof r, "%d", i);
     snprintf(t, sizeof t, "%d", threads);
+    snprintf(a, sizeof a, "%d", attempt);
     setenv("RANK", r, 1);
     setenv("LOCAL_RANK", r, 1);
     setenv("WORLD_SIZE", num, 1);
@@ -3840,45 +4489,98 @@ static void ddp__child_env(int i, const char *num, const char *port, const char 
     setenv("MASTER_PORT", port, 1);
     setenv("DDP_JOB_ID", job, 1);
     setenv("DDP_SECRET", secret, 1);
-    setenv("DDP_LAUNCHER", "1", 1);
+    setenv("DDP_LAUNCHER", report, 1);
+    setenv("TORCHELASTIC_RESTART_COUNT", a, 1);
     setenv("OMP_NUM_THREADS", t, 0);
     unsetenv("TORCHELASTIC_RUN_ID");
 }
 
-int ddp_run(int nproc, char *const argv[])
+/* How a rank ended, in the order the launcher saw them end. */
+typedef struct ddp__end {
+    int rank, pid;
+    int status; /* its exit status, or 128 + the signal that killed it */
+    int signal; /* that signal, or 0 */
+    int caused; /* its first failure was another rank's (it said DDP_ERR_PEER or DDP_ERR_ABORTED) */
+} ddp__end;
+
+/* The failure to report: the first that no other rank caused (a signal, or an exit for
+   a reason of the rank's own), else the first; -1 if every rank so far exited 0. The
+   ranks that a killed rank takes down end first as often as not. */
+static int ddp__first_cause(const ddp__end *ends, int n)
+{
+    int i, first = -1;
+    for (i = 0; i < n; i++) {
+        if (ends[i].status == 0) continue;
+        if (!ends[i].caused) return i;
+        if (first < 0) first = i;
+    }
+    return first;
+}
+
+/* Reads what ranks said about their first failure ("pid code" lines): said[rank] = code. */
+static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said)
+{
+    char buf[4096], *line, *end;
+    ssize_t k;
+    while ((k = read(fd, buf, sizeof buf - 1)) > 0) { /* whole lines: each is one write below PIPE_BUF */
+        buf[k] = 0;
+        for (line = buf; (end = strchr(line, '\n')) != NULL; line = end + 1) {
+            int pid = 0, code = 0, i;
+            if (sscanf(line, "%d %d", &pid, &code) != 2) continue;
+            for (i = 0; i < n; i++)
+                if (pids[i] == pid && said[i] < 0) said[i] = code;
+        }
+    }
+}
+
+/* One attempt of the job: nproc ranks under a job id, secret and port of their own, so
+   that no rank of an earlier attempt can join; returns when every rank has ended: 0,
+   or the status of the rank whose failure stopped the job, described in `why`.
+   *final says not to restart (the launcher was signalled, or could not start ranks).
+   After the first failure the others have 2 s to end on their own (and say why), then
+   SIGTERM, and SIGKILL 3 s later: the job ends within seconds. */
+static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt, char *why, size_t why_size,
+                        int *final)
 {
     sigset_t block, old;
-    pid_t *pids;
-    char port[16], job[40], num[16], secret[65], prefix[40];
+    pid_t *pids, *started;
+    ddp__end *ends;
+    int *said;
+    char port[16], job[40], num[16], secret[65], prefix[40], report[48] = "1";
     unsigned char raw[32];
-    int i, live = 0, failed = -1, status = 0, p, threads;
-    long cores = ddp__cores_allowed();
-    int64_t kill_at = 0;
-    const char *outer = ddp__launched_by();
-    if (nproc < 1 || !argv || !argv[0]) {
-        fprintf(stderr, "ddp: nothing to run (nproc %d)\n", nproc);
-        return 2;
-    }
-    if (outer) { /* a job inside a job would be nproc unrelated jobs */
-        fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
-        return 2;
-    }
+    int i, live = 0, nends = 0, cause = -1, status = 0, others = 0, p, pipefd[2] = {-1, -1};
+    int64_t term_at = 0, kill_at = 0;
+    struct stat sb;
+    *why = 0;
+    *final = 1;
     if ((p = ddp__free_port()) < 0) {
-        fprintf(stderr, "ddp: cannot find a free TCP port on 127.0.0.1: %s\n", strerror(errno));
+        snprintf(why, why_size, "cannot find a free TCP port on 127.0.0.1: %s", strerror(errno));
         return 1;
     }
     pids = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *pids * (size_t)nproc));
-    if (!pids) return 1;
+    started = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *started * (size_t)nproc));
+    ends = DDP__CAST(ddp__end *, DDP_MALLOC(sizeof *ends * (size_t)nproc));
+    said = DDP__CAST(int *, DDP_MALLOC(sizeof *said * (size_t)nproc));
+    if (!pids || !started || !ends || !said) {
+        DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said);
+        snprintf(why, why_size, "out of memory");
+        return 1;
+    }
+    for (i = 0; i < nproc; i++) said[i] = -1;
+    /* ranks say how their first failure came about through a pipe (nonblocking: a rank
+       never waits for the launcher), named to them with its inode */
+    if (pipe(pipefd) == 0 && fstat(pipefd[1], &sb) == 0) {
+        fcntl(pipefd[0], F_SETFD, FD_CLOEXEC);
+        fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+        fcntl(pipefd[1], F_SETFL, O_NONBLOCK);
+        snprintf(report, sizeof report, "%d:%lu", pipefd[1], (unsigned long)sb.st_ino);
+    }
     ddp__random(raw, sizeof raw);
     ddp__hex(secret, raw, 32);
     snprintf(job, sizeof job, "run-%.16s", secret + 32); /* not the secret's first half */
     if (getenv("DDP_SECRET") && *getenv("DDP_SECRET")) ddp__copy(secret, sizeof secret, getenv("DDP_SECRET"));
     snprintf(port, sizeof port, "%d", p);
     snprintf(num, sizeof num, "%d", nproc);
-    threads = cores > nproc ? (int)(cores / nproc) : 1;
-    if (!getenv("OMP_NUM_THREADS") && nproc > 1)
-        fprintf(stderr, "ddp: OMP_NUM_THREADS=%d for each of %d ranks (%ld cores); set it to choose\n", threads, nproc,
-                cores);
     /* signals arrive through sigtimedwait below, never asynchronously */
     sigemptyset(&block);
     sigaddset(&block, SIGCHLD);
@@ -3887,10 +4589,11 @@ int ddp_run(int nproc, char *const argv[])
     sigaddset(&block, SIGHUP);
     sigprocmask(SIG_BLOCK, &block, &old);
     fflush(NULL);
+    *final = 0;
     for (i = 0; i < nproc; i++) {
         pid_t pid = fork();
         if (pid == 0) {
-            ddp__child_env(i, num, port, job, secret, threads);
+            ddp__child_env(i, num, port, job, secret, threads, attempt, report);
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans if the launcher is killed */
             sigprocmask(SIG_SETMASK, &old, NULL);
             execvp(argv[0], argv);
@@ -3898,108 +4601,185 @@ int ddp_run(int nproc, char *const argv[])
             _exit(127);
         }
         if (pid < 0) {
-            fprintf(stderr, "ddp: fork failed for rank %d: %s\n", i, strerror(errno));
-            failed = i;
+            snprintf(why, why_size, "fork failed for rank %d: %s", i, strerror(errno));
+            *final = 1;
             status = 1;
-            kill_at = ddp__now_ms();
-            ddp__signal_all(pids, i, SIGTERM);
+            cause = nproc; /* said */
+            term_at = ddp__now_ms();
             nproc = i;
             break;
         }
-        pids[i] = pid;
+        pids[i] = started[i] = pid;
         live++;
     }
+    if (pipefd[1] >= 0) close(pipefd[1]);
     while (live > 0) {
         siginfo_t info;
         struct timespec ts;
-        int sig, st;
+        int sig, st, c;
+        int64_t now = ddp__now_ms(), wait_ms = 200;
         pid_t pid;
+        if (term_at && !kill_at && term_at - now < wait_ms) wait_ms = term_at > now ? term_at - now : 0;
         ts.tv_sec = 0;
-        ts.tv_nsec = 200 * 1000000L;
+        ts.tv_nsec = (long)wait_ms * 1000000L;
         sig = sigtimedwait(&block, &info, &ts);
         if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
             /* a terminal's Ctrl-C already reached the whole process group */
             if (info.si_code != SI_KERNEL) ddp__signal_all(pids, nproc, sig);
             if (!kill_at) kill_at = ddp__now_ms() + 3000;
+            *final = 1; /* the user stops the job: never restarted */
         }
         while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-            int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             for (i = 0; i < nproc && pids[i] != pid; i++) {}
             if (i == nproc) continue;
             pids[i] = 0;
             live--;
-            if (code != 0 && failed < 0) {
-                failed = i;
-                status = code;
-                if (WIFEXITED(st))
-                    fprintf(stderr, "ddp: rank %d (pid %d) exited with status %d", i, (int)pid, code);
-                else
-                    fprintf(stderr, "ddp: rank %d (pid %d) was killed by signal %d (%s)", i, (int)pid, WTERMSIG(st),
-                            strsignal(WTERMSIG(st)));
-                fprintf(stderr, live ? "; stopping the other %d\n" : "\n", live);
-                ddp__signal_all(pids, nproc, SIGTERM);
-                kill_at = ddp__now_ms() + 3000; /* then SIGKILL: the job ends within seconds */
-            }
+            ends[nends].rank = i;
+            ends[nends].pid = (int)pid;
+            ends[nends].signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+            ends[nends].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            ends[nends++].caused = 0;
         }
-        if (kill_at && ddp__now_ms() >= kill_at) {
+        if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said); /* written before they exited */
+        for (i = 0; i < nends; i++)
+            ends[i].caused = said[ends[i].rank] == DDP_ERR_PEER || said[ends[i].rank] == DDP_ERR_ABORTED;
+        now = ddp__now_ms();
+        c = ddp__first_cause(ends, nends);
+        if (c >= 0 && !term_at) {
+            term_at = now + 2000;
+            others = live;
+        }
+        /* the cause, once no rank that may still be it is left (or the moment is over) */
+        if (cause < 0 && c >= 0 && (!ends[c].caused || live == 0 || now >= term_at)) {
+            int n;
+            cause = c;
+            status = ends[c].status;
+            n = ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)", ends[c].rank,
+                                          ends[c].pid, ends[c].signal, strsignal(ends[c].signal))
+                               : snprintf(why, why_size, "rank %d (pid %d) exited with status %d", ends[c].rank,
+                                          ends[c].pid, status);
+            if (others && n > 0 && (size_t)n < why_size)
+                snprintf(why + n, why_size - (size_t)n, "; stopped the other %d", others);
+        }
+        if (term_at && now >= term_at && live > 0 && !kill_at) {
+            ddp__signal_all(pids, nproc, SIGTERM);
+            kill_at = now + 3000;
+        }
+        if (kill_at && now >= kill_at) {
             ddp__signal_all(pids, nproc, SIGKILL);
             kill_at = INT64_MAX;
         }
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
-    /* whatever shared memory a crash left behind goes with the job */
+    if (pipefd[0] >= 0) close(pipefd[0]);
+    /* whatever shared memory a crash left behind goes with the attempt */
     snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));
-    ddp__shm_sweep(prefix, 0);
-    DDP_FREE(pids);
+    ddp__shm_sweep(prefix, -1);
+    DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said);
     return status;
 }
 
-/* "--nproc N", "--nproc=N" and torchrun's "--nproc_per_node" (or "--nproc-per-node"):
-   the length of the flag name at argv[i], or 0 */
-static size_t ddp__nproc_flag(const char *a)
+int ddp_run(int nproc, char *const argv[]) { return ddp_run_restarts(nproc, 0, argv); }
+
+int ddp_run_restarts(int nproc, int max_restarts, char *const argv[])
 {
-    static const char *const names[] = {"--nproc_per_node", "--nproc-per-node", "--nproc"};
+    char why[300];
+    int attempt, status, final, threads;
+    long cores = ddp__cores_allowed();
+    const char *outer = ddp__launched_by();
+    if (nproc < 1 || !argv || !argv[0] || max_restarts < 0) {
+        fprintf(stderr, "ddp: nothing to run (nproc %d, max_restarts %d)\n", nproc, max_restarts);
+        return 2;
+    }
+    if (outer) { /* a job inside a job would be nproc unrelated jobs */
+        fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
+        return 2;
+    }
+    threads = cores > nproc ? (int)(cores / nproc) : 1;
+    if (!getenv("OMP_NUM_THREADS") && nproc > 1)
+        fprintf(stderr, "ddp: OMP_NUM_THREADS=%d for each of %d ranks (%ld cores); set it to choose\n", threads, nproc,
+                cores);
+    for (attempt = 0;; attempt++) {
+        status = ddp__attempt(nproc, argv, threads, attempt, why, sizeof why, &final);
+        if (status == 0) return 0;
+        if (final || attempt == max_restarts) break;
+        fprintf(stderr, "ddp: %s; restarting the job: attempt %d of %d\n", why, attempt + 2, max_restarts + 1);
+    }
+    if (*why && max_restarts && !final)
+        fprintf(stderr, "ddp: %s; no restart left (attempt %d of %d)\n", why, attempt + 1, max_restarts + 1);
+    else if (*why)
+        fprintf(stderr, "ddp: %s\n", why);
+    return status;
+}
+
+/* The flags ddp_launch takes: "--nproc N" (or --nproc=N, torchrun's --nproc_per_node
+   and --nproc-per-node) and torchrun's "--max-restarts N" (or --max_restarts). */
+static const char *const ddp__nproc_names[] = {"--nproc_per_node", "--nproc-per-node", "--nproc", NULL};
+static const char *const ddp__restart_names[] = {"--max-restarts", "--max_restarts", NULL};
+
+/* The length of the flag name at a when it is one of names (alone or with "="), else 0. */
+static size_t ddp__flag(const char *a, const char *const *names)
+{
     size_t i, n;
-    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+    for (i = 0; names[i]; i++) {
         n = strlen(names[i]);
         if (strncmp(a, names[i], n) == 0 && (a[n] == 0 || a[n] == '=')) return n;
     }
     return 0;
 }
 
-int ddp_launch(int *argc, char **argv)
+/* Finds one of names in argv (before "--"), reads its integer in [lo, hi] and removes
+   it: 1 with *value, 0 when absent, -1 after a one-line error (a bad value, given twice). */
+static int ddp__take_flag(int *argc, char **argv, const char *const *names, const char *what, long lo, long hi,
+                          long *value)
 {
     int i, j, used;
     size_t n;
     char *end;
-    long v;
-    const char *outer, *val;
-    if (!argc || !argv) return DDP_WORKER;
-    for (i = 1; i < *argc; i++) {
-        if (strcmp(argv[i], "--") == 0) break;
-        if (!(n = ddp__nproc_flag(argv[i]))) continue;
-        if ((outer = ddp__launched_by()) != NULL) {
-            fprintf(stderr, "ddp: %s inside a job started by %s: drop one of the two launchers\n", argv[i], outer);
-            return 2;
-        }
+    const char *val;
+    for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++) {
+        if (!(n = ddp__flag(argv[i], names))) continue;
         used = argv[i][n] == '=' ? 1 : 2;
         val = argv[i][n] == '=' ? argv[i] + n + 1 : i + 1 < *argc ? argv[i + 1] : "";
         errno = 0;
-        v = strtol(val, &end, 10);
-        if (errno || *end || !*val || v < 1 || v > 4096) {
-            fprintf(stderr, "ddp: %.*s needs a process count from 1 to 4096, not '%s'\n", (int)n, argv[i], val);
-            return 2;
+        *value = strtol(val, &end, 10);
+        if (errno || *end || !*val || *value < lo || *value > hi) {
+            fprintf(stderr, "ddp: %.*s needs %s from %ld to %ld, not '%s'\n", (int)n, argv[i], what, lo, hi, val);
+            return -1;
         }
         for (j = i + used; j < *argc && strcmp(argv[j], "--") != 0; j++)
-            if (ddp__nproc_flag(argv[j])) {
-                fprintf(stderr, "ddp: --nproc given twice ('%s' and '%s'): give it once\n", argv[i], argv[j]);
-                return 2;
+            if (ddp__flag(argv[j], names)) {
+                fprintf(stderr, "ddp: %.*s given twice ('%s' and '%s'): give it once\n", (int)n, argv[i], argv[i],
+                        argv[j]);
+                return -1;
             }
         memmove(&argv[i], &argv[i + used], sizeof *argv * (size_t)(*argc - i - used + 1));
         *argc -= used;
-        return ddp_run((int)v, argv);
+        return 1;
     }
-    return DDP_WORKER;
+    return 0;
+}
+
+int ddp_launch(int *argc, char **argv)
+{
+    int i, nproc_given, restarts_given;
+    long nproc = 0, restarts = 0;
+    const char *outer;
+    if (!argc || !argv) return DDP_WORKER;
+    for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++)
+        if (ddp__flag(argv[i], ddp__nproc_names) && (outer = ddp__launched_by()) != NULL) {
+            fprintf(stderr, "ddp: %s inside a job started by %s: drop one of the two launchers\n", argv[i], outer);
+            return 2;
+        }
+    if ((nproc_given = ddp__take_flag(argc, argv, ddp__nproc_names, "a process count", 1, 4096, &nproc)) < 0 ||
+        (restarts_given = ddp__take_flag(argc, argv, ddp__restart_names, "a restart count", 0, 1000000, &restarts)) < 0)
+        return 2;
+    if (restarts_given && !nproc_given) {
+        fprintf(stderr, "ddp: --max-restarts restarts the ranks that --nproc N starts: give both (under another "
+                "launcher, give it to that launcher)\n");
+        return 2;
+    }
+    return nproc_given ? ddp_run_restarts((int)nproc, (int)restarts, argv) : DDP_WORKER;
 }
 /* ---- >>sampler ------------------------------------------------------------------------------ */
 /* MT19937, seeded like torch.Generator.manual_seed (init_genrand on the low 32 bits). */
@@ -4351,7 +5131,7 @@ static ddp_result ddp__grad_wait(ddp_grad *g, size_t keep)
     struct ddp__grad_state *st = g->st;
     ddp_result first = DDP_OK;
     while (st->launched - st->waited > keep) {
-        ddp_result r = ddp_wait(g->ctx, &st->buckets[g->num_buckets - 1 - st->waited].work, g->stream);
+        ddp_result r = ddp__wait(g->ctx, &st->buckets[g->num_buckets - 1 - st->waited].work, g->stream, 0);
         if (r != DDP_OK && first == DDP_OK) first = r;
         st->waited++;
     }

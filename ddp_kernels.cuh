@@ -51,8 +51,9 @@
              cudaError_t e = ddp_layernorm_forward_gpu(&k, out, mean, rstd, inp, w, b,
                                                        B, T, C, stream);
              ...                ddp_kernels_destroy(&k);
-       cc   -O3 -fopenmp prog.c -lm                                  (CPU only)
-       nvcc -O3 -arch=sm_80 -arch=sm_90 prog.cu -lcublasLt -lcublas  (both halves)
+       cc   -O3 -fopenmp prog.c -lm                                             (CPU only)
+       nvcc -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 prog.cu -lcublasLt -lcublas
+                            (both halves, for A100 and H100; two -arch flags would build only the last)
    Every GPU launcher takes the context first and the stream last, and is a template
    over the activation type F, float or __nv_bfloat16, deduced from its pointers
    (ddp_floatX is bf16 unless DDP_KERNELS_FP32 is defined, for callers that want one

@@ -2,10 +2,12 @@
    `torchrun --nproc_per_node=N`. Each copy gets RANK, WORLD_SIZE, LOCAL_RANK,
    LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a free port) and a job id; Ctrl-C and
    SIGTERM reach every rank; when one rank fails the others are stopped and ddprun
-   exits with that rank's status.
+   exits with that rank's status, or, with --max-restarts N, starts the job again (up
+   to N times; each attempt's ranks see TORCHELASTIC_RESTART_COUNT, as under torchrun).
        ddprun -n 4 ./examples/hello_allreduce
+       ddprun -n 4 --max-restarts 3 ./examples/train_gpt --save gpt.safetensors --save-every 10 --resume auto
    The count may also be given as --nproc N, --nproc_per_node N or torch's
-   --nproc_per_node=N. */
+   --nproc_per_node=N; --max_restarts and the =N forms work too. */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include <stdio.h>
@@ -14,33 +16,49 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: ddprun -n N program [args...]   (or --nproc N, --nproc_per_node N, --nproc_per_node=N)\n");
+    fprintf(stderr, "usage: ddprun -n N [--max-restarts M] program [args...]   (or --nproc N, --nproc_per_node N,\n"
+                    "       --nproc_per_node=N; --max_restarts M, --max-restarts=M)\n");
     return 2;
+}
+
+/* argv[*i] is one of names, with its value after "=" or as the next argument:
+   the value (and *i moves past it), else NULL */
+static const char *option(int argc, char **argv, int *i, const char *const *names)
+{
+    for (; *names; names++) {
+        size_t len = strlen(*names);
+        if (strcmp(argv[*i], *names) == 0 && *i + 1 < argc) return argv[(*i += 2) - 1];
+        if (strncmp(argv[*i], *names, len) == 0 && argv[*i][len] == '=') return argv[(*i)++] + len + 1;
+    }
+    return NULL;
 }
 
 int main(int argc, char **argv)
 {
-    static const char *const flags[] = {"-n", "--nproc", "--nproc_per_node", "--nproc-per-node"};
-    const char *count = NULL;
+    static const char *const counts[] = {"-n", "--nproc", "--nproc_per_node", "--nproc-per-node", NULL};
+    static const char *const restarts[] = {"--max-restarts", "--max_restarts", NULL};
+    const char *count = NULL, *count_flag = NULL, *max = "0", *max_flag = NULL, *v;
     char *end;
-    long n;
-    int i, prog = 0;
-    if (argc < 2) return usage();
-    for (i = 0; i < (int)(sizeof flags / sizeof flags[0]) && !count; i++) {
-        size_t len = strlen(flags[i]);
-        if (strcmp(argv[1], flags[i]) == 0 && argc > 2) {
-            count = argv[2];
-            prog = 3;
-        } else if (strncmp(argv[1], flags[i], len) == 0 && argv[1][len] == '=') {
-            count = argv[1] + len + 1;
-            prog = 2;
-        }
+    long n, m;
+    int i = 1;
+    while (i < argc && argv[i][0] == '-') { /* the options, up to the program */
+        const char *flag = argv[i];
+        if ((v = option(argc, argv, &i, counts)) != NULL) count = v, count_flag = flag;
+        else if ((v = option(argc, argv, &i, restarts)) != NULL) max = v, max_flag = flag;
+        else return usage();
     }
-    if (!count || prog >= argc) return usage();
+    if (!count || i >= argc) return usage();
     n = strtol(count, &end, 10);
     if (!*count || *end || n < 1 || n > 4096) {
-        fprintf(stderr, "ddprun: %s needs a process count from 1 to 4096, not '%s'\n", argv[1], count);
+        fprintf(stderr, "ddprun: %.*s needs a process count from 1 to 4096, not '%s'\n", (int)strcspn(count_flag, "="),
+                count_flag, count);
         return 2;
     }
-    return ddp_run((int)n, argv + prog);
+    m = strtol(max, &end, 10);
+    if (!*max || *end || m < 0 || m > 1000000) {
+        fprintf(stderr, "ddprun: %.*s needs a restart count from 0 to 1000000, not '%s'\n", (int)strcspn(max_flag, "="),
+                max_flag, max);
+        return 2;
+    }
+    return ddp_run_restarts((int)n, (int)m, argv + i);
 }

@@ -9,10 +9,12 @@
    interpretation: st_json_tokenize() turns any JSON text into a flat list of tokens,
    and st_read() interprets those tokens as a safetensors header and checks every
    tensor against the file (known dtype, shape product without overflow, byte size,
-   inside the data). Functions return 1 on success, or 0 with a one-line reason in
-   err (the errsize bytes the caller gives). All functions are static (ST_DEF, marked
-   unused, so a file that only writes builds clean under -Wall): include this in each
-   file that uses it. */
+   inside the data), and that the tensors tile the data exactly, as the reference
+   library requires: sorted by offset, each begins where the one before ends, the
+   last ends at the end of the file (no overlap, no gap, nothing after). Functions
+   return 1 on success, or 0 with a one-line reason in err (the errsize bytes the
+   caller gives). All functions are static (ST_DEF, marked unused, so a file that only
+   writes builds clean under -Wall): include this in each file that uses it. */
 #ifndef SAFETENSORS_H
 #define SAFETENSORS_H
 #if !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE)
@@ -218,6 +220,7 @@ typedef struct st_tensor {
     int ndim;
     uint64_t shape[ST_MAX_DIMS];
     size_t numel;              /* the product of shape */
+    uint64_t begin, end;       /* data_offsets */
     const unsigned char *data; /* numel elements of dtype, unaligned: read with memcpy */
 } st_tensor;
 
@@ -313,8 +316,41 @@ ST_DEF int st_read_tensor(const st_json *j, int t, st_tensor *ts, const unsigned
         return 0;
     }
     ts->numel = (size_t)(bytes / st_dtype_size(ts->dtype));
+    ts->begin = off[0];
+    ts->end = off[1];
     ts->data = data + off[0];
     return 1;
+}
+
+ST_DEF int st_by_offset(const void *a, const void *b)
+{
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    return x->begin != y->begin ? (x->begin > y->begin ? 1 : -1) : x->end != y->end ? (x->end > y->end ? 1 : -1) : 0;
+}
+
+/* The tensors, in offset order, cover the data (size bytes) exactly once: two tensors
+   that share bytes would load as one another's. */
+ST_DEF int st_tiles(const st_file *f, size_t size, char *why, size_t whysize)
+{
+    const st_tensor **order = (const st_tensor **)malloc(sizeof *order * ((size_t)f->n + 1));
+    uint64_t at = 0;
+    int i;
+    if (!order) {
+        snprintf(why, whysize, "out of memory");
+        return 0;
+    }
+    for (i = 0; i < f->n; i++) order[i] = &f->t[i];
+    qsort(order, (size_t)f->n, sizeof *order, st_by_offset);
+    for (i = 0; i < f->n && order[i]->begin == at; i++) at = order[i]->end;
+    if (i < f->n)
+        snprintf(why, whysize, "tensor %s: data_offsets [%llu, %llu] %s: the tensors before it end at %llu "
+                 "(tensors must tile the data, no overlap, no gap)", order[i]->name,
+                 (unsigned long long)order[i]->begin, (unsigned long long)order[i]->end,
+                 order[i]->begin < at ? "overlap another tensor" : "leave a gap", (unsigned long long)at);
+    else if (at != size)
+        snprintf(why, whysize, "%llu bytes of data after the last tensor", (unsigned long long)(size - at));
+    free(order);
+    return i == f->n && at == size;
 }
 
 /* Reads and checks the whole file: the header's syntax and meaning, every tensor
@@ -371,6 +407,7 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
         }
     }
     free(j.tok);
+    if (f->t && i == entries && !st_tiles(f, data_size, why, sizeof why)) i = -1;
     if (!f->t || i < entries) {
         snprintf(err, errsize, "%s: corrupt safetensors header: %s", path, why);
         st_free(f);
@@ -429,6 +466,19 @@ ST_DEF void st_put(st_text *t, const char *fmt, ...)
     vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
     va_end(ap);
     t->len += (size_t)n;
+}
+
+/* The shortest decimal text that reads back as x: metadata values are text, and a
+   setting compared as text must not differ by a rounding. */
+ST_DEF const char *st_float(char *out, size_t cap, float x)
+{
+    int digits;
+    for (digits = 1; digits < 9; digits++) {
+        snprintf(out, cap, "%.*g", digits, (double)x);
+        if (strtof(out, NULL) == x) return out;
+    }
+    snprintf(out, cap, "%.9g", (double)x);
+    return out;
 }
 
 /* header: the JSON (padded here to a multiple of 8); then n arrays of bytes[i] bytes.

@@ -205,51 +205,112 @@ static void grad_destroy(grad_buffer *gb)
     free(gb->host);
 }
 
-/* ---- checkpoint: rank 0 writes "MLP1", D, H, K (int32) and the float32 weights ------
-   Atomically: a temporary file, fsync, rename, so a crash never leaves half a file. */
-static int save_checkpoint(const char *path, const float *params)
-{
-    char tmp[4096];
-    int32_t header[4] = {0x31504c4d /* "MLP1" */, D, H, K};
-    FILE *f;
-    int ok;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    f = fopen(tmp, "wb");
-    if (!f) return 0;
-    ok = fwrite(header, sizeof header, 1, f) == 1 && fwrite(params, sizeof(float), NPARAM, f) == NPARAM &&
-         fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (ok) ok = rename(tmp, path) == 0;
-    if (!ok) remove(tmp);
-    return ok;
-}
+/* ---- files: safetensors (examples/safetensors.h) ----------------------------------------
+   Weights as torch.nn.Linear stores them ((out, in), under the names of the PyTorch
+   twin's state_dict), then, for --init-out, both data sets, so that the twin starts
+   exactly where this program starts. Written atomically (FILE.tmp, fsync, rename), so
+   a crash never leaves half a file. */
+static const char *const tensor_names[8] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
+                                            "train.x",    "train.y",  "val.x",      "val.y"};
+static const int weight_at[4] = {W1, B1, W2, B2};
+static const size_t weight_shape[4][2] = {{H, D}, {H, 0}, {K, H}, {K, 0}}; /* 0: a tensor of one dimension */
 
-/* ---- --init-out: the starting point, for the PyTorch twin ---------------------------
-   Weights as torch.nn.Linear stores them ((out, in), names of the twin's state_dict)
-   and both data sets, so the twin starts exactly where this program starts. */
-static int save_init(const char *path, const float *params, const dataset *train, const dataset *val)
+/* The first n tensors (4: the weights; 8: and the data) with metadata ("key":"value",...). */
+static int save_tensors(const char *path, const char *metadata, int n, const float *params, const dataset *train,
+                        const dataset *val)
 {
     const void *arrays[8] = {params + W1, params + B1, params + W2, params + B2, train->x, train->y, val->x, val->y};
-    size_t bytes[8] = {H * D * 4, H * 4, K * H * 4, K * 4, train->n * D * 4, train->n * 4, val->n * D * 4, val->n * 4};
-    const char *names[8] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "train.x", "train.y", "val.x", "val.y"};
-    size_t shape[8][2] = {{H, D}, {H, 0}, {K, H}, {K, 0}, /* 0: a tensor of one dimension */
-                          {train->n, D}, {train->n, 0}, {val->n, D}, {val->n, 0}};
+    const size_t data_shape[4][2] = {{train->n, D}, {train->n, 0}, {val->n, D}, {val->n, 0}};
+    size_t bytes[8];
     st_text h = {NULL, 0, 0, 0};
     char err[1400]; /* room for the path */
     size_t begin = 0;
     int i, ok;
-    st_put(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (i = 0; i < 8; i++) {
-        st_put(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu", names[i], i == 5 || i == 7 ? "I32" : "F32", shape[i][0]);
-        if (shape[i][1]) st_put(&h, ",%zu", shape[i][1]);
+    st_put(&h, "{\"__metadata__\":{\"format\":\"pt\"%s%s}", *metadata ? "," : "", metadata);
+    for (i = 0; i < n; i++) {
+        const size_t *shape = i < 4 ? weight_shape[i] : data_shape[i - 4];
+        bytes[i] = shape[0] * (shape[1] ? shape[1] : 1) * 4; /* float32 and int32 */
+        st_put(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu", tensor_names[i], i == 5 || i == 7 ? "I32" : "F32",
+               shape[0]);
+        if (shape[1]) st_put(&h, ",%zu", shape[1]);
         st_put(&h, "],\"data_offsets\":[%zu,%zu]}", begin, begin + bytes[i]);
         begin += bytes[i];
     }
     st_put(&h, "}");
-    ok = st_write_file(path, &h, arrays, bytes, 8, err, sizeof err);
+    ok = st_write_file(path, &h, arrays, bytes, n, err, sizeof err);
     if (!ok) fprintf(stderr, "train_classifier: %s\n", err);
     free(h.s);
     return ok;
+}
+
+/* ---- the run's identity, for --resume auto -------------------------------------------
+   What decides the weights (the data is fixed): a checkpoint written with other values
+   belongs to another run. The global batch counts, not how the ranks split it. */
+enum { RUN_KEYS = 4 };
+static const char *const run_keys[RUN_KEYS][2] = { /* metadata key, how a run sets it */
+    {"seed", "--seed"}, {"global_batch", "global batch (--batch-size x ranks)"}, {"lr", "--lr"}, {"epochs", "--epochs"}};
+typedef struct run_identity {
+    char v[RUN_KEYS][32];
+} run_identity;
+
+/* rank 0 at the end of epoch `epochs_done`: the weights, the epochs done and the run */
+static int save_checkpoint(const char *path, const float *params, int epochs_done, const run_identity *run,
+                           const dataset *train, const dataset *val)
+{
+    char meta[400];
+    int k, n = snprintf(meta, sizeof meta, "\"epoch\":\"%d\"", epochs_done);
+    for (k = 0; k < RUN_KEYS; k++)
+        n += snprintf(meta + n, sizeof meta - (size_t)n, ",\"%s\":\"%s\"", run_keys[k][0], run->v[k]);
+    return save_tensors(path, meta, 4, params, train, val);
+}
+
+/* --resume auto on rank 0: the weights and epochs done from `path` when it exists and
+   this run wrote it (0 epochs when it does not exist); -1 after one line on stderr. */
+static int load_checkpoint(const char *path, float *params, const run_identity *run, int epochs)
+{
+    st_file f;
+    char err[1500], *end;
+    const char *done;
+    long epoch;
+    size_t e;
+    int i, k;
+    if (access(path, F_OK) != 0) return 0;
+    if (!st_read(&f, path, err, sizeof err)) goto refuse;
+    for (k = 0; k < RUN_KEYS; k++)
+        if (strcmp(st_meta(&f, run_keys[k][0]), run->v[k]) != 0) {
+            snprintf(err, sizeof err, "%s belongs to another run: its %s is %s, this run's is %s (--resume auto goes "
+                     "on with its own run only: give another --out, or remove the file)", path, run_keys[k][1],
+                     *st_meta(&f, run_keys[k][0]) ? st_meta(&f, run_keys[k][0]) : "not recorded", run->v[k]);
+            goto refuse;
+        }
+    done = st_meta(&f, "epoch");
+    epoch = strtol(done, &end, 10);
+    if (!*done || *end || epoch < 0 || epoch > epochs) {
+        snprintf(err, sizeof err, "%s: metadata epoch '%s' is not a count from 0 to --epochs %d", path, done, epochs);
+        goto refuse;
+    }
+    for (i = 0; i < 4; i++) {
+        const st_tensor *t = st_find(&f, tensor_names[i]);
+        if (!t || strcmp(t->dtype, "F32") != 0 || t->ndim != 1 + (weight_shape[i][1] > 0) ||
+            t->shape[0] != weight_shape[i][0] || (t->ndim == 2 && t->shape[1] != weight_shape[i][1])) {
+            snprintf(err, sizeof err, "%s: tensor %s is missing or not F32 [%zu%s%.0zu]", path, tensor_names[i],
+                     weight_shape[i][0], weight_shape[i][1] ? ", " : "", weight_shape[i][1]);
+            goto refuse;
+        }
+        memcpy(params + weight_at[i], t->data, t->numel * sizeof(float));
+        for (e = 0; e < t->numel; e++)
+            if (!isfinite(params[weight_at[i] + e])) {
+                snprintf(err, sizeof err, "%s: %s holds %g at element %zu", path, tensor_names[i],
+                         (double)params[weight_at[i] + e], e);
+                goto refuse;
+            }
+    }
+    st_free(&f);
+    return (int)epoch;
+refuse:
+    st_free(&f);
+    fprintf(stderr, "train_classifier: %s\n", err);
+    return -1;
 }
 
 /* ---- flags ----------------------------------------------------------------------- */
@@ -258,24 +319,29 @@ typedef struct options {
     float lr;
     uint64_t seed;
     const char *out, *init_out;
+    int save_every, resume_auto; /* --save-every K epochs, --resume auto */
     int help;
 } options;
 
 static const char usage[] =
     "usage: train_classifier [--nproc N] [--epochs N] [--batch-size N] [--lr X] [--seed N] [--out FILE]\n"
-    "                        [--init-out FILE] [--help]\n"
+    "                        [--save-every K] [--resume auto] [--max-restarts N] [--init-out FILE] [--help]\n"
     "  --nproc N          start N ranks (or launch with torchrun --no-python, mpirun, srun)\n"
     "  --epochs N         passes over the 2001 training samples (5)\n"
     "  --batch-size N     samples per rank and step, as in the template; the global batch\n"
     "                     is N x ranks (32)\n"
     "  --lr X             SGD learning rate (0.1)\n"
     "  --seed N           initial weights and the sampler's shuffle (0)\n"
-    "  --out FILE         rank 0 saves the trained weights there (model.bin)\n"
+    "  --out FILE         rank 0 saves the trained weights there (model.safetensors)\n"
+    "  --save-every K     and every K epochs, with the epochs done\n"
+    "  --resume auto      go on from --out's file when it exists and this run wrote it\n"
+    "                     (the same seed, global batch, lr and --epochs)\n"
+    "  --max-restarts N   with --nproc: start the job again after a failure, up to N times\n"
     "  --init-out FILE    rank 0 also saves the initial weights and the data as safetensors,\n"
     "                     for the PyTorch twin (examples/lessons/05_metrics/train_classifier.py)\n";
 
 /* Returns 0 after printing one line on a bad flag; --help sets o->help. --nproc and --local_rank belong to
-   ddp_launch and ddp_init; they are skipped here. */
+   ddp_launch and ddp_init (--max-restarts too); they are skipped here. */
 static int parse_options(int argc, char **argv, options *o)
 {
     int i;
@@ -283,14 +349,17 @@ static int parse_options(int argc, char **argv, options *o)
     o->batch_size = 32;
     o->lr = 0.1f;
     o->seed = 0;
-    o->out = "model.bin"; /* template: torch.save(..., "model.pth") */
+    o->out = "model.safetensors"; /* template: torch.save(..., "model.pth") */
     o->init_out = NULL;
+    o->save_every = o->resume_auto = 0;
     o->help = 0;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         int bad = 0;
-        if (strncmp(a, "--local_rank=", 13) == 0 || strncmp(a, "--local-rank=", 13) == 0) continue;
+        if (strncmp(a, "--local_rank=", 13) == 0 || strncmp(a, "--local-rank=", 13) == 0 ||
+            strncmp(a, "--max-restarts=", 15) == 0 || strncmp(a, "--max_restarts=", 15) == 0)
+            continue;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             o->help = 1;
             return 1;
@@ -299,7 +368,8 @@ static int parse_options(int argc, char **argv, options *o)
             fprintf(stderr, "train_classifier: %s '%s'\n", v ? "unknown argument" : "missing value or unknown flag", a);
             return 0;
         }
-        if (strcmp(a, "--nproc") == 0 || strcmp(a, "--local_rank") == 0 || strcmp(a, "--local-rank") == 0) {
+        if (strcmp(a, "--nproc") == 0 || strcmp(a, "--local_rank") == 0 || strcmp(a, "--local-rank") == 0 ||
+            strcmp(a, "--max-restarts") == 0 || strcmp(a, "--max_restarts") == 0) {
         } else if (strcmp(a, "--epochs") == 0) {
             long x = strtol(v, &end, 10);
             bad = *end || x < 0 || x > 1000000;
@@ -318,6 +388,13 @@ static int parse_options(int argc, char **argv, options *o)
             o->out = v;
         } else if (strcmp(a, "--init-out") == 0) {
             o->init_out = v;
+        } else if (strcmp(a, "--save-every") == 0) {
+            long x = strtol(v, &end, 10);
+            bad = *end || x < 1 || x > 1000000;
+            o->save_every = (int)x;
+        } else if (strcmp(a, "--resume") == 0) {
+            o->resume_auto = 1;
+            bad = strcmp(v, "auto") != 0; /* the checkpoint is --out's */
         } else {
             fprintf(stderr, "train_classifier: unknown flag '%s'\n", a);
             return 0;
@@ -342,7 +419,9 @@ int main(int argc, char **argv)
     grad_buffer grad;
     float params[NPARAM], *h = NULL, *prob = NULL, *dh = NULL; /* per-sample activations of one batch */
     uint64_t init = 0;
-    int epoch, i, status = 1; /* until the end is reached */
+    run_identity run;
+    int32_t start = 0; /* epochs already done (--resume auto) */
+    int epoch, i, status;
 
     if (!parse_options(argc, argv, &opt)) {
         fputs(usage, stderr);
@@ -355,10 +434,12 @@ int main(int argc, char **argv)
     /* template: the launch command. "--nproc N" turns this process into the launcher */
     status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
+    status = 1; /* until the end is reached */
 
     /* template: parser.add_argument('--local_rank'); dist.init_process_group('nccl', ...);
        torch.cuda.set_device(args.local_rank). ddp_init reads the rank from whatever
-       launched us, picks NCCL when there is a GPU, and binds this rank to GPU local_rank. */
+       launched us, picks NCCL when there is a GPU, and binds this rank to GPU local_rank
+       (or to the only GPU it sees, where the launcher gave each rank its own). */
     memset(&desc, 0, sizeof desc);
     memset(&train, 0, sizeof train); /* everything below is freed at `done`, made or not */
     memset(&val, 0, sizeof val);
@@ -382,8 +463,23 @@ int main(int argc, char **argv)
     init = opt.seed + (uint64_t)ctx.rank;
     for (i = 0; i < NPARAM; i++) /* uniform weights of scale 1/sqrt(fan_in), zero biases */
         params[i] = (i < B1 ? 0.7f : i >= W2 && i < B2 ? 0.18f : 0.0f) * (float)(2 * uniform(&init) - 1);
+
+    /* --resume auto (a job started again, torchrun's habit): rank 0 reads --out's file if
+       this run wrote it; its weights reach every rank through ddp_grad_init's broadcast
+       below, the epochs done through one more. Only rank 0 touches files, as in the
+       template, so the other hosts need no copy. */
+    snprintf(run.v[0], sizeof run.v[0], "%llu", (unsigned long long)opt.seed);
+    snprintf(run.v[1], sizeof run.v[1], "%d", opt.batch_size * ctx.world_size);
+    st_float(run.v[2], sizeof run.v[2], opt.lr);
+    snprintf(run.v[3], sizeof run.v[3], "%d", opt.epochs);
+    if (opt.resume_auto) {
+        if (ddp_is_main(&ctx)) start = load_checkpoint(opt.out, params, &run, opt.epochs);
+        if (ddp_broadcast(&ctx, &start, 1, DDP_I32, 0, NULL) != DDP_OK || start < 0) goto done;
+        if (start > 0) ddp_print(&ctx, "resumed from %s after epoch %d\n", opt.out, (int)start - 1);
+    }
     if (grad_init(&grad, &ctx, params) != DDP_OK) goto done;
-    if (opt.init_out && ddp_is_main(&ctx) && !save_init(opt.init_out, params, &train, &val)) goto done;
+    if (opt.init_out && ddp_is_main(&ctx) &&
+        !save_tensors(opt.init_out, "", 8, params, &train, &val)) goto done;
 
     /* template: train_sampler = DistributedSampler(train_dataset);
        DataLoader(train_dataset, batch_size=..., sampler=train_sampler).
@@ -406,7 +502,7 @@ int main(int argc, char **argv)
         goto done;
     }
 
-    for (epoch = 0; epoch < opt.epochs; epoch++) {
+    for (epoch = start; epoch < opt.epochs; epoch++) {
         /* loss and accuracy as (sum, count) of real samples: exact after the reduce */
         ddp_metric m[4]; /* train loss, train accuracy, val loss, val accuracy */
         size_t b;
@@ -463,15 +559,16 @@ int main(int argc, char **argv)
         ddp_print(&ctx, "epoch %d train_loss %.6f train_acc %.6f val_loss %.6f val_acc %.6f\n", epoch,
                   ddp_metric_mean(&m[0]), ddp_metric_percent(&m[1]), ddp_metric_mean(&m[2]),
                   ddp_metric_percent(&m[3]));
+        /* --save-every: a checkpoint to go on from if the job is stopped (see below) */
+        if (ddp_is_main(&ctx) && opt.save_every && (epoch + 1) % opt.save_every == 0 && epoch + 1 < opt.epochs &&
+            !save_checkpoint(opt.out, params, epoch + 1, &run, &train, &val))
+            goto done;
     }
 
     /* template: if dist.get_rank() == 0: torch.save(model.module.state_dict(), ...).
        Every rank holds the same weights; rank 0 writes them. */
+    if (ddp_is_main(&ctx) && !save_checkpoint(opt.out, params, opt.epochs, &run, &train, &val)) goto done;
     status = 0;
-    if (ddp_is_main(&ctx) && !save_checkpoint(opt.out, params)) {
-        fprintf(stderr, "train_classifier: cannot write %s\n", opt.out);
-        status = 1;
-    }
 done:
     free(h);
     free(dh);

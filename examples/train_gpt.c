@@ -104,10 +104,9 @@ typedef struct tensor {
 /* Activations of a micro-batch, kept for the backward pass, one row each: type, name,
    slices (L: one per block; L + 1 for the residual stream: x[l] enters block l, x[L]
    leaves the last; 1: one for the model), elements of one slice. BT is B T (B: the
-   sequences there is room for), S the rows of the backward scratch: the whole
-   micro-batch (B T), or none for the host side of a GPU run. ACT is the type of an
-   activation and its gradient: float on the CPU, float or bf16 on the GPU (--dtype);
-   statistics and losses stay float. */
+   sequences there is room for). ACT is the type of an activation and its gradient:
+   float on the CPU, float or bf16 on the GPU (--dtype); statistics and losses stay
+   float. */
 #define GPT_ACTIVATIONS(X)                                                                   \
     X(int, tokens, 1, BT)                                                                    \
     X(int, targets, 1, BT)                                                                   \
@@ -131,11 +130,11 @@ typedef struct tensor {
     X(float, losses, 1, BT)                                                                  \
     X(ACT, tmp, 1, BT * C)           /* a projection before its residual add */             \
     X(ACT, dx, 1, BT * C)            /* backward: gradient of the residual stream */        \
-    X(ACT, dfch_gelu, 1, S * 4 * C)  /* backward scratch */                                 \
-    X(ACT, dfch, 1, S * 4 * C)                                                               \
-    X(ACT, dln, 1, S * C)                                                                    \
-    X(ACT, datty, 1, S * C)                                                                  \
-    X(ACT, dqkv, 1, S * 3 * C)
+    X(ACT, dfch_gelu, 1, BT * 4 * C) /* backward scratch */                                 \
+    X(ACT, dfch, 1, BT * 4 * C)                                                              \
+    X(ACT, dln, 1, BT * C)                                                                   \
+    X(ACT, datty, 1, BT * C)                                                                 \
+    X(ACT, dqkv, 1, BT * 3 * C)
 #define ACT float
 #define ACTIVATION_FIELD(type, name, slices, size) type *name;
 /* in a layout function (a, memory, bytes and the shape in scope): points a's buffer
@@ -153,7 +152,7 @@ typedef struct activations {
 } activations;
 
 /* Points a's buffers into memory (NULL: only measures); returns the bytes they take. */
-static size_t layout_activations(activations *a, char *memory, config cfg, size_t B, size_t S)
+static size_t layout_activations(activations *a, char *memory, config cfg, size_t B)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
     const size_t BT = B * (size_t)cfg.ctx;
@@ -167,9 +166,9 @@ static size_t layout_activations(activations *a, char *memory, config cfg, size_
 static activations block_slices(const activations *a, config cfg, size_t B, int l)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
-    const size_t BT = B * (size_t)cfg.ctx, S = 0;
+    const size_t BT = B * (size_t)cfg.ctx;
     activations s = *a;
-    (void)V, (void)S;
+    (void)V;
     GPT_ACTIVATIONS(ACTIVATION_SLICE)
     return s;
 }
@@ -244,19 +243,25 @@ static int gpt_create(gpt *g, config cfg, int B)
 
 /* What training needs on the host. The CPU trains here: the activations of B
    sequences and the gradients. A GPU keeps those on the device (gpu_create), and the
-   host needs only the model-level rows of GPT_ACTIVATIONS (the micro-batch's tokens
-   and targets going up, losses and logits coming back): the layout of a model
-   without blocks. Returns 0 when out of memory. */
+   host holds only the micro-batch's tokens and targets going up, its losses coming
+   back, and the one row of logits a sample draws from (all B T rows would be 13 GB at
+   GPT-2's batch 64). Returns 0 when out of memory. */
 static int gpt_alloc_training(gpt *g, int on_gpu)
 {
-    config host = g->cfg;
+    const size_t BT = (size_t)g->B * g->cfg.ctx;
     size_t bytes;
-    if (on_gpu) host.layers = 0;
-    const size_t S = on_gpu ? 0 : (size_t)g->B * host.ctx;
-    bytes = layout_activations(NULL, NULL, host, (size_t)g->B, S);
+    if (on_gpu) {
+        if (!(g->act_memory = calloc(1, BT * (2 * sizeof(int) + sizeof(float)) + (size_t)g->cfg.vocab * sizeof(float))))
+            return 0;
+        g->a.tokens = (int *)g->act_memory;
+        g->a.targets = g->a.tokens + BT;
+        g->a.losses = (float *)(g->a.targets + BT);
+        g->a.logits = g->a.losses + BT;
+        return 1;
+    }
+    bytes = layout_activations(NULL, NULL, g->cfg, (size_t)g->B);
     if (!(g->act_memory = calloc(1, bytes))) return 0;
-    layout_activations(&g->a, (char *)g->act_memory, host, (size_t)g->B, S);
-    if (on_gpu) return 1;
+    layout_activations(&g->a, (char *)g->act_memory, g->cfg, (size_t)g->B);
     g->grads = (float *)calloc(g->num_params, sizeof(float));
     g->grad_sum = (double *)calloc(g->num_params, sizeof(double));
     return g->grads && g->grad_sum;
@@ -501,7 +506,7 @@ template <typename F> struct device_activations {
 
 /* layout_activations and block_slices for them */
 template <typename F>
-static size_t layout_device(device_activations<F> *a, char *memory, config cfg, size_t B, size_t S)
+static size_t layout_device(device_activations<F> *a, char *memory, config cfg, size_t B)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
     const size_t BT = B * (size_t)cfg.ctx;
@@ -514,9 +519,9 @@ template <typename F>
 static device_activations<F> device_slices(const device_activations<F> *a, config cfg, size_t B, int l)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
-    const size_t BT = B * (size_t)cfg.ctx, S = 0;
+    const size_t BT = B * (size_t)cfg.ctx;
     device_activations<F> s = *a;
-    (void)V, (void)S;
+    (void)V;
     GPT_ACTIVATIONS(ACTIVATION_SLICE)
     return s;
 }
@@ -559,7 +564,7 @@ static float *dgrad(const gpu *d, const tensor *t) { return d->grads + t->offset
 template <typename F> static device_activations<F> device_acts(const gpt *g, const gpu *d)
 {
     device_activations<F> a;
-    layout_device(&a, (char *)d->act_memory, g->cfg, (size_t)g->B, (size_t)g->B * g->cfg.ctx);
+    layout_device(&a, (char *)d->act_memory, g->cfg, (size_t)g->B);
     return a;
 }
 
@@ -586,13 +591,12 @@ static __global__ void widen_kernel(float *out, const bf16 *in, size_t n)
 
 /* The device copy of the model: this rank's host params go up (ddp_grad_init then
    broadcasts rank 0's; gpu_weights_ready rounds them for a bf16 run), and m and v
-   after a --resume. The activations as GPT_ACTIVATIONS lists them, with backward
-   scratch for the whole micro-batch (S = B T). */
+   after a --resume. The activations as GPT_ACTIVATIONS lists them. */
 static gpu *gpu_create(gpt *g, int resumed, int use_bf16, int allreduce_bf16)
 {
     const size_t BT = (size_t)g->B * g->cfg.ctx, P = g->num_params;
-    const size_t act_bytes = use_bf16 ? layout_device<bf16>(NULL, NULL, g->cfg, (size_t)g->B, BT)
-                                      : layout_device<float>(NULL, NULL, g->cfg, (size_t)g->B, BT);
+    const size_t act_bytes = use_bf16 ? layout_device<bf16>(NULL, NULL, g->cfg, (size_t)g->B)
+                                      : layout_device<float>(NULL, NULL, g->cfg, (size_t)g->B);
     gpu *d = (gpu *)calloc(1, sizeof(gpu));
     cudaStream_t s;
     if (!d) {
@@ -704,22 +708,24 @@ static void gpu_forward(gpt *g, gpu *d, int B, int with_targets, int train)
     else gpu_forward_as<float>(g, d, B, with_targets, train);
 }
 
-/* Row `row` of the last forward's logits (sequence 0) to the host's g->a.logits (fp32). */
-static void gpu_logits_to_host(gpt *g, gpu *d, int row)
+/* Row `row` of the last forward's logits (sequence 0), as fp32 in the host's one row
+   g->a.logits, which it returns. */
+static const float *gpu_logits_to_host(gpt *g, gpu *d, int row)
 {
     const size_t V = (size_t)g->cfg.vocab;
-    float *out = g->a.logits + row * V;
+    float *out = g->a.logits;
     size_t i;
     if (!d->act_bf16) {
         CUDA(cudaMemcpyAsync(out, device_acts<float>(g, d).logits + row * V, V * sizeof(float),
                              cudaMemcpyDeviceToHost, d->stream));
         CUDA(cudaStreamSynchronize(d->stream));
-        return;
+        return out;
     }
     CUDA(cudaMemcpyAsync(d->h_logits16, device_acts<bf16>(g, d).logits + row * V, V * sizeof(bf16),
                          cudaMemcpyDeviceToHost, d->stream));
     CUDA(cudaStreamSynchronize(d->stream));
     for (i = 0; i < V; i++) out[i] = __bfloat162float(d->h_logits16[i]);
+    return out;
 }
 
 /* allreduce_tensors for the device: with --allreduce bf16 the region is rounded into
@@ -885,7 +891,7 @@ static void gpu_forward(gpt *g, gpu *d, int B, int targets, int train)
 {
     (void)g, (void)d, (void)B, (void)targets, (void)train;
 }
-static void gpu_logits_to_host(gpt *g, gpu *d, int row) { (void)g, (void)d, (void)row; }
+static const float *gpu_logits_to_host(gpt *g, gpu *d, int row) { return (void)g, (void)d, (void)row, NULL; }
 static ddp_result gpu_backward(gpt *g, gpu *d, int B, ddp_grad *sync)
 {
     return (void)g, (void)d, (void)B, (void)sync, DDP_ERR_BACKEND;
@@ -1050,6 +1056,7 @@ typedef struct options {
     const char *data, *log, *save, *resume, *prompt, *trace, *compare[3];
     int batch_size, grad_accum, steps, stop_after, warmup, val_every, save_every, sample_len, bucket_kb, nproc;
     int bench_no_sync, bench_matmul, device_info;
+    int resume_auto; /* --resume auto: continue --save's file when it belongs to this run */
     int bf16, allreduce_bf16; /* --dtype (-1: bf16 on a GPU) and --allreduce, for the GPU path */
     float lr, min_lr_frac, weight_decay, clip, temperature;
     int top_k, stride;
@@ -1068,11 +1075,15 @@ static const char usage[] =
     "            --stop-after N (end this run after step N; --resume goes on)\n"
     "            --weight-decay 0.1 --clip 1.0 (0: off) --seed 0\n"
     "  output:   --val-every 50 (0: off) --log FILE.jsonl --save FILE.safetensors\n"
-    "            --save-every K --resume FILE.safetensors\n"
+    "            --save-every K --resume FILE.safetensors, or --resume auto (continue --save's\n"
+    "            file when it exists and belongs to this run: model, data, seed, batch, schedule)\n"
     "            --trace FILE.json (where the time goes, per rank: open it in ui.perfetto.dev)\n"
+    "  restarts: --max-restarts N (with --nproc: start the job again after a failure, up to\n"
+    "            N times; with --save-every and --resume auto it goes on where it was saved)\n"
     "  sample:   --prompt \"The \" --sample-len 300 (at most; ends at a sentence past half)\n"
     "            --temperature 0.7 (0: greedy) --top-k 10 (0: all)\n"
-    "  sync:     --bucket-kb 1024 (gradient bucket size)\n"
+    "  sync:     --bucket-kb N (gradient bucket size; default 1024 on the CPU, 25600 on GPUs,\n"
+    "            where NCCL wants few large messages: PyTorch's 25 MiB)\n"
     "            --bench-no-sync (benchmark only: no gradient all-reduce; ranks diverge)\n"
     "  compare:  train_gpt --compare A.safetensors B.safetensors [PREFIX] (max relative difference,\n"
     "            of the tensors whose names start with PREFIX, e.g. opt.m.)\n"
@@ -1123,14 +1134,15 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
     o->sample_len = 300;
     o->temperature = 0.7f;
     o->top_k = 10;
-    o->bucket_kb = 1024;
     o->nproc = 1;
     o->bf16 = -1;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL, *range = NULL;
         int ok = 1;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
-        if (strncmp(a, "--local_rank=", 13) == 0 || strncmp(a, "--local-rank=", 13) == 0) continue;
+        if (strncmp(a, "--local_rank=", 13) == 0 || strncmp(a, "--local-rank=", 13) == 0 ||
+            strncmp(a, "--max-restarts=", 15) == 0 || strncmp(a, "--max_restarts=", 15) == 0)
+            continue;
         if (strcmp(a, "--bench-no-sync") == 0) {
             o->bench_no_sync = 1;
             continue;
@@ -1153,7 +1165,8 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         }
 #define INT(flag, field, lo, hi) else if (strcmp(a, flag) == 0) ok = int_flag(v, lo, hi, &o->field), range = "an integer from " #lo " to " #hi
 #define FLT(flag, field, lo, hi) else if (strcmp(a, flag) == 0) ok = float_flag(v, lo, hi, &o->field), range = "a number from " #lo " to " #hi
-        if (strcmp(a, "--local_rank") == 0 || strcmp(a, "--local-rank") == 0) {}
+        if (strcmp(a, "--local_rank") == 0 || strcmp(a, "--local-rank") == 0 || strcmp(a, "--max-restarts") == 0 ||
+            strcmp(a, "--max_restarts") == 0) {} /* ddp_init's and ddp_launch's */
         INT("--nproc", nproc, 1, 256);
         INT("--layers", cfg.layers, 1, 64);
         INT("--heads", cfg.heads, 1, 64);
@@ -1223,6 +1236,14 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         snprintf(err, errsize, "--save-every needs --save FILE");
         return 0;
     }
+    if (o->resume && strcmp(o->resume, "auto") == 0) { /* a file named auto: --resume ./auto */
+        o->resume_auto = 1;
+        o->resume = NULL; /* prepare() sets it to --save's file if that exists */
+        if (!o->save) {
+            snprintf(err, errsize, "--resume auto continues from --save's file: give --save FILE (and --save-every K)");
+            return 0;
+        }
+    }
 #ifndef __CUDACC__
     if (o->bf16 == 1 || o->allreduce_bf16) {
         snprintf(err, errsize, "--dtype bf16 and --allreduce bf16 are for the GPU path (train_gpt_gpu): this build "
@@ -1285,6 +1306,21 @@ static float learning_rate(const options *o, int step)
     return o->lr * (float)(o->min_lr_frac + (1.0 - o->min_lr_frac) * 0.5 * (1.0 + cos(3.141592653589793 * frac)));
 }
 
+/* What decides a run's weights besides the model's shape: a checkpoint written with
+   other values belongs to another run, which --resume auto refuses to continue. The
+   global batch counts, not how it is split (1 rank x 8 and 2 x 4 train the same
+   weights). As text, the way the checkpoint's metadata holds it; "" where not known. */
+enum {
+    RUN_SEED, RUN_DATA, RUN_BATCH, RUN_STEPS, RUN_LR, RUN_WARMUP, RUN_MIN_LR, RUN_DECAY, RUN_CLIP, RUN_STRIDE, RUN_KEYS
+};
+static const char *const run_keys[RUN_KEYS][2] = { /* metadata key, how a run sets it */
+    {"seed", "--seed"}, {"data", "--data"}, {"global_batch", "global batch (--batch-size x ranks x --grad-accum)"},
+    {"steps", "--steps"}, {"lr", "--lr"}, {"warmup", "--warmup"}, {"min_lr_frac", "--min-lr-frac"},
+    {"weight_decay", "--weight-decay"}, {"clip", "--clip"}, {"stride", "--stride"}};
+typedef struct run_identity {
+    char v[RUN_KEYS][48];
+} run_identity;
+
 /* The run: what main sets up once and the training loop uses. */
 typedef struct trainer {
     options o;
@@ -1296,6 +1332,8 @@ typedef struct trainer {
     ddp_sampler train, val;
     size_t train_windows, val_windows, steps_per_epoch, global_batch;
     uint64_t seed;      /* the sampler's: --seed, or the resumed run's */
+    run_identity id;    /* this run's, written into every checkpoint */
+    run_identity found; /* the --resume checkpoint's */
     int start_step;     /* 0, or the step a --resume checkpoint was written after */
     int stop;           /* the step after which this run ends (--stop-after, else --steps) */
     int ddp_errors;     /* failures ddp.h has already reported (log_ddp) */
@@ -1503,16 +1541,18 @@ static void generate(gpt *g, gpu *dev, const options *o)
     for (k = 0; k < o->sample_len; k++) {
         /* the last T tokens; positions after them are padding the causal mask ignores */
         int start = n > T ? n - T : 0, len = n - start, next, banned = -1;
+        const float *logits;
         for (i = 0; i < T; i++) g->a.tokens[i] = i < len ? seq[start + i] : 0;
         if (dev) { /* the device's forward; only the row we sample from comes back */
             gpu_forward(g, dev, 1, 0, 0);
-            gpu_logits_to_host(g, dev, len - 1);
+            logits = gpu_logits_to_host(g, dev, len - 1);
         } else {
             gpt_forward(g, 1, 0, 0);
+            logits = g->a.logits + (size_t)(len - 1) * V;
         }
         if (bytes && n >= 3 && seq[n - 1] == seq[n - 2] && seq[n - 2] == seq[n - 3] && !isalnum(seq[n - 1]))
             banned = seq[n - 1];
-        next = sample_token(g->a.logits + (size_t)(len - 1) * V, V, o->temperature, o->top_k, banned, scratch, &rng);
+        next = sample_token(logits, V, o->temperature, o->top_k, banned, scratch, &rng);
         seq[n++] = next;
         if (!bytes) {
             printf("%d ", next);
@@ -1528,10 +1568,65 @@ static void generate(gpt *g, gpu *dev, const options *o)
 
 /* ---- setup ------------------------------------------------------------------------------
    (the checkpoint functions are at the end of the file) */
-static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t seed, int world_size, char *err,
+static int save_checkpoint(const gpt *g, const char *path, int step, const run_identity *id, int world_size,
+                           char *err, size_t errsize);
+static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, run_identity *found, char *err,
                            size_t errsize);
-static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, char *err, size_t errsize);
+static int same_run(const run_identity *mine, const run_identity *theirs, const char *path, char *err, size_t errsize);
 static int compare_checkpoints(const char *a_path, const char *b_path, const char *prefix);
+
+/* This run's identity from its flags and data (the global batch waits for the world
+   size). The data is known by its length and an FNV-1a hash of its tokens. */
+static void describe_run(trainer *t)
+{
+    const options *o = &t->o;
+    run_identity *id = &t->id;
+    uint64_t h = 14695981039346656037ull;
+    size_t i;
+    for (i = 0; i < t->data.n; i++) h = (h ^ (uint32_t)t->data.tokens[i]) * 1099511628211ull;
+    memset(id, 0, sizeof *id);
+    snprintf(id->v[RUN_SEED], sizeof id->v[0], "%llu", (unsigned long long)o->seed);
+    snprintf(id->v[RUN_DATA], sizeof id->v[0], "%zu tokens, fnv1a %016llx", t->data.n, (unsigned long long)h);
+    snprintf(id->v[RUN_STEPS], sizeof id->v[0], "%d", o->steps);
+    st_float(id->v[RUN_LR], sizeof id->v[0], o->lr);
+    snprintf(id->v[RUN_WARMUP], sizeof id->v[0], "%d", o->warmup);
+    st_float(id->v[RUN_MIN_LR], sizeof id->v[0], o->min_lr_frac);
+    st_float(id->v[RUN_DECAY], sizeof id->v[0], o->weight_decay);
+    st_float(id->v[RUN_CLIP], sizeof id->v[0], o->clip);
+    snprintf(id->v[RUN_STRIDE], sizeof id->v[0], "%d", o->stride);
+}
+
+/* --log: rank 0's records, one per step of this run. A run from step 0 starts the file
+   empty; a resumed run keeps the records up to the step it resumed after, dropping
+   those a stopped attempt wrote past it (and a last line cut short), so that every
+   step has exactly one record. */
+static FILE *open_log(const char *path, int resumed_after, char *err, size_t errsize)
+{
+    unsigned char *buf;
+    size_t size, end, start;
+    FILE *f;
+    if (resumed_after > 0 && access(path, F_OK) == 0) {
+        if (!(buf = st_read_file(path, &size, err, errsize))) return NULL;
+        for (end = size; end > 0; end = start) { /* from the end, line by line: {"step": N, ... */
+            char head[32];
+            int step = 0;
+            for (start = end - 1; start > 0 && buf[start - 1] != '\n'; start--) {}
+            snprintf(head, sizeof head, "%.*s", (int)(end - start < sizeof head ? end - start : sizeof head - 1),
+                     (const char *)buf + start);
+            if (buf[end - 1] == '\n' && !(sscanf(head, "{\"step\": %d", &step) == 1 && step > resumed_after)) break;
+        }
+        free(buf);
+        if (truncate(path, (off_t)end) != 0) {
+            snprintf(err, errsize, "cannot truncate --log %s: %s", path, strerror(errno));
+            return NULL;
+        }
+    }
+    if (!(f = fopen(path, resumed_after ? "a" : "w"))) {
+        snprintf(err, errsize, "cannot open --log %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    return f;
+}
 
 /* --save's (and --trace's) file must be creatable now, not only at the end. */
 static int check_writable(const char *flag, const char *path, char *err, size_t errsize)
@@ -1549,6 +1644,13 @@ static int check_writable(const char *flag, const char *path, char *err, size_t 
         return 0;
     }
     return 1;
+}
+
+static int nothing_to_train(const trainer *t, char *err, size_t errsize)
+{
+    snprintf(err, errsize, "nothing to train: %s was written after step %d, and this run ends at step %d",
+             t->o.resume, t->start_step, t->stop);
+    return -1;
 }
 
 /* Everything that can be checked before the ranks start, so that a bad file is one
@@ -1573,7 +1675,13 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
         return 0;
     }
     t->seed = o->seed;
-    if (o->resume && !load_checkpoint(&t->model, o->resume, &t->seed, &t->start_step, err, errsize)) return 0;
+    if (o->save) describe_run(t); /* what its checkpoints will say */
+    if (o->resume_auto && access(o->save, F_OK) == 0) t->o.resume = o->save; /* else from scratch */
+    if (o->resume) {
+        if (!load_checkpoint(&t->model, o->resume, &t->seed, &t->start_step, &t->found, err, errsize)) return 0;
+        if (o->resume_auto && !same_run(&t->id, &t->found, o->resume, err, errsize)) return 0;
+        snprintf(t->id.v[RUN_SEED], sizeof t->id.v[0], "%llu", (unsigned long long)t->seed); /* the file's order */
+    }
     if (t->start_step > o->steps) {
         snprintf(err, errsize, "%s was written after step %d, past --steps %d: give its run's --steps to go on",
                  o->resume, t->start_step, o->steps);
@@ -1583,17 +1691,41 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
     if (o->trace && !check_writable("--trace", o->trace, err, errsize)) return 0;
     /* --stop-after pauses a run (a job's time limit): the schedule still spans --steps */
     t->stop = o->stop_after && o->stop_after < o->steps ? o->stop_after : o->steps;
-    if (t->stop <= t->start_step) {
-        snprintf(err, errsize, "nothing to train: %s was written after step %d, and this run ends at step %d",
-                 o->resume, t->start_step, t->stop);
-        return -1;
-    }
+    /* (--resume auto's file may yet belong to another global batch: start_rank says) */
+    if (t->stop <= t->start_step && !o->resume_auto) return nothing_to_train(t, err, errsize);
     return 1;
+}
+
+/* A refusal every rank reaches: rank 0 says why (err), the others wait until it has. */
+static int refuse(trainer *t, char *err)
+{
+    if (t->ctx.rank == 0) fprintf(stderr, PROG ": %s\n", err);
+    fflush(stderr);
+    ddp_barrier(&t->ctx);
+    err[0] = 0;
+    return 0;
+}
+
+/* Every rank starts from the same step: --resume auto on hosts that do not share
+   --save's file would otherwise resume on some ranks and start afresh on others.
+   Returns 1 if they do, else 0 (a refusal, or the failed collective, in err). */
+static int same_start(trainer *t, char *err, size_t errsize)
+{
+    ddp_metric m;
+    ddp_result r;
+    memset(&m, 0, sizeof m);
+    ddp_metric_add(&m, t->start_step, 1);
+    if ((r = ddp_metric_reduce(&t->ctx, &m, 1)) != DDP_OK) return ddp_reason(t, "ddp_metric_reduce", r, err, errsize);
+    if (m.min == m.max) return 1;
+    snprintf(err, errsize, "the ranks start after different steps (%.0f to %.0f; rank 0: %d): every rank needs the "
+             "same checkpoint (a file system all hosts share)", m.min, m.max, t->start_step);
+    return refuse(t, err);
 }
 
 /* This rank's side: the process group (template: init_process_group), the model on
    its device, gradient sync (template: DistributedDataParallel(model)), samplers
-   (template: DistributedSampler) and the log. */
+   (template: DistributedSampler) and the log. Returns 1 to train, 0 with the reason in
+   err, -1 when --resume auto finds the run done (rank 0 says so in err). */
 static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errsize)
 {
     const options *o = &t->o;
@@ -1625,6 +1757,14 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
                  t->global_batch);
         return 0;
     }
+    snprintf(t->id.v[RUN_BATCH], sizeof t->id.v[0], "%zu", t->global_batch);
+    if (o->resume_auto && o->resume && !same_run(&t->id, &t->found, o->resume, err, errsize)) return refuse(t, err);
+    if (!same_start(t, err, errsize)) return 0;
+    if (t->stop <= t->start_step) { /* --resume auto found this run done */
+        if (t->ctx.rank != 0) err[0] = 0;
+        else nothing_to_train(t, err, errsize);
+        return -1;
+    }
 
     /* Without --resume every rank draws its own weights; ddp_grad_init broadcasts rank
        0's, so all ranks start equal. The gradient sum is what the ranks reduce: sum,
@@ -1653,7 +1793,9 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     gd.count = g->num_params;
     gd.dtype = DDP_F64;
     gd.sum = 1;
-    gd.bucket_bytes = (size_t)o->bucket_kb << 10;
+    /* buckets: 1 MiB on the CPU (as before); on GPUs ddp.h's 25 MiB, PyTorch's: NCCL moves
+       few large buckets far faster than many small ones (GPT-2 124M: 19, not 475) */
+    gd.bucket_bytes = o->bucket_kb ? (size_t)o->bucket_kb << 10 : t->dev ? 0 : (size_t)1 << 20;
     gd.params = g->params;
     gd.param_dtype = DDP_F32;
     if (t->dev) gpu_grad_desc(t->dev, &gd); /* fp32 device gradients, summed in place */
@@ -1681,11 +1823,10 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     /* --trace: from here on; ddp.h adds its collectives (buckets on their own row) */
     if (o->trace && (r = ddp_trace_start(&t->ctx, 0)) != DDP_OK)
         return ddp_reason(t, "ddp_trace_start", r, err, errsize);
-    t->tty = ddp_is_main(&t->ctx) && isatty(fileno(stdout));
-    if (ddp_is_main(&t->ctx) && o->log && !(t->log = fopen(o->log, "a"))) {
-        snprintf(err, errsize, "cannot open --log %s: %s", o->log, strerror(errno));
-        return 0;
-    }
+    /* progress in place only where the user watches: stdout is this process's own
+       terminal (Open MPI gives every rank a pty, even when mpirun writes to a file) */
+    t->tty = ddp_is_main(&t->ctx) && isatty(fileno(stdout)) && tcgetpgrp(fileno(stdout)) != -1;
+    if (ddp_is_main(&t->ctx) && o->log && !(t->log = open_log(o->log, t->start_step, err, errsize))) return 0;
     return 1;
 }
 
@@ -1712,6 +1853,10 @@ static void print_setup(const trainer *t)
               t->global_batch, o->batch_size, ctx->world_size, o->grad_accum, t->global_batch * o->cfg.ctx,
               t->steps_per_epoch);
     if (o->resume) ddp_print(ctx, "resumed from %s after step %d\n", o->resume, t->start_step);
+    if (ddp_restart_count() > 0) /* ddp's launcher or torchrun started the job again */
+        ddp_print(ctx, "restart %d of the job: %s\n", ddp_restart_count(),
+                  o->resume ? "going on from the checkpoint" : o->resume_auto ? "no checkpoint yet, from step 0" :
+                  "from step 0 (--resume auto would go on from --save's file)");
 }
 
 static void finish(trainer *t)
@@ -1779,7 +1924,13 @@ int main(int argc, char **argv)
     /* "--nproc N": this process becomes the launcher of N ranks and returns here */
     status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
-    if (!start_rank(&t, &argc, argv, err, sizeof err)) return fail(err);
+    status = start_rank(&t, &argc, argv, err, sizeof err);
+    if (status == 0) return fail(err);
+    if (status < 0) { /* nothing to train, rank 0 says */
+        if (*err) printf(PROG ": %s\n", err);
+        ddp_destroy(&t.ctx);
+        return 0;
+    }
     print_setup(&t);
 
     t.t_start = now_s();
@@ -1798,7 +1949,7 @@ int main(int argc, char **argv)
         if (ddp_is_main(&t.ctx) && t.o.save &&
             ((t.o.save_every && (step + 1) % t.o.save_every == 0) || step + 1 == t.stop)) {
             if (t.dev) gpu_to_host(&t.model, t.dev); /* the same file as a CPU run's */
-            if (!save_checkpoint(&t.model, t.o.save, step + 1, t.seed, t.ctx.world_size, err, sizeof err))
+            if (!save_checkpoint(&t.model, t.o.save, step + 1, &t.id, t.ctx.world_size, err, sizeof err))
                 return fail(err);
         }
     }
@@ -1829,25 +1980,27 @@ int main(int argc, char **argv)
 
 /* ---- checkpoints: safetensors (examples/safetensors.h) -------------------------------
    Every parameter under its GPT-2 name, AdamW's moments as opt.m.<name> and
-   opt.v.<name>, and in __metadata__ the step, seed and model shape. Loads with
+   opt.v.<name>, and in __metadata__ the step, the model's shape and the run's
+   identity (seed, data, batch, schedule: run_keys). Loads with
    safetensors.torch.load_file (weights are (out, in) as in torch.nn.Linear; HF's GPT-2
    Conv1D stores them transposed). Written by rank 0 to FILE.tmp, flushed, fsync'ed and
    renamed, so FILE is always whole. */
 static const char *const checkpoint_prefix[3] = {"", "opt.m.", "opt.v."};
 
-static int save_checkpoint(const gpt *g, const char *path, int step, uint64_t seed, int world_size, char *err,
-                           size_t errsize)
+static int save_checkpoint(const gpt *g, const char *path, int step, const run_identity *id, int world_size,
+                           char *err, size_t errsize)
 {
     const void *arrays[3] = {g->params, g->m, g->v};
     const size_t bytes = g->num_params * sizeof(float), sizes[3] = {bytes, bytes, bytes};
     st_text h;
     int i, k, ok;
     memset(&h, 0, sizeof h);
-    st_put(&h, "{\"__metadata__\":{\"format\":\"pt\",\"step\":\"%d\",\"seed\":\"%llu\",\"layers\":\"%d\","
+    st_put(&h, "{\"__metadata__\":{\"format\":\"pt\",\"step\":\"%d\",\"layers\":\"%d\","
                "\"heads\":\"%d\",\"dim\":\"%d\",\"ctx\":\"%d\",\"vocab\":\"%d\",\"world_size\":\"%d\","
-               "\"lm_head\":\"tied to wte.weight\"}",
-           step, (unsigned long long)seed, g->cfg.layers, g->cfg.heads, g->cfg.dim, g->cfg.ctx, g->cfg.vocab,
-           world_size);
+               "\"lm_head\":\"tied to wte.weight\"",
+           step, g->cfg.layers, g->cfg.heads, g->cfg.dim, g->cfg.ctx, g->cfg.vocab, world_size);
+    for (k = 0; k < RUN_KEYS; k++) st_put(&h, ",\"%s\":\"%s\"", run_keys[k][0], id->v[k]);
+    st_put(&h, "}");
     for (k = 0; k < 3; k++)
         for (i = 0; i < g->num_tensors; i++) {
             const tensor *t = &g->tensors[i];
@@ -1869,9 +2022,10 @@ static int meta_int(const st_file *f, const char *key, long lo, long hi, int *ou
 }
 
 /* Fills params, m and v from a checkpoint of the same model (same tensor names and
-   shapes, finite values), and the step it was written after. Returns 0 with the
-   reason in err. */
-static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, char *err, size_t errsize)
+   shapes, finite values), the step it was written after and its run's identity.
+   Returns 0 with the reason in err. */
+static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, run_identity *found, char *err,
+                           size_t errsize)
 {
     float *arrays[3] = {g->params, g->m, g->v};
     const int want[5] = {g->cfg.layers, g->cfg.heads, g->cfg.dim, g->cfg.ctx, g->cfg.vocab};
@@ -1895,6 +2049,7 @@ static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, 
         snprintf(err, errsize, "%s: metadata seed '%s' is not a seed", path, st_meta(&f, "seed"));
         goto fail;
     }
+    for (k = 0; k < RUN_KEYS; k++) snprintf(found->v[k], sizeof found->v[0], "%s", st_meta(&f, run_keys[k][0]));
     for (k = 0; k < 3; k++)
         for (i = 0; i < g->num_tensors; i++) {
             const tensor *t = &g->tensors[i];
@@ -1925,6 +2080,21 @@ static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, 
 fail:
     st_free(&f);
     return 0;
+}
+
+/* --resume auto: the checkpoint's run must be this one (every value this run knows), else
+   the first difference in err. */
+static int same_run(const run_identity *mine, const run_identity *theirs, const char *path, char *err, size_t errsize)
+{
+    int k;
+    for (k = 0; k < RUN_KEYS; k++)
+        if (*mine->v[k] && strcmp(mine->v[k], theirs->v[k]) != 0) {
+            snprintf(err, errsize, "%s belongs to another run: its %s is %s, this run's is %s (--resume auto goes on "
+                     "with its own run only: give another --save, or remove the file)", path, run_keys[k][1],
+                     *theirs->v[k] ? theirs->v[k] : "not recorded", mine->v[k]);
+            return 0;
+        }
+    return 1;
 }
 
 /* --compare A B [PREFIX]: the largest difference between same-named F32 tensors (those

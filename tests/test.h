@@ -173,6 +173,25 @@ static inline int test_free_port(void)
     return port;
 }
 
+/* A socket listening on 127.0.0.1 at a port the kernel chose (*port), or -1: for a
+   test that plays a peer (a fake store, another program on MASTER_PORT). */
+static inline int test_listen(int *port)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0 ||
+                    getsockname(fd, (struct sockaddr *)&a, &len) != 0)) {
+        close(fd);
+        fd = -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
 static inline double test_now_s(void)
 {
     struct timespec ts;

@@ -54,4 +54,9 @@ printf '#include "ddp_kernels.cuh"\nint main(void) { return 0; }\n' > "$tmp/k.c"
 cp "$tmp/k.c" "$tmp/k.cpp"
 check kernels_c99 cc -std=c99 -Wall -Wextra -Wpedantic -Werror -I. "$tmp/k.c" -o "$tmp/k" -lm
 check kernels_cxx11 c++ -std=c++11 -Wall -Wextra -Werror -I. "$tmp/k.cpp" -o "$tmp/kx" -lm
+# ddp_kernels.cuh's own usage line for the CPU half, on a program beside a copy of the header
+line=$(grep -m 1 '^ *cc ' ddp_kernels.cuh | sed -e 's/^ *//' -e 's/ *(.*$//')
+cp ddp_kernels.cuh "$tmp/"
+printf '#include "ddp_kernels.cuh"\nint main(void) { float x[4] = {1, 2, 3, 4}, o[4], m, r; ddp_layernorm_forward_cpu(o, &m, &r, x, x, x, 1, 1, 4); return m == 2.5f ? 0 : 1; }\n' > "$tmp/prog.c"
+check kernels_usage_line_cpu sh -c "cd '$tmp' && $line -o prog && ./prog"
 exit $fail

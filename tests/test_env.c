@@ -86,7 +86,7 @@ static int child(int rank, void *arg)
     char spec[512];
     ddp_ctx ctx;
     ddp_desc d;
-    int want_local = rank, ok;
+    int want_local = rank, want_local_world = world, want_node = 0, ok;
     char a0[] = "prog", a1[32];
     char *argv[] = {a0, a1, NULL};
     int argc = 2;
@@ -95,6 +95,13 @@ static int child(int rank, void *arg)
     memset(&d, 0, sizeof d);
     if (strcmp(which, "torchrun") == 0)
         snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d GROUP_RANK=0", rank, world, rank, world);
+    else if (strcmp(which, "torchrun_two_nodes_one_host") == 0) { /* torchrun --nnodes=2 twice, as a rehearsal on one machine */
+        want_local = rank % 2;
+        want_local_world = 2;
+        want_node = rank / 2;
+        snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=2 GROUP_RANK=%d TORCHELASTIC_RUN_ID=none",
+                 rank, world, rank % 2, rank / 2);
+    }
     else if (strcmp(which, "torch.distributed.launch") == 0) {
         snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=%d", rank, world);
         d.argc = &argc;
@@ -110,7 +117,7 @@ static int child(int rank, void *arg)
     set_env(spec);
     if (ddp_init(&ctx, &d) != DDP_OK) return 10;
     ok = ctx.rank == rank && ctx.world_size == world && ctx.local_rank == want_local &&
-         ctx.local_world_size == world && ctx.node_rank == 0 && ctx.num_nodes == 1 &&
+         ctx.local_world_size == want_local_world && ctx.node_rank == want_node && ctx.num_nodes == 1 &&
          ctx.backend == DDP_BACKEND_CPU && (d.argc == NULL || argc == 1);
     if (!ok)
         fprintf(stderr, "%s rank %d: got rank %d/%d local %d/%d node %d/%d argc %d\n", which, rank, ctx.rank,
@@ -164,6 +171,36 @@ static void thread_share(void)
     }
 }
 
+/* The NCCL backend's choice of GPU (ddp__device_for), as launchers hand out GPUs. */
+static void device_rule(void)
+{
+    static const struct { const char *name; int local_rank, visible, want; } cases[] = {
+        {"one_visible_is_used_by_local_rank_0", 0, 1, 0},
+        {"one_visible_is_used_by_local_rank_5", 5, 1, 0}, /* Slurm's per-task binding */
+        {"local_rank_picks_among_8", 3, 8, 3},
+        {"last_of_8", 7, 8, 7},
+        {"local_rank_past_2_visible", 2, 2, -1},
+        {"local_rank_past_4_visible", 5, 4, -1},
+    };
+    char why[300], name[96];
+    int i, got;
+    for (i = 0; i < TEST_COUNT(cases); i++) {
+        why[0] = 0;
+        got = ddp__device_for(cases[i].local_rank, cases[i].visible, "0,1", why, sizeof why);
+        snprintf(name, sizeof name, "env.device.%s", cases[i].name);
+        if (cases[i].want >= 0)
+            CHECK(name, got == cases[i].want, "local rank %d, %d visible: GPU %d, want %d", cases[i].local_rank,
+                  cases[i].visible, got, cases[i].want);
+        else /* a one-line error naming the counts and CUDA_VISIBLE_DEVICES */
+            CHECK(name, got == -1 && strstr(why, "CUDA_VISIBLE_DEVICES='0,1'") && !strchr(why, '\n') &&
+                  strstr(why, cases[i].visible == 2 ? "2 are visible" : "4 are visible"),
+                  "local rank %d, %d visible: GPU %d, '%s'", cases[i].local_rank, cases[i].visible, got, why);
+    }
+    why[0] = 0;
+    got = ddp__device_for(3, 2, NULL, why, sizeof why);
+    CHECK("env.device.unset_visible_devices_named", got == -1 && strstr(why, "CUDA_VISIBLE_DEVICES=unset"), "'%s'", why);
+}
+
 int main(void)
 {
     ddp_ctx ctx;
@@ -195,9 +232,11 @@ int main(void)
     bad_env("env.bad_timeout", "DDP_TIMEOUT=-3", DDP_ERR_ENV, "DDP_TIMEOUT='-3'");
     legacy_argv();
     launcher("torchrun", 3);
+    launcher("torchrun_two_nodes_one_host", 4);
     launcher("torch.distributed.launch", 2);
     launcher("slurm", 4);
     launcher("openmpi", 3);
     launcher("mpich", 5);
+    device_rule();
     TEST_EXIT();
 }

@@ -131,6 +131,98 @@ static int duplicate_rank(int rank, void *arg)
     return r != DDP_OK ? 0 : 1;
 }
 
+/* Rank 0 names who never joined and why the store refused them. A rank of this job id
+   with another world size can never be one of its ranks: both stop at once. Another
+   secret, or a job id with a typo, cannot be told from a stranger: rank 0 names it when
+   it times out. */
+static const char *const misjoin_codes[] = {
+    [1] = "rank 0 did not fail, or not with its reason", [2] = "rank 0 took longer than its case allows",
+    [3] = "rank 1 was not refused"};
+static int misjoin(int rank, void *arg)
+{
+    const char *how = (const char *)arg, *want;
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_result r;
+    double t0 = now_s(), limit = 5;
+    if (rank == 1 && strcmp(how, "world") == 0) { setenv("WORLD_SIZE", "3", 1); setenv("LOCAL_WORLD_SIZE", "3", 1); }
+    if (rank == 0 && strcmp(how, "secret") == 0) setenv("DDP_SECRET", "only-rank-0-has-it", 1);
+    if (rank == 1 && strcmp(how, "job_id") == 0) setenv("DDP_JOB_ID", "a-typo", 1);
+    if (strcmp(how, "world") == 0) setenv("DDP_TIMEOUT", "30", 1); /* the refusal ends it, not the timeout */
+    r = quiet(&ctx, &d);
+    if (rank == 1) {
+        ddp_destroy(&ctx);
+        return r == DDP_OK ? 3 : 0;
+    }
+    want = strcmp(how, "world") == 0 ? "a process claims rank 1 of a world of 3"
+         : strcmp(how, "secret") == 0 ? "rank 1 never joined; the store refused 1 process: rank 1 did not answer the challenge"
+                                      : "rank 1 never joined; the store refused 1 process: rank 1 of job 'a-typo'";
+    if (r == DDP_OK || !strstr(ddp_error(&ctx), want)) {
+        fprintf(stderr, "want '%s'\n", want);
+        ddp_destroy(&ctx);
+        return 1;
+    }
+    ddp_destroy(&ctx);
+    return now_s() - t0 > limit ? 2 : 0;
+}
+
+/* A program that is not a ddp store answers on MASTER_PORT (an HTTP server's 400): a
+   rank says so at once instead of retrying until the timeout, and a rank 0 that finds
+   it there says what holds the port. */
+static void test_not_a_store(void)
+{
+    int port, lfd = test_listen(&port), rank;
+    if (lfd < 0) {
+        test_skip("failures.not_a_store", "cannot listen on 127.0.0.1");
+        return;
+    }
+    for (rank = 1; rank >= 0; rank--) {
+        char name[64], err[300] = "";
+        int fds[2], st = 0, conns = 0;
+        double t0 = now_s(), dt;
+        pid_t pid;
+        if (pipe(fds) != 0) break;
+        fflush(NULL);
+        if ((pid = fork()) == 0) {
+            ddp_ctx ctx;
+            ddp_desc d;
+            memset(&d, 0, sizeof d);
+            d.world_size = 2;
+            d.rank = rank;
+            d.master_addr = "127.0.0.1";
+            d.master_port = port;
+            d.job_id = "not-a-store";
+            d.timeout_ms = 20000;
+            close(fds[0]);
+            if (ddp_init(&ctx, &d) == DDP_OK) _exit(1);
+            if (write(fds[1], ddp_error(&ctx), strlen(ddp_error(&ctx))) < 0) {}
+            _exit(0);
+        }
+        close(fds[1]);
+        while (waitpid(pid, &st, WNOHANG) == 0 && now_s() - t0 < 30) { /* the HTTP server, until the rank gives up */
+            struct pollfd pf = {lfd, POLLIN, 0};
+            if (poll(&pf, 1, 50) == 1) { /* reads the request, answers 400, hangs up */
+                int c = accept(lfd, NULL, NULL);
+                const char *http = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+                char req[256];
+                struct pollfd in = {c, POLLIN, 0};
+                if (c < 0) continue;
+                if (poll(&in, 1, 1000) == 1 && read(c, req, sizeof req) < 0) {}
+                if (write(c, http, strlen(http)) < 0) {}
+                close(c);
+                conns++;
+            }
+        }
+        dt = now_s() - t0;
+        if (read(fds[0], err, sizeof err - 1) < 0) err[0] = 0;
+        close(fds[0]);
+        snprintf(name, sizeof name, "failures.not_a_store.rank%d_says_so_at_once", rank);
+        CHECK(name, WIFEXITED(st) && WEXITSTATUS(st) == 0 && dt < 3 && conns <= 1 && strstr(err, "not as a ddp store"),
+              "after %.1f s and %d connections: '%s'", dt, conns, err);
+    }
+    close(lfd);
+}
+
 /* ---- the store, spoken to directly: two ranks as threads of this process ---- */
 typedef struct store_rank { int rank, port; ddp_ctx ctx; ddp_result r; pthread_barrier_t *gate; long long sum; char got[16]; } store_rank;
 
@@ -241,6 +333,15 @@ static int launched_child(const char *mode)
     if (strcmp(mode, "exit3") == 0 && ctx.rank == 2) return 3;
     if (strcmp(mode, "segv") == 0 && ctx.rank == 1) raise(SIGSEGV);
     if (strcmp(mode, "wait") == 0 && ctx.rank != 0) pause(); /* until a signal ends it */
+    if (strcmp(mode, "kill5") == 0) { /* rank 5 dies as the OOM killer would take it; the others fail after it */
+        if (ctx.rank == 5) raise(SIGKILL);
+        return ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK ? 0 : 1;
+    }
+    if (strcmp(mode, "lastwords") == 0) { /* as lesson 5 with a bad checkpoint: all give up, rank 0 says why */
+        ddp_barrier(&ctx);
+        if (ctx.rank == 0) { printf("rank 0's last words\n"); fflush(stdout); }
+        return 1;
+    }
     /* everyone else waits for rank 2 in a collective that never completes */
     ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
     ddp_destroy(&ctx);
@@ -267,6 +368,93 @@ static void test_launcher(const char *self, const char *mode, int want)
     snprintf(name, sizeof name, "launcher.%s_stops_the_job", mode);
     CHECK(name, rc == want && dt < 5 && orphans == 0, "status %d (want %d) after %.1f s, %d ranks left running",
           rc, want, dt, orphans);
+}
+
+/* 1 while the process has not ended (a zombie has ended) */
+static int running(int pid)
+{
+    char path[64], buf[512], *p;
+    FILE *f;
+    size_t n;
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    if (!(f = fopen(path, "r"))) return 0;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return (p = strrchr(buf, ')')) != NULL && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+/* ddp_run(n, self --launched mode) in a child whose output goes to `out`; its status.
+   With `late`, the launcher is stopped from the ranks' start until all have ended, as
+   a launcher scheduled late on a busy machine finds every rank's end at once. */
+static int launch_to_file(const char *self, const char *mode, int n, const char *out, int late)
+{
+    char *args[4], pidfile[] = "/tmp/ddp-test-pids-XXXXXX";
+    int st = 0, pids[64], got = 0, fd = mkstemp(pidfile), i;
+    double t0 = now_s();
+    pid_t pid;
+    close(fd);
+    setenv("PID_FILE", pidfile, 1);
+    args[0] = (char *)self; args[1] = (char *)"--launched"; args[2] = (char *)mode; args[3] = NULL;
+    fflush(NULL);
+    if ((pid = fork()) == 0) {
+        fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        _exit(ddp_run(n, args));
+    }
+    while (late && got < n && now_s() - t0 < 10) { /* each rank writes its pid as it starts */
+        struct timespec ts = {0, 5000000L};
+        FILE *f = fopen(pidfile, "r");
+        for (got = 0; f && got < n && fscanf(f, "%d", &pids[got]) == 1; got++) {}
+        if (f) fclose(f);
+        if (got < n) nanosleep(&ts, NULL); /* polling a file the ranks write */
+    }
+    if (late && got == n) {
+        kill(pid, SIGSTOP);
+        for (i = 0; i < n && now_s() - t0 < 20; i += !running(pids[i])) {
+            struct timespec ts = {0, 20000000L};
+            if (running(pids[i])) nanosleep(&ts, NULL); /* polling /proc until the ranks have ended */
+        }
+        kill(pid, SIGCONT);
+    }
+    waitpid(pid, &st, 0);
+    unlink(pidfile);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int file_has(const char *path, const char *text)
+{
+    char buf[16384];
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    return strstr(buf, text) != NULL;
+}
+
+/* The launcher names the rank that failed first on its own (here killed by SIGKILL, as
+   an OOM kill), with its status, not one that failed because it was gone; and ranks
+   that give up together all get to say why before the launcher stops the rest. */
+static void test_launcher_blame(const char *self)
+{
+    char out[] = "/tmp/ddp-test-out-XXXXXX";
+    int fd = mkstemp(out), i, named = 0, spoke = 0, rc, runs = 3;
+    char bad[300] = "";
+    close(fd);
+    setenv("DDP_TIMEOUT", "600", 1);
+    for (i = 0; i < runs; i++) {
+        rc = launch_to_file(self, "kill5", 8, out, i > 0);
+        if (rc == 128 + SIGKILL && file_has(out, "ddp: rank 5 (pid ")) named++;
+        else if (!bad[0]) snprintf(bad, sizeof bad, "status %d, %s", rc, file_has(out, "ddp: rank 5 (pid ") ? "rank 5 named" : "rank 5 not named");
+    }
+    CHECK("launcher.names_the_killed_rank", named == runs, "%d of %d runs named rank 5 with status 137; the first other: %s",
+          named, runs, bad);
+    for (i = 0; i < 10; i++)
+        spoke += launch_to_file(self, "lastwords", 8, out, 0) == 1 && file_has(out, "rank 0's last words");
+    CHECK("launcher.last_words_reach_the_output", spoke == 10, "rank 0's line was in the output of %d of 10 runs", spoke);
+    unlink(out);
+    unsetenv("DDP_TIMEOUT");
 }
 
 /* SIGTERM to the launcher reaches every rank: the job ends, nothing is left. */
@@ -329,10 +517,19 @@ int main(int argc, char **argv)
     test_spawn(&job, 2, duplicate_rank, NULL);
     CHECK("failures.duplicate_rank_refused", job.failed == 0 && job.seconds < 5, "%s, %.1f s",
           TEST_JOB_WHY(&job, duplicate_rank_codes), job.seconds);
+    test_spawn(&job, 2, misjoin, (void *)"world");
+    CHECK("failures.rank0_names.world_size_differs_at_once", job.failed == 0, "%s, %.1f s", TEST_JOB_WHY(&job, misjoin_codes),
+          job.seconds);
+    test_spawn(&job, 2, misjoin, (void *)"secret");
+    CHECK("failures.rank0_names.secret_on_rank0_only", job.failed == 0, "%s", TEST_JOB_WHY(&job, misjoin_codes));
+    test_spawn(&job, 2, misjoin, (void *)"job_id");
+    CHECK("failures.rank0_names.job_id_typo", job.failed == 0, "%s", TEST_JOB_WHY(&job, misjoin_codes));
+    test_not_a_store();
     unsetenv("DDP_TIMEOUT");
     test_store();
     test_launcher(argv[0], "exit3", 3);
     test_launcher(argv[0], "segv", 128 + SIGSEGV);
     test_launcher_signal(argv[0]);
+    test_launcher_blame(argv[0]);
     TEST_EXIT();
 }

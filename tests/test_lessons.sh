@@ -39,6 +39,31 @@ for dir in examples/lessons/[0-9]*/; do
     esac
   done
 done
+# Lesson 5's checkpoint: resuming refuses what no run of it writes, with rank 0's
+# one-line reason, which reaches the output before the launcher stops the job (8
+# ranks, every time).
+ckpt=$root/examples/lessons/05_metrics/checkpoint
+resume_from() { # bytes (printf escapes) ranks: runs --resume in $tmp, output in $tmp/out
+  printf "$1" >"$tmp/checkpoint.bin"
+  (cd "$tmp" && timeout 60 "$ckpt" --nproc "$2" --resume >"$tmp/out" 2>&1)
+}
+for case in "a negative epoch|\373\377\377\377\000\000\200\077\000\000\200\077|epoch -5," \
+            "epoch 2^31-1|\377\377\377\177\000\000\200\077\000\000\200\077|epoch 2147483647," \
+            "a NaN weight|\001\000\000\000\000\000\300\177\000\000\200\077|w nan" \
+            "a truncated file|\001\000\000\000\000\000|shorter than"; do
+  IFS='|' read -r what bytes want <<<"$case"
+  resume_from "$bytes" 3
+  rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^checkpoint.bin: .*$want" "$tmp/out"
+  report "lessons.05_metrics/checkpoint --resume refuses $what" $? "exit $rc: $(grep -v OMP_NUM "$tmp/out" | tr '\n' ' ' | head -c 300)"
+done
+said=0
+for _ in 1 2 3 4 5; do
+  resume_from '\001\000\000\000\000\000' 8
+  grep -q '^checkpoint.bin: shorter than' "$tmp/out" && said=$((said + 1))
+done
+[ $said -eq 5 ]
+report "lessons.05_metrics/checkpoint with 8 ranks: rank 0's reason is in the output every time" $? "in $said of 5 runs"
 py=$(command -v python3)
 if [ -z "$py" ]; then echo "SKIP lessons.pictures: no python3"; exit $fail; fi
 (cd "$tmp" && "$root/examples/lessons/04_gradsync/gradsync" --nproc 2 --trace trace.json >/dev/null 2>&1 &&

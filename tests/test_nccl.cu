@@ -13,6 +13,8 @@
      gradient sync with buckets that split the buffer covers every element and writes
      nothing outside it, the parameters are rank 0's after ddp_grad_init; metrics;
      host memory (&x, a stack variable) works as on the CPU backend.
+   - W = 1 also: the watchdog's time starts when a collective can start (behind a
+     2.5 s kernel, a 1 s timeout does not fire).
    - W > 1 also: the arithmetic across ranks (each rank sends its own values: sums,
      minima, maxima exact, averages within the type's rounding, bf16 and f16 too), the
      data a broadcast from the last rank moves, the all_gather and reduce_scatter
@@ -21,7 +23,8 @@
      DDP_EMU_NCCL_HANG) gives every rank a one-line timeout within DDP_TIMEOUT on host
      memory (ddp.h waits), and on device memory the watchdog aborts NCCL within it (a
      stream that waits for the collective goes on); a rank that dies makes the others
-     fail, not hang. A world of
+     fail, not hang; ranks that all see one GPU (CUDA_VISIBLE_DEVICES=0) are refused
+     by ddp_init. A world of
      one cannot show the arithmetic (the data a rank sends is the result), nor a
      broadcast's data.
    Without enough usable GPUs every check is skipped with the cause (FAIL under
@@ -38,7 +41,7 @@ static const char *const op_names[] = {"sum", "avg", "min", "max"};             
 static const char *const checks[] = {"all_reduce", "all_reduce_async", "broadcast", "all_gather", "reduce_scatter",
                                      "stream_order", "stream_order_async", "grad_sync", "grad_sync_bf16",
                                      "metrics", "host_memory"};
-static const char *const failures[] = {"check_mismatch", "hang_times_out", "watchdog_aborts", "dead_peer"};
+static const char *const failures[] = {"check_mismatch", "hang_times_out", "watchdog_aborts", "dead_peer", "shared_gpu"};
 
 /* Rank r's element i: a quarter step in [-8, 7.75] from a hash of i, so neighbours
    differ and no short period repeats; exact in every float type, and a sum over up to
@@ -78,19 +81,14 @@ static double expect(ddp_dtype t, ddp_op op, int W, size_t i, int salt, double *
 
 static int close_to(double got, double want, double tol) { return fabs(got - want) <= tol * fmax(1.0, fabs(want)); }
 
-/* Writes out[i] = scale * (base + i / 4), after spinning `ns` nanoseconds of GPU time:
-   the slow producer that a collective issued right after it must wait for. (On the
-   emulator there is no spin: its streams run late, and other streams first, anyway.) */
+/* Spins for `ns` nanoseconds of GPU time, then writes out[i] = base + i / 4: the slow
+   producer that a collective issued right after it must wait for. */
 __global__ void slow_fill(float *out, size_t n, float base, long long ns)
 {
-    size_t i;
-#ifndef DDP_EMU
     unsigned long long t0, t;
+    size_t i;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while ((long long)(t - t0) < ns);
-#else
-    (void)ns;
-#endif
     for (i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         out[i] = base + (float)(i % 4096) / 4;
 }
@@ -332,6 +330,41 @@ static int metrics(ddp_ctx *ctx, char *why)
     return ddp_metric_mean(&m[0]) == 3.0 && m[1].count == 3 * W && m[0].max == 4.0;
 }
 
+/* The watchdog's time for a collective starts when the collective can start, not when
+   it is queued: behind 2.5 s of the caller's kernel, an all-reduce under a 1 s timeout
+   must succeed (a second context, with that timeout, on the same GPU). The host
+   all-reduce after it waits for both. */
+static int deadline_from_start(char *why)
+{
+    const size_t n = 1024;
+    ddp_ctx ctx;
+    ddp_desc d;
+    float *a = NULL, one = 1.0f;
+    cudaStream_t s = NULL;
+    ddp_result r;
+    double t0;
+    memset(&d, 0, sizeof d);
+    d.backend = DDP_BACKEND_NCCL;
+    d.timeout_ms = 1000;
+    if ((r = ddp_init(&ctx, &d)) != DDP_OK) {
+        snprintf(why, 400, "init with a 1 s timeout: %.300s", ddp_error(&ctx));
+        return 0;
+    }
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaMalloc((void **)&a, n * sizeof *a);
+    t0 = test_now_s();
+    slow_fill<<<1, 256, 0, s>>>(a, n, 1.5f, 2500000000LL);
+    r = ddp_all_reduce(&ctx, a, a, n, DDP_F32, DDP_SUM, s);
+    if (r == DDP_OK) r = ddp_all_reduce(&ctx, &one, &one, 1, DDP_F32, DDP_SUM, s);
+    if (r != DDP_OK) snprintf(why, 400, "after %.2f s: %.300s", test_now_s() - t0, ddp_error(&ctx));
+    else if (test_now_s() - t0 < 2.4) snprintf(why, 400, "the host collective returned after %.2f s, before the "
+                                                         "2.5 s kernel ahead of it ended", test_now_s() - t0);
+    cudaFree(a);
+    cudaStreamDestroy(s);
+    ddp_destroy(&ctx);
+    return r == DDP_OK && why[0] == 0;
+}
+
 /* Host memory, as the README's first example passes it: a stack variable, out of
    place and in place, and small host arrays through the other collectives. On the
    NCCL backend ddp.h stages host buffers through device memory; the result must be
@@ -433,6 +466,8 @@ static int run_checks(ddp_ctx *ctx)
     why[0] = 0, ok = grad_sync(ctx, DDP_F32, why), report(ctx, "grad_sync", ok, why);
     why[0] = 0, ok = grad_sync(ctx, DDP_BF16, why), report(ctx, "grad_sync_bf16", ok, why);
     why[0] = 0, ok = metrics(ctx, why), report(ctx, "metrics", ok, why);
+    if (ctx->world_size == 1) /* it makes a second context: a world of one's */
+        why[0] = 0, ok = deadline_from_start(why), report(ctx, "deadline_from_start", ok, why);
     why[0] = 0, ok = host_memory(ctx, why); /* last: a failure may break the group */
     report(ctx, "host_memory", ok, why);
     return 0;
@@ -449,6 +484,7 @@ static int world_of_one(void)
             snprintf(name, sizeof name, "nccl.%s", checks[c]);
             test_skip(name, "no usable GPU (nccl.gpu above says why)");
         }
+        test_skip("nccl.deadline_from_start", "no usable GPU (nccl.gpu above says why)");
         TEST_EXIT();
     }
     memset(&d, 0, sizeof d);
@@ -543,6 +579,15 @@ static int failure_rank(int rank, void *arg)
         snprintf(env, sizeof env, "%d:1", last);
         setenv("DDP_EMU_NCCL_HANG", env, 1);
     }
+    if (which == 4) { /* every rank sees GPU 0 alone: ddp_init refuses two ranks on one GPU */
+        ddp_desc d;
+        setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+        memset(&d, 0, sizeof d);
+        d.backend = DDP_BACKEND_NCCL;
+        d.timeout_ms = 60000;
+        if ((r = ddp_init(&ctx, &d)) == DDP_OK) ddp_destroy(&ctx);
+        return expect_error(&ctx, r, DDP_ERR_ENV, "would share GPU 0000:01:00.0 of node 0");
+    }
     if (!init(&ctx, which == 3 ? 60000 : TIMEOUT_MS)) return 1;
     t0 = now_s();
     switch (which) {
@@ -572,11 +617,13 @@ static int failure_rank(int rank, void *arg)
         if (!status && (dt < TIMEOUT_MS / 1000.0 * 0.9 || dt > TIMEOUT_MS / 1000.0 + SLACK_S)) status = 4;
         break;
     }
-    default: /* the last rank dies before the collective: the others fail, long before the timeout */
+    default: /* the last rank dies before the collective: the others fail, long before the timeout,
+                whether NCCL (the emulator's) or ddp.h's store sees it first */
         if (rank == last) _exit(7);
         r = ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
         dt = now_s() - t0;
-        status = expect_error(&ctx, r, DDP_ERR_BACKEND, "exited");
+        snprintf(env, sizeof env, "rank %d left the job", last);
+        status = r == DDP_ERR_PEER ? expect_error(&ctx, r, DDP_ERR_PEER, env) : expect_error(&ctx, r, DDP_ERR_BACKEND, "exited");
         if (!status && dt > SLACK_S) status = 4;
         break;
     }

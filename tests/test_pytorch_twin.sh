@@ -53,4 +53,26 @@ for n in 1 2 4; do
   [ $? -eq 0 ] || { echo "FAIL pytorch_twin.nproc$n: no template line or no model.pth"; fail=1; }
   [ -n "$DDP_TWIN_TABLE" ] && { echo "--- nproc $n"; grep '^epoch ' "$tmp/c$n.txt" | sed 's/^/C       /'; grep '^epoch \|^template ' "$tmp/py$n.txt" | sed 's/^/PyTorch /'; }
 done
+# an init file whose tensors share bytes is refused, as the safetensors library refuses it
+if [ -s "$tmp/init1.safetensors" ]; then
+  "$py" - "$tmp/init1.safetensors" "$tmp/overlap.safetensors" <<'EOF'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+h['fc1.bias']['data_offsets'] = [0, 128]  # the first bytes of fc1.weight
+hs = json.dumps(h).encode()
+hs += b' ' * (-len(hs) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hs)) + hs + b[8 + n:])
+EOF
+  # shellcheck disable=SC2086
+  timeout 150 "$py" -m torch.distributed.run $extra --nproc_per_node 1 --master_port "$(port)" "$twin" \
+    --init "$tmp/overlap.safetensors" $flags --out "$tmp/overlap.pth" >"$tmp/overlap.txt" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ] && grep -q 'do not tile the data' "$tmp/overlap.txt" && ! grep -q '^epoch ' "$tmp/overlap.txt"; then
+    echo "PASS pytorch_twin.overlapping_tensors_refused"
+  else
+    echo "FAIL pytorch_twin.overlapping_tensors_refused: exit $rc: $(tail -n 3 "$tmp/overlap.txt" | tr '\n' ' ' | head -c 400)"; fail=1
+  fi
+fi
 exit $fail

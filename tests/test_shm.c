@@ -91,7 +91,7 @@ static void test_crash_leaves_nothing(void)
     snprintf(settings, sizeof settings, "%s\nddp.h=%s backend=cpu shm_chunk=%zu check=0", host, DDP__VERSION, DDP__DEFAULT_CHUNK);
     k = fd >= 0 && store_call(fd, DDP__HELLO, "leak-test", hello, reply, sizeof reply) == 0 &&
         store_call(fd, DDP__GATHER, "meet", settings, reply, sizeof reply) == 0 &&
-        store_call(fd, DDP__GET, "shm/0", "", reply, sizeof reply) == 0 && sscanf(reply, "%199s", name) == 1;
+        store_call(fd, DDP__GET, "shm", "", reply, sizeof reply) == 0 && sscanf(reply, "%199s", name) == 1;
     if (k) leaked = shm_exists(name);
     kill(rank0, SIGKILL); /* the crash: rank 0 waits for rank 1 to map the arena */
     waitpid(rank0, NULL, 0);
@@ -104,6 +104,49 @@ static void test_crash_leaves_nothing(void)
     CHECK("shm.crash_leftover_removed_by_next_job", k && leaked && gone && job.failed == 0,
           "rank 0 made '%s' (%s); killed, it was %s; after the next job (%s) it is %s", name, k ? "seen" : "not seen",
           leaked ? "left behind" : "not there", test_job_why(&job, NULL, 0), gone ? "gone" : "still there");
+}
+
+/* Rank 0 of a job started by hand (no launcher to clean up after it) is killed the
+   moment its arena has a name: the other rank, failing, removes it. No later job on
+   the host is needed. The name lasts a millisecond or so: tries until it was caught
+   three times. */
+static void test_killed_rank0_leaves_nothing(void)
+{
+    int t, seen = 0, left = 0;
+    for (t = 0; t < 10 && seen < 3; t++) {
+        char job[64], name[200], path[260];
+        int port = test_free_port(), r, appeared = 0;
+        double t0 = test_now_s();
+        pid_t pid[2];
+        snprintf(job, sizeof job, "orphan-%d-%d", (int)getpid(), t);
+        fflush(NULL);
+        for (r = 0; r < 2; r++)
+            if ((pid[r] = fork()) == 0) {
+                char v[16];
+                int devnull = open("/dev/null", O_WRONLY);
+                dup2(devnull, 2);
+                snprintf(v, sizeof v, "%d", r);
+                setenv("RANK", v, 1); setenv("WORLD_SIZE", "2", 1); setenv("MASTER_ADDR", "127.0.0.1", 1);
+                snprintf(v, sizeof v, "%d", port);
+                setenv("MASTER_PORT", v, 1); setenv("DDP_JOB_ID", job, 1);
+                _exit(plain_job(r, NULL));
+            }
+        snprintf(name, sizeof name, "/ddp.%016llx.%d", (unsigned long long)ddp__hash(job), (int)pid[0]);
+        snprintf(path, sizeof path, "/dev/shm%s", name);
+        while (!(appeared = access(path, F_OK) == 0) && test_now_s() - t0 < 10) {
+            struct timespec ts = {0, 100000L};
+            nanosleep(&ts, NULL); /* polling /dev/shm for the arena's name */
+        }
+        if (appeared) kill(pid[1], SIGSTOP); /* rank 1 waits while rank 0 dies */
+        kill(pid[0], SIGKILL);
+        waitpid(pid[0], NULL, 0);
+        kill(pid[1], SIGCONT);
+        waitpid(pid[1], NULL, 0);
+        seen += appeared;
+        if (shm_exists(name)) { left++; shm_unlink(name); }
+    }
+    CHECK("shm.killed_rank0_leaves_nothing", seen == 3 && left == 0, "rank 0 was killed with its arena named in %d of "
+          "%d tries; the arena was left in /dev/shm after %d", seen, t, left);
 }
 
 /* An arena someone still holds is never removed, however old. */
@@ -321,6 +364,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--leak") == 0) return launched_leaker();
     setenv("DDP_TIMEOUT", "10", 1);
     test_crash_leaves_nothing();
+    test_killed_rank0_leaves_nothing();
     test_held_arena_kept();
     test_launcher_sweeps(argv[0]);
     unsetenv("DDP_TIMEOUT");

@@ -1,7 +1,9 @@
 /* The store on rank 0 is reachable by anyone who can connect: a crowd of strangers,
-   huge or stalled messages, wrong and duplicate hellos, wrong secrets and a fake
-   store must never crash it, bloat it, break the healthy job or learn its secret.
-   Two ranks run as threads of this process; this thread plays the stranger. */
+   huge or stalled messages, wrong hellos, wrong secrets and a fake store must never
+   crash it, bloat it, break the healthy job or learn its secret. A second claim to a
+   rank of the job (its id known, and its secret when it has one) is a second launch on
+   the port: it stops the job, naming why. Two ranks run as threads of this process;
+   this thread plays the stranger. */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "test.h"
@@ -130,10 +132,10 @@ static void test_strangers(void)
     pthread_barrier_t gate;
     peer p[2];
     struct rlimit rl;
-    int port = test_free_port(), i, opened = 0, big_dropped = 0, stall_fd, dup_fd, hello_fd, dup_status, wrong_status;
+    int port = test_free_port(), i, opened = 0, big_dropped = 0, stall_fd, hello_fd, wrong_status;
     int reconnect_ok = 0;
     long rss0, rss1;
-    char text[256], dup_text[256] = "", wrong_text[256] = "";
+    char text[256], wrong_text[256] = "";
     ddp__server *s;
     getrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur < CROWD + 100 && rl.rlim_max >= CROWD + 100) { rl.rlim_cur = CROWD + 100; setrlimit(RLIMIT_NOFILE, &rl); }
@@ -153,12 +155,6 @@ static void test_strangers(void)
         close(fd);
     }
     rss1 = rss_kb();
-    /* a duplicate of rank 1 with the right job id: refused, and the job goes on */
-    dup_fd = dial(port);
-    send_msg(dup_fd, DDP__HELLO, "store-abuse", "1 2 00112233445566778899aabbccddeeff",
-             (uint32_t)strlen("1 2 00112233445566778899aabbccddeeff"));
-    dup_status = answer(dup_fd, dup_text, sizeof dup_text, 3000);
-    close(dup_fd);
     /* a wrong job id: refused without learning the real one */
     hello_fd = dial(port);
     send_msg(hello_fd, DDP__HELLO, "guess", "0 2 00", (uint32_t)strlen("0 2 00"));
@@ -179,8 +175,6 @@ static void test_strangers(void)
           reconnect_ok);
     CHECK("store.huge_message_dropped", big_dropped == 8 && rss1 - rss0 < 4096,
           "%d of 8 connections announcing 64 MiB were hung up on; memory grew %ld KiB", big_dropped, rss1 - rss0);
-    CHECK("store.duplicate_rank_refused", dup_status == DDP__ST_ERROR && strstr(dup_text, "already connected"),
-          "status %d '%s'", dup_status, dup_text);
     CHECK("store.wrong_job_learns_nothing", wrong_status == DDP__ST_ERROR && !strstr(wrong_text, "store-abuse") &&
           strstr(wrong_text, "another job"), "status %d '%s'", wrong_status, wrong_text);
     CHECK("store.stalled_newcomer_dropped", stall_fd >= 0 && hung_up(stall_fd, DDP__STORE_HELLO_MS + 2000),
@@ -195,6 +189,82 @@ static void test_strangers(void)
           "%d keys and %d meetings", s ? s->nkv : -1, s ? s->ngathers : -1);
     printf("store: 20000 barriers: first 2000 %.1f ms, last 2000 %.1f ms (rank 0)\n", p[0].first_ms, p[0].last_ms);
     destroy_both(p);
+    pthread_barrier_destroy(&gate);
+}
+
+/* Each rank after the stranger's claim: a meeting through the store, then a collective. */
+static void *after_claim(void *arg)
+{
+    peer *p = (peer *)arg;
+    p->init = ddp__store_barrier(&p->ctx, "after", "in the test");
+    p->r = ddp_barrier(&p->ctx);
+    return NULL;
+}
+
+/* A second claim to rank 1 of a running job (the port and job id of a second launch):
+   without a secret it stops the job, which says why; with one, a claim that cannot
+   prove the secret is refused and the job goes on. */
+static void test_second_claim(void)
+{
+    static const char *const secrets[] = {NULL, "s3cret"};
+    const char *hello = "1 2 00112233445566778899aabbccddeeff";
+    size_t k;
+    for (k = 0; k < 2; k++) {
+        pthread_t th[2];
+        pthread_barrier_t gate;
+        peer p[2];
+        char text[256] = "", name[64];
+        int fd, status = -1, i, formed;
+        pthread_barrier_init(&gate, NULL, 3);
+        start(p, th, &gate, test_free_port(), secrets[k], 0);
+        pthread_barrier_wait(&gate);
+        if ((fd = dial(p[0].port)) >= 0) {
+            send_msg(fd, DDP__HELLO, "store-abuse", hello, (uint32_t)strlen(hello));
+            status = answer(fd, text, sizeof text, 3000);
+            close(fd);
+        }
+        pthread_barrier_wait(&gate);
+        for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+        formed = p[0].init == DDP_OK && p[1].init == DDP_OK;
+        for (i = 0; formed && i < 2; i++) pthread_create(&th[i], NULL, after_claim, &p[i]);
+        for (i = 0; formed && i < 2; i++) pthread_join(th[i], NULL);
+        snprintf(name, sizeof name, "store.second_claim.%s", secrets[k] ? "secret_refused" : "stops_the_job");
+        if (!secrets[k]) /* the store meeting fails on both, and so does rank 0's next collective */
+            CHECK(name, formed && status == DDP__ST_ERROR && strstr(text, "two processes claim rank 1") &&
+                  p[1].init != DDP_OK && p[0].r != DDP_OK && strstr(ddp_error(&p[0].ctx), "two processes claim rank 1"),
+                  "claim answered %d '%s'; rank 0: %s '%s'; rank 1: %s '%s'", status, text, ddp_strerror(p[0].r),
+                  ddp_error(&p[0].ctx), ddp_strerror(p[1].init), ddp_error(&p[1].ctx));
+        else
+            CHECK(name, formed && status == DDP__ST_CHALLENGE && p[0].init == DDP_OK && p[1].init == DDP_OK &&
+                  p[0].r == DDP_OK && p[1].r == DDP_OK, "claim answered %d '%s'; then rank 0 %s %s, rank 1 %s %s",
+                  status, text, ddp_strerror(p[0].init), ddp_strerror(p[0].r), ddp_strerror(p[1].init),
+                  ddp_strerror(p[1].r));
+        destroy_both(p);
+        pthread_barrier_destroy(&gate);
+    }
+}
+
+/* A connection that never says hello (an idle client, a port scan) does not keep rank 0
+   from leaving when the job ends: the store waits only for the job's ranks. */
+static void test_idle_stranger(void)
+{
+    pthread_t th[2];
+    pthread_barrier_t gate;
+    peer p[2];
+    int fd, i;
+    double t0, dt;
+    pthread_barrier_init(&gate, NULL, 3);
+    start(p, th, &gate, test_free_port(), NULL, 0);
+    pthread_barrier_wait(&gate);
+    fd = dial(p[0].port);
+    pthread_barrier_wait(&gate);
+    for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    t0 = test_now_s();
+    destroy_both(p);
+    dt = test_now_s() - t0;
+    CHECK("store.idle_stranger_does_not_delay_the_end", fd >= 0 && dt < 1, "ddp_destroy took %.2f s with an idle "
+          "connection open", dt);
+    if (fd >= 0) close(fd);
     pthread_barrier_destroy(&gate);
 }
 
@@ -267,24 +337,16 @@ static void test_fake_store(void)
 {
     peer p;
     pthread_t th;
-    struct sockaddr_in a;
-    socklen_t len = sizeof a;
     char seen[4096];
     size_t got = 0;
-    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), fd, one = 1, refused;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 4) != 0 ||
-        getsockname(lfd, (struct sockaddr *)&a, &len) != 0) {
+    int port, lfd = test_listen(&port), fd, refused;
+    if (lfd < 0) {
         test_skip("store.secret_never_sent", "cannot listen on 127.0.0.1");
-        close(lfd);
         return;
     }
     memset(&p, 0, sizeof p);
     p.rank = 1;
-    p.port = ntohs(a.sin_port);
+    p.port = port;
     p.secret = "TOPSECRET-4711";
     pthread_create(&th, NULL, peer_main, &p);
     if ((fd = accept(lfd, NULL, NULL)) >= 0) {
@@ -357,6 +419,8 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* the store hangs up on the stranger played here */
     test_strangers();
+    test_second_claim();
+    test_idle_stranger();
     test_secret();
     test_fake_store();
     test_bind();

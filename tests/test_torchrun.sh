@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A compiled ddp.h program under PyTorch's launchers, with the command lines the
 # README gives: torchrun --no_python, and the legacy torch.distributed.launch with
-# --use_env --no_python (without --no_python they run the binary as a Python script).
+# --use_env --no_python (without --no_python they run the binary as a Python script);
+# and two torchrun --nnodes=2 on one machine.
 # Runs where `import torch` works, and skips with the reason elsewhere.
 cd "$(dirname "$0")/.." || exit 1
 py=""
@@ -44,4 +45,9 @@ check no_python_nproc3 3 $torchrun $extra --no_python --nproc_per_node=3 --maste
 # shellcheck disable=SC2086
 check legacy_launch_use_env_no_python 3 "$py" -m torch.distributed.launch $extra --use_env --no_python \
   --nproc_per_node=3 --master_port="$(port)" $hello
+# two torchrun --nnodes=2 on one machine (how a 2-node launch is rehearsed): one job of
+# 4 ranks on one host, which the CPU backend runs as such
+p=$(port)
+node() { echo "$torchrun $extra --no_python --nnodes=2 --node_rank=$1 --nproc_per_node=2 --master_addr=127.0.0.1 --master_port=$p $hello"; }
+check two_nodes_on_one_host 4 bash -c "$(node 1) & other=\$!; $(node 0); rc=\$?; wait \$other || rc=1; exit \$rc"
 exit $fail

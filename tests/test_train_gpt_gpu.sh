@@ -25,9 +25,11 @@
 # differ by whole steps without anything being wrong.
 #
 # Without a usable GPU it prints SKIP with the cause that train_gpt_gpu --device-info
-# names; with DDP_REQUIRE_GPU=1 (make check-gpu) that is a FAIL.
+# names; with DDP_REQUIRE_GPU=1 (make check-gpu) that is a FAIL. The CPU build is
+# DDP_CPU_TWIN when set (make check-gpu: tests/train_gpt_twin, built to run on any
+# x86-64), else examples/train_gpt.
 cd "$(dirname "$0")/.." || exit 1
-cpu=$PWD/examples/train_gpt
+cpu=${DDP_CPU_TWIN:-$PWD/examples/train_gpt}
 gpu=${1:-${DDP_GPU_BIN:-examples/train_gpt_gpu}}
 case $gpu in /*) ;; *) gpu=$PWD/$gpu ;; esac
 name="train_gpt_gpu matches the CPU build"
@@ -35,7 +37,7 @@ skip() { # why
   if [ "${DDP_REQUIRE_GPU:-0}" = 1 ]; then echo "FAIL $name: $1 (DDP_REQUIRE_GPU=1)"; exit 1; fi
   echo "SKIP $name: $1"; exit 0
 }
-[ -x "$cpu" ] || { echo "FAIL $name: $cpu is not built (make examples/train_gpt)"; exit 1; }
+[ -x "$cpu" ] || { echo "FAIL $name: $cpu is not built (make ${cpu#$PWD/})"; exit 1; }
 [ -x "$gpu" ] || skip "$gpu is not built (needs nvcc: make examples/train_gpt_gpu)"
 info=$("$gpu" --device-info 2>&1) || skip "${info:-train_gpt_gpu --device-info failed}"
 echo "# $info"

@@ -143,11 +143,13 @@ enum cudaDeviceAttr {
     cudaDevAttrClockRate = 13,
     cudaDevAttrMultiProcessorCount = 16,
     cudaDevAttrPciBusId = 33,
+    cudaDevAttrPciDeviceId = 34,
     cudaDevAttrMemoryClockRate = 36,
     cudaDevAttrGlobalMemoryBusWidth = 37,
     cudaDevAttrL2CacheSize = 38,
     cudaDevAttrMaxThreadsPerMultiProcessor = 39,
     cudaDevAttrUnifiedAddressing = 41,
+    cudaDevAttrPciDomainId = 50,
     cudaDevAttrComputeCapabilityMajor = 75,
     cudaDevAttrComputeCapabilityMinor = 76,
     cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
@@ -175,6 +177,7 @@ struct cudaDeviceProp {
     size_t sharedMemPerBlockOptin;
     int pciBusID;
     int pciDeviceID;
+    int pciDomainID;
     int memoryBusWidth;
     int memoryClockRate;
     int unifiedAddressing;
@@ -304,6 +307,7 @@ static inline void syncthreads(const char *file, int line)
     barrier(file, line);
     asm volatile("" ::: "memory");
 }
+unsigned long long globaltimer(); /* %globaltimer in ns, from inline PTX (rewrite.pl) */
 extern unsigned long long block_serial; /* changes at the start of every block */
 void poison_shared(void *p, size_t bytes);
 } // namespace emu

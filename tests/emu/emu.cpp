@@ -533,6 +533,7 @@ struct gpu_thread {
     int kind, arg, width;
     unsigned mask;
     uint64_t bits, out;
+    unsigned long long vt; /* ns of %globaltimer since the grid started, by this thread's clock */
 };
 struct kernel_op {
     kernel_site site;
@@ -572,6 +573,8 @@ struct block_run {
     unsigned long long phase;
 };
 static block_run *blk;           /* the block being run (the engine thread only) */
+static double grid_start;        /* now_s() when the grid started */
+static unsigned long long grid_vt; /* the latest any of its threads' clocks reached */
 static volatile int in_kernel;   /* for the fault handler */
 
 static unsigned long long mix(unsigned long long x)
@@ -775,6 +778,23 @@ uint64_t shuffle(const char *file, int line, shfl_kind kind, unsigned mask, uint
     return me->out;
 }
 
+/* %globaltimer, which a kernel reads to spin for a while (inline PTX that rewrite.pl
+   turns into this call). Threads run one after another here, so wall time cannot be
+   their clock: each thread has its own, from the grid's start, and every read moves it
+   on by 1/64 of its value (at least 1 us), so a spin of t ns costs about 64 ln(t/1us)
+   reads instead of t ns per thread. A barrier sets a block's clocks to the latest; all
+   blocks start together, as on a GPU with room for them; and the grid ends, in wall
+   time, no earlier than its latest clock says (run_grid waits for it). */
+unsigned long long globaltimer()
+{
+    if (!in_kernel) report("%%globaltimer read outside a kernel");
+    gpu_thread *me = blk->current;
+    const unsigned long long t = (unsigned long long)(grid_start * 1e9) + me->vt;
+    me->vt += std::max(1000ull, me->vt / 64);
+    grid_vt = std::max(grid_vt, me->vt);
+    return t;
+}
+
 /* All live threads wait: release a barrier, or report why nothing can move. */
 static void release_or_report()
 {
@@ -811,10 +831,13 @@ static void release_or_report()
         r = mix(r);
         std::swap(order[i], order[r % (unsigned long long)(i + 1)]);
     }
+    unsigned long long vt = 0; /* a barrier waits for the latest clock */
+    for (const gpu_thread &t : blk->t) vt = std::max(vt, t.vt);
     for (int i : order) {
         gpu_thread *t = &blk->t[i];
         if (t->state != T_BARRIER) continue;
         t->state = T_RUN;
+        t->vt = vt;
         blk->ready.push_back(t->f);
     }
     for (warp_state &w : blk->warps) w.at_barrier = 0;
@@ -905,12 +928,16 @@ static void run_grid(kernel_op *k)
         sample.erase(std::unique(sample.begin(), sample.end()), sample.end());
     }
     const unsigned long long key = mix(cfg.seed ^ block_serial);
+    grid_start = now_s();
+    grid_vt = 0;
     in_kernel = 1;
     for (unsigned long long i = 0; i < (sample.empty() ? total : sample.size()); i++) {
         const unsigned long long lin = sample.empty() ? permute(i, total, key) : sample[i];
         run_block(k, uint3{(unsigned)(lin % gx), (unsigned)(lin / gx % gy), (unsigned)(lin / (gx * gy))}, &run);
     }
     in_kernel = 0;
+    for (double left; (left = grid_start + grid_vt * 1e-9 - now_s()) > 0;) /* a kernel that spun on %globaltimer */
+        usleep((useconds_t)(left * 1e6) + 1);
     blk = &run;
     for (const void *p : k->ptrs)
         if (p) check_slack(p, k->site);
@@ -1449,7 +1476,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device)
     p->maxThreadsPerMultiProcessor = 2048;
     p->sharedMemPerMultiprocessor = 228 << 10;
     p->sharedMemPerBlockOptin = 227 << 10;
-    p->pciBusID = cfg.visible[device] + 1;
+    p->pciBusID = cfg.visible[device] + 1; /* 0000:bus:00.0, one per physical device: ranks compare them */
     p->memoryBusWidth = 5120;
     p->memoryClockRate = 2619000;
     p->unifiedAddressing = 1;
@@ -1475,6 +1502,8 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrClockRate: *value = p.clockRate; break;
     case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
     case cudaDevAttrPciBusId: *value = p.pciBusID; break;
+    case cudaDevAttrPciDeviceId: *value = p.pciDeviceID; break;
+    case cudaDevAttrPciDomainId: *value = p.pciDomainID; break;
     case cudaDevAttrMemoryClockRate: *value = p.memoryClockRate; break;
     case cudaDevAttrGlobalMemoryBusWidth: *value = p.memoryBusWidth; break;
     case cudaDevAttrL2CacheSize: *value = p.l2CacheSize; break;

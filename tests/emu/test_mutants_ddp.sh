@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/emu/test_mutants_ddp.sh - planted bugs in ddp.h's NCCL backend and in
 # train_gpt's GPU path (the same method as test_mutants.sh, which plants them in
-# ddp_kernels.cuh): a stream ordering removed either way, a count in bytes, a pinned
-# upload buffer written again before its copy ran.
+# ddp_kernels.cuh): a stream ordering removed either way, a count in bytes, the
+# watchdog thread without its cudaSetDevice, a pinned upload buffer written again
+# before its copy ran.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/emu/common.sh
 mutants_need build/emu/libemu.a build/emu/tests/test_nccl build/emu/examples/train_gpt_gpu examples/train_gpt
@@ -10,10 +11,14 @@ mutants_need build/emu/libemu.a build/emu/tests/test_nccl build/emu/examples/tra
 mutant nccl_after_stream_unordered ddp.h '
         (r = ddp__cuda(ctx, cudaStreamWaitEvent(b->stream, b->ready, 0), "cudaStreamWaitEvent")) != DDP_OK ||' '' \
   tests/test_nccl '' '^FAIL nccl\.stream_order'
-mutant stream_after_nccl_unordered ddp.h 'ddp__cuda(ctx, cudaStreamWaitEvent(user, done, 0), "cudaStreamWaitEvent")' \
+mutant stream_after_nccl_unordered ddp.h 'ddp__cuda(ctx, cudaStreamWaitEvent(user, f->done, 0), "cudaStreamWaitEvent")' \
   'ddp__cuda(ctx, cudaSuccess, "cudaStreamWaitEvent")' tests/test_nccl '' '^FAIL nccl\.stream_order:'
 mutant nccl_count_in_bytes ddp.h 'nr = ncclAllReduce(send, recv, c->count, t,' 'nr = ncclAllReduce(send, recv, c->count * es, t,' \
   tests/test_nccl '' '^emu: ncclAllReduce #1 \(4 x float32\) on rank 0: sendbuff: 16 bytes .*past its end'
+# the watchdog's CUDA calls on GPU 0 (the current device of a thread that never set
+# one): on a GPU, a context on GPU 0 from every rank
+MUTANT_ENV="DDP_EMU_STRICT_DEVICES=1" mutant watchdog_without_device ddp.h 'const cudaError_t e = cudaSetDevice(b->device);' \
+  'const cudaError_t e = cudaSuccess;' tests/test_nccl 2 '^emu: process [0-9]+ touched device 0 by .*which never called cudaSetDevice'
 
 # The pinned upload buffer of the tokens reused for the targets: the host writes it
 # again before the tokens' copy has read it, so the model trains on the targets as

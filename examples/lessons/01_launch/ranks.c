@@ -35,7 +35,7 @@ int main(int argc, char **argv)
     if (ddp_init(&ctx, &desc) != DDP_OK) return 1; /* the reason is on stderr */
 
     /* rank: who I am in the job (0 .. world_size-1); local_rank: who I am on this
-       machine; device: my GPU (= local_rank), or -1 when the ranks run on the CPU. */
+       machine; device: my GPU (local_rank, or the only one I see), or -1 on the CPU. */
     ddp_log(&ctx, "rank %d of %d, local rank %d on node %d, device %d, backend %s\n", ctx.rank, ctx.world_size,
             ctx.local_rank, ctx.node_rank, ctx.device, ddp_backend_name(ctx.backend));
     ddp_print(&ctx, "the store: rank 0 at %s:%s\n", addr ? addr : "-", port ? port : "- (a world of one)");

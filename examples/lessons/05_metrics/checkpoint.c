@@ -7,6 +7,7 @@
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "../device.h"
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,12 +28,34 @@ static int save(const float *wb, int32_t epoch)
     return ok && rename(tmp, path) == 0;
 }
 
-static int load(float *wb, int32_t *epoch)
+/* Resuming trusts nothing in the file: a short or long file, an epoch this run cannot
+   be at, a weight that is not a number (a diverged run) are refused, with the reason. */
+static int load(float *wb, int32_t *epoch, int32_t epochs, char *why, size_t n)
 {
+    unsigned char buf[13];
     FILE *f = fopen(path, "rb");
-    int ok = f && fread(epoch, sizeof *epoch, 1, f) == 1 && fread(wb, sizeof(float), 2, f) == 2;
+    size_t got = f ? fread(buf, 1, sizeof buf, f) : 0;
     if (f) fclose(f);
-    return ok;
+    if (!f) {
+        snprintf(why, n, "cannot read it: run without --resume first");
+        return 0;
+    }
+    if (got != 12) {
+        snprintf(why, n, "%s than a checkpoint's 12 bytes: cut short, or not this program's",
+                 got < 12 ? "shorter" : "longer");
+        return 0;
+    }
+    memcpy(epoch, buf, 4);
+    memcpy(wb, buf + 4, 8);
+    if (*epoch < 0 || *epoch > epochs) {
+        snprintf(why, n, "written after epoch %d, not one of 0..%d (--epochs)", (int)*epoch, (int)epochs);
+        return 0;
+    }
+    if (!isfinite(wb[0]) || !isfinite(wb[1])) {
+        snprintf(why, n, "holds w %g b %g: not numbers (a diverged run?)", wb[0], wb[1]);
+        return 0;
+    }
+    return 1;
 }
 
 int main(int argc, char **argv)
@@ -43,6 +66,7 @@ int main(int argc, char **argv)
     ddp_sampler_desc sd = {0};
     float wb[2] = {0, 0}, *dev; /* the model: w and b */
     int32_t epoch = 0, epochs = 3, ok = 1;
+    char why[160] = "";
     int i, resume = 0, status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
     for (i = 1; i < argc; i++) {
@@ -55,10 +79,10 @@ int main(int argc, char **argv)
 
     /* Resuming: rank 0 reads the file, every rank learns whether that worked, and the
        weights and the epoch go from rank 0 to all (the model on each rank's device). */
-    if (resume && ddp_is_main(&ctx)) ok = load(wb, &epoch);
+    if (resume && ddp_is_main(&ctx)) ok = load(wb, &epoch, epochs, why, sizeof why);
     if (ddp_broadcast(&ctx, &ok, 1, DDP_I32, 0, NULL) != DDP_OK) return 1;
     if (!ok) {
-        ddp_print(&ctx, "cannot read %s: run without --resume first\n", path);
+        if (ddp_is_main(&ctx)) fprintf(stderr, "%s: %s\n", path, why);
         return 1;
     }
     dev = (float *)dev_alloc(&ctx, sizeof wb);

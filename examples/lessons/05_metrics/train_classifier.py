@@ -32,6 +32,11 @@ def load_safetensors(path):
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8 : 8 + n])
     data = bytearray(raw[8 + n :])
+    # as the safetensors library requires: in offset order the tensors cover the data
+    # exactly (no overlap, no gap), or two of them would load as each other's bytes
+    spans = sorted(tuple(t["data_offsets"]) for name, t in header.items() if name != "__metadata__")
+    if [b for b, _ in spans] != [0] + [e for _, e in spans[:-1]] or (spans[-1][1] if spans else 0) != len(data):
+        raise SystemExit(f"{path}: the tensors' data_offsets do not tile the data (overlap, gap or trailing bytes)")
     out = {}
     for name, t in header.items():
         if name != "__metadata__":
