@@ -12,6 +12,8 @@
      ddp_wait(stream) after an async one: a kernel on the stream reads the result);
      gradient sync with buckets that split the buffer covers every element and writes
      nothing outside it, the parameters are rank 0's after ddp_grad_init; metrics;
+     more collectives in flight than ddp.h's ring follows, behind a slow kernel;
+     gradient buckets on the backward's stream never make the host wait for it;
      host memory (&x, a stack variable) works as on the CPU backend.
    - W = 1 also: the watchdog's time starts when a collective can start (behind a
      2.5 s kernel, a 1 s timeout does not fire).
@@ -40,7 +42,7 @@ static const char *const dtype_names[] = {"f32", "f64", "bf16", "f16", "i32", "i
 static const char *const op_names[] = {"sum", "avg", "min", "max"};                    /* ddp_op order */
 static const char *const checks[] = {"all_reduce", "all_reduce_async", "broadcast", "all_gather", "reduce_scatter",
                                      "stream_order", "stream_order_async", "grad_sync", "grad_sync_bf16",
-                                     "metrics", "host_memory"};
+                                     "metrics", "ring_full", "grad_sync_no_host_wait", "host_memory"};
 static const char *const failures[] = {"check_mismatch", "hang_times_out", "watchdog_aborts", "dead_peer", "shared_gpu"};
 
 /* Rank r's element i: a quarter step in [-8, 7.75] from a hash of i, so neighbours
@@ -312,6 +314,92 @@ static int grad_sync(ddp_ctx *ctx, ddp_dtype t, char *why)
     return ok;
 }
 
+/* More collectives in flight than ddp.h follows at once (its ring of DDP__RING), all
+   queued behind 0.3 s of a kernel on the caller's stream: in-place sums of 16-element
+   slices, each of which must sum the kernel's values, then a kernel on the stream that
+   counts wrong sums. */
+static int ring_full(ddp_ctx *ctx, char *why)
+{
+    enum { SLICE = 16 };
+    const int slices = DDP__RING + 44;
+    const size_t n = (size_t)slices * SLICE;
+    float *a = NULL;
+    unsigned long long *wrong = NULL, nwrong = ~0ULL;
+    cudaStream_t s = NULL;
+    ddp_result r = DDP_OK;
+    cudaError_t e;
+    int i;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaMalloc((void **)&a, n * sizeof *a);
+    cudaMalloc((void **)&wrong, sizeof *wrong);
+    cudaMemsetAsync(wrong, 0, sizeof *wrong, s);
+    slow_fill<<<4, 256, 0, s>>>(a, n, 1.5f, 300000000LL);
+    for (i = 0; i < slices && r == DDP_OK; i++)
+        r = ddp_all_reduce(ctx, a + (size_t)i * SLICE, a + (size_t)i * SLICE, SLICE, DDP_F32, DDP_SUM, s);
+    count_wrong<<<4, 256, 0, s>>>(a, n, 1.5f, (float)ctx->world_size, wrong);
+    cudaMemcpyAsync(&nwrong, wrong, sizeof nwrong, cudaMemcpyDeviceToHost, s);
+    e = cudaStreamSynchronize(s);
+    if (r != DDP_OK) snprintf(why, 400, "all_reduce %d of %d: %.300s", i, slices, ddp_error(ctx));
+    else if (e != cudaSuccess) snprintf(why, 400, "%s", cudaGetErrorString(e));
+    else if (nwrong) snprintf(why, 400, "%llu of %zu sums wrong after %d all-reduces behind a slow kernel", nwrong, n, slices);
+    cudaFree(a);
+    cudaFree(wrong);
+    cudaStreamDestroy(s);
+    return r == DDP_OK && e == cudaSuccess && nwrong == 0;
+}
+
+/* Gradient buckets on the backward's stream queue their all-reduces without the host
+   waiting for that stream: behind 1 s of a kernel that writes the gradients (rank r:
+   r + i / 4), marking every region and ddp_grad_finish return well before the kernel
+   ends (on the emulator, whose streams run only when someone waits or asks, any host
+   wait would wait for the kernel), and the stream then holds the sums. */
+static int grad_sync_no_host_wait(ddp_ctx *ctx, char *why)
+{
+    enum { N = 100003, REGION = 9001 };
+    const int W = ctx->world_size;
+    float *g = NULL;
+    unsigned long long *wrong = NULL, nwrong = ~0ULL;
+    cudaStream_t s = NULL;
+    ddp_grad gs;
+    ddp_grad_desc gd;
+    ddp_result r;
+    cudaError_t e;
+    double t0, dt = 0;
+    long i0;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaMalloc((void **)&g, N * sizeof *g);
+    cudaMalloc((void **)&wrong, sizeof *wrong);
+    cudaMemsetAsync(wrong, 0, sizeof *wrong, s);
+    memset(&gd, 0, sizeof gd);
+    gd.grads = g;
+    gd.count = N;
+    gd.sum = 1;
+    gd.bucket_bytes = 10000 * sizeof *g;
+    gd.stream = s;
+    r = ddp_grad_init(&gs, ctx, &gd);
+    if (r == DDP_OK) {
+        slow_fill<<<64, 256, 0, s>>>(g, N, (float)ctx->rank, 1000000000LL);
+        t0 = test_now_s();
+        for (i0 = N; r == DDP_OK && i0 > 0; i0 -= REGION)
+            r = ddp_grad_ready(&gs, i0 > REGION ? (size_t)(i0 - REGION) : 0, i0 > REGION ? (size_t)REGION : (size_t)i0);
+        if (r == DDP_OK) r = ddp_grad_finish(&gs);
+        dt = test_now_s() - t0;
+    }
+    count_wrong<<<64, 256, 0, s>>>(g, N, (float)(W - 1) / 2, (float)W, wrong);
+    cudaMemcpyAsync(&nwrong, wrong, sizeof nwrong, cudaMemcpyDeviceToHost, s);
+    e = cudaStreamSynchronize(s);
+    if (r != DDP_OK) snprintf(why, 400, "%.300s", ddp_error(ctx));
+    else if (e != cudaSuccess) snprintf(why, 400, "%s", cudaGetErrorString(e));
+    else if (dt > 0.5) snprintf(why, 400, "marking the buckets and ddp_grad_finish took %.2f s behind a 1 s kernel: "
+                                "the host waited for the stream", dt);
+    else if (nwrong) snprintf(why, 400, "%llu of %d gradient sums wrong", nwrong, (int)N);
+    ddp_grad_destroy(&gs);
+    cudaFree(g);
+    cudaFree(wrong);
+    cudaStreamDestroy(s);
+    return r == DDP_OK && e == cudaSuccess && dt <= 0.5 && nwrong == 0;
+}
+
 /* Two metrics for every rank: (2, 4) and 1 with a count of 3. */
 static int metrics(ddp_ctx *ctx, char *why)
 {
@@ -466,6 +554,8 @@ static int run_checks(ddp_ctx *ctx)
     why[0] = 0, ok = grad_sync(ctx, DDP_F32, why), report(ctx, "grad_sync", ok, why);
     why[0] = 0, ok = grad_sync(ctx, DDP_BF16, why), report(ctx, "grad_sync_bf16", ok, why);
     why[0] = 0, ok = metrics(ctx, why), report(ctx, "metrics", ok, why);
+    why[0] = 0, ok = ring_full(ctx, why), report(ctx, "ring_full", ok, why);
+    why[0] = 0, ok = grad_sync_no_host_wait(ctx, why), report(ctx, "grad_sync_no_host_wait", ok, why);
     if (ctx->world_size == 1) /* it makes a second context: a world of one's */
         why[0] = 0, ok = deadline_from_start(why), report(ctx, "deadline_from_start", ok, why);
     why[0] = 0, ok = host_memory(ctx, why); /* last: a failure may break the group */

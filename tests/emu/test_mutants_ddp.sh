@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/emu/test_mutants_ddp.sh - planted bugs in ddp.h's NCCL backend and in
 # train_gpt's GPU path (the same method as test_mutants.sh, which plants them in
-# ddp_kernels.cuh): a stream ordering removed either way, a count in bytes, the
-# watchdog thread without its cudaSetDevice, a pinned upload buffer written again
+# ddp_kernels.cuh): a stream ordering removed either way, a count in bytes, a host
+# wait per gradient bucket, the watchdog thread without its cudaSetDevice, a pinned upload buffer written again
 # before its copy ran.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/emu/common.sh
@@ -15,6 +15,11 @@ mutant stream_after_nccl_unordered ddp.h 'ddp__cuda(ctx, cudaStreamWaitEvent(use
   'ddp__cuda(ctx, cudaSuccess, "cudaStreamWaitEvent")' tests/test_nccl '' '^FAIL nccl\.stream_order:'
 mutant nccl_count_in_bytes ddp.h 'nr = ncclAllReduce(send, recv, c->count, t,' 'nr = ncclAllReduce(send, recv, c->count * es, t,' \
   tests/test_nccl '' '^emu: ncclAllReduce #1 \(4 x float32\) on rank 0: sendbuff: 16 bytes .*past its end'
+# a gradient bucket's all-reduce waited for on the host, as ddp_wait does: the backward
+# would stall at every bucket
+mutant bucket_waits_on_host ddp.h 'r = host ? ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq) : ddp__nccl_alive(ctx, "all_reduce", work->seq);' \
+  'r = ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq);' tests/test_nccl '' '^FAIL nccl\.grad_sync_no_host_wait: .*the host waited'
+
 # the watchdog's CUDA calls on GPU 0 (the current device of a thread that never set
 # one): on a GPU, a context on GPU 0 from every rank
 MUTANT_ENV="DDP_EMU_STRICT_DEVICES=1" mutant watchdog_without_device ddp.h 'const cudaError_t e = cudaSetDevice(b->device);' \
