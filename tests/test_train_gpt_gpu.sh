@@ -19,6 +19,8 @@
 # GPU does) the losses stay within 8e-5 relative of the CPU's and AdamW's moments within
 # 3e-3 (first) and 5e-3 (second). Checked with margins of about 5x and 3x, against a GPU's
 # other summation orders: losses <= 4e-4, opt.m.* <= 1e-2, opt.v.* <= 1.5e-2.
+# The fp32 runs end with a 60-byte sample: the same text (the device's forward, the one
+# row of logits that comes back to the host, the same random draws).
 # Not the parameters element by element: AdamW's step is about lr * sign(gradient) for
 # tiny gradients, and some gradients are zero up to rounding (the key bias's: softmax
 # ignores a constant added to every score), so rounding picks the sign and parameters
@@ -54,9 +56,9 @@ report() { # name ok why
 }
 timeout 120 "$cpu" $tiny --stop-after 1 --save init.st >init.txt 2>&1
 report "train_gpt (CPU) trains step 1" $? "$(tail -n 2 init.txt | tr '\n' ' ')"
-timeout 120 "$cpu" $tiny --resume init.st --save cpu.st >cpu.txt 2>&1
+timeout 120 "$cpu" $tiny --resume init.st --save cpu.st --sample-len 60 >cpu.txt 2>&1
 report "train_gpt (CPU) resumes for steps 2-6" $? "$(tail -n 2 cpu.txt | tr '\n' ' ')"
-timeout 120 "$gpu" $tiny --dtype fp32 --resume init.st --save gpu.st >gpu.txt 2>&1
+timeout 120 "$gpu" $tiny --dtype fp32 --resume init.st --save gpu.st --sample-len 60 >gpu.txt 2>&1
 report "train_gpt_gpu --dtype fp32 resumes for steps 2-6" $? "$(tail -n 2 gpu.txt | tr '\n' ' ')"
 grep -q 'nccl backend' gpu.txt
 report "train_gpt_gpu trains on the GPU (nccl backend)" $? "$(grep -m1 -e '^ranks' -e '^note' gpu.txt)"
@@ -75,6 +77,9 @@ close_tensors() { # name run prefix tolerance: --compare's largest relative diff
   report "$1: $3* within $4 of the CPU's" $? "$out"
 }
 close_losses "train_gpt_gpu" gpu 1e-4
+sample() { sed -n '/^sample (/,$p' "$1"; }
+[ -n "$(sample cpu.txt)" ] && [ "$(sample cpu.txt)" = "$(sample gpu.txt)" ]
+report "train_gpt_gpu: the sample is the CPU's" $? "CPU: $(sample cpu.txt | tr -c '[:print:]' .); GPU: $(sample gpu.txt | tr -c '[:print:]' .)"
 close_tensors "train_gpt_gpu" gpu opt.m. 1e-3
 
 for n in 2 4; do
