@@ -2,8 +2,8 @@
 # tests/emu/test_mutants_ddp.sh - planted bugs in ddp.h's NCCL backend and in
 # train_gpt's GPU path (the same method as test_mutants.sh, which plants them in
 # ddp_kernels.cuh): a stream ordering removed either way, a count in bytes, a host
-# wait per gradient bucket, the watchdog thread without its cudaSetDevice, a pinned upload buffer written again
-# before its copy ran.
+# wait per gradient bucket, a communicator used after its abort, the watchdog thread
+# without its cudaSetDevice, a pinned upload buffer written again before its copy ran.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/emu/common.sh
 mutants_need build/emu/libemu.a build/emu/tests/test_nccl build/emu/examples/train_gpt_gpu examples/train_gpt
@@ -19,6 +19,11 @@ mutant nccl_count_in_bytes ddp.h 'nr = ncclAllReduce(send, recv, c->count, t,' '
 # would stall at every bucket
 mutant bucket_waits_on_host ddp.h 'r = host ? ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq) : ddp__nccl_alive(ctx, "all_reduce", work->seq);' \
   'r = ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq);' tests/test_nccl '' '^FAIL nccl\.grad_sync_no_host_wait: .*the host waited'
+
+# the communicator kept after the watchdog aborted it: ddp.h calls NCCL on it again
+# (the emulator reports any use after ncclCommAbort, a second abort included)
+mutant comm_used_after_abort ddp.h '    b->failed = code;
+    b->comm = NULL;' '    b->failed = code;' tests/test_nccl 2 '^emu: nccl[A-Za-z]+ on a communicator after ncclCommAbort'
 
 # the watchdog's CUDA calls on GPU 0 (the current device of a thread that never set
 # one): on a GPU, a context on GPU 0 from every rank
