@@ -23,6 +23,9 @@
      default stream's implicit ordering and pageable/pinned copy rules are CUDA's;
    - each host thread has its own current device (device 0 until cudaSetDevice), and
      the devices a process touched are recorded (DDP_EMU_TOUCH_LOG, DDP_EMU_STRICT_DEVICES).
+   - %globaltimer (the inline PTX rewrite.pl turns into emu::globaltimer()) is a clock
+     per GPU thread that each read moves on; a grid lasts in wall time as long as its
+     latest clock says, so a kernel that spins for a second takes a second.
    What it does not: measure speed, run blocks or warps concurrently (races between
    blocks that real hardware would show only sometimes are found only through the
    shuffled order), model memory consistency inside a block beyond barriers, dynamic
