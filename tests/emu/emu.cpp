@@ -17,9 +17,9 @@
    a thread that reaches __syncthreads or a shuffle keeps its fiber and waits, and a
    new runner starts the remaining threads. When every live thread waits, the barrier
    is checked and released, and the threads go on in a new order. The fibers switch
-   with a few instructions (x86-64; ucontext elsewhere). A kernel that spins on %globaltimer
-   reads per-thread virtual clocks (globaltimer below), and its grid then lasts as
-   long in wall time as the latest clock says.
+   with a few instructions (x86-64; ucontext elsewhere). A kernel that spins on
+   %globaltimer reads per-thread virtual clocks (globaltimer below), and its grid then
+   lasts as long in wall time as the latest clock says.
 
    What is checked, each a one-line report and abort(): a barrier not reached by
    every live thread at the same place, a shuffle whose mask or partner lane does not
