@@ -2,6 +2,8 @@
 #   make            examples (CPU builds with cc; GPU builds too when nvcc is present)
 #   make run        the main job: a short data-parallel training run
 #   make test       every test; the last line is "N passed, N failed, N skipped"
+#   make lessons    the lessons' programs (CPU builds, seconds); make lesson-N checks
+#                   lesson N's exercise; make HAVE_NVCC= builds no GPU code at all
 #   make gpu-build  every GPU example, lesson and test, and the portable CPU twin that
 #                   check-gpu compares with (needs nvcc, not a GPU)
 #   make check-gpu  on a GPU machine (tests/check_gpu.sh): libraries, a probe, the GPU
@@ -37,7 +39,10 @@ HAVE_NVCC := $(shell command -v $(NVCC) 2>/dev/null)
 EXAMPLES     = $(patsubst %.c,%,$(wildcard examples/*.c))
 GPU_EXAMPLES = $(patsubst %.c,%_gpu,$(filter-out examples/ddprun.c,$(wildcard examples/*.c))) \
                $(patsubst %.cu,%,$(wildcard examples/*.cu))
-LESSONS      = $(patsubst %.c,%,$(wildcard examples/lessons/*/*.c))
+# The lessons' programs and solutions; the exercises are built and checked one at a time
+# by make lesson-N, so that a half-done exercise never breaks make or make test.
+LESSONS      = $(patsubst %.c,%,$(filter-out %/exercise.c,$(wildcard examples/lessons/*/*.c)))
+EXERCISES    = $(patsubst %.c,%,$(wildcard examples/lessons/*/exercise.c))
 GPU_LESSONS  = $(addsuffix _gpu,$(LESSONS))
 GPU_TESTS    = $(patsubst %.cu,%,$(wildcard tests/test_*.cu))
 GPU_SCRIPTS  = $(wildcard tests/test_*_gpu.sh)
@@ -55,15 +60,20 @@ HEADERS      = ddp.h ddp_kernels.cuh
 # or (when NVARCH was chosen) what it reads from NVARCH.
 export DDP_EXPECT_ARCH = $(if $(filter file,$(origin NVARCH)),sm_80 sm_90 ptx:sm_90)
 export DDP_NVARCH = $(NVARCH)
+# 0 under make HAVE_NVCC=: the tests that read GPU binaries skip rather than find none
+export DDP_GPU_BUILDS = $(if $(HAVE_NVCC),1,0)
 
-.PHONY: all run test gpu-build check-gpu emu check-emu install uninstall clean
+.PHONY: all run test lessons gpu-build check-gpu emu check-emu install uninstall clean
 all: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS))
 
 examples/%: examples/%.c $(HEADERS)
 	$(CC) $(WARN) $(CFLAGS) -fopenmp -I. $< -o $@ $(LDLIBS)
 examples/%_gpu: examples/%.c $(HEADERS)
 	$(NVCC) $(NVFLAGS) -x cu -I. $< -o $@ $(NVLIBS)
-$(LESSONS) $(GPU_LESSONS): examples/lessons/device.h
+# The lessons use no OpenMP and build at -O2: make lessons takes seconds.
+examples/lessons/%: examples/lessons/%.c $(HEADERS)
+	$(CC) $(WARN) -O2 -I. $< -o $@ $(LDLIBS)
+$(LESSONS) $(GPU_LESSONS) $(EXERCISES): examples/lessons/device.h examples/lessons/exercise.h
 $(addprefix examples/,train_gpt train_gpt_gpu train_classifier train_classifier_gpu): examples/safetensors.h
 examples/%: examples/%.cu $(HEADERS)
 	$(NVCC) $(NVFLAGS) -I. $< -o $@ $(NVLIBS)
@@ -73,6 +83,13 @@ tests/%: tests/%.cu tests/test.h $(HEADERS)
 	$(NVCC) $(NVFLAGS) -I. $< -o $@ $(NVLIBS)
 $(CPU_TWIN): examples/train_gpt.c $(HEADERS)
 	$(CC) $(WARN) -O2 $(TWIN_ARCH) -Wno-unknown-pragmas -I. $< -o $@ $(LDLIBS)
+
+# make lessons: every lesson's programs, CPU builds only. make lesson-N: builds lesson N's
+# exercise and checks it with 1 to 7 ranks (examples/lessons/check.sh).
+lessons: $(LESSONS)
+$(foreach e,$(EXERCISES),$(eval lesson-$(patsubst 0%,%,$(firstword $(subst _, ,$(notdir $(e:/exercise=))))): $(e)))
+lesson-%:
+	@$(if $^,examples/lessons/check.sh $<,echo "no lesson $*: the lessons are 1 to $(words $(EXERCISES))"; exit 2)
 
 run: examples/train_gpt
 	./examples/train_gpt --nproc 2 --steps 400
@@ -98,8 +115,10 @@ EMU_FLAGS    = -std=c++17 -g -fno-strict-aliasing -pthread -D__CUDACC__ -Wall -W
 EMU_SRC      = build/emu/src
 EMU_LIB      = build/emu/libemu.a
 EMU_HEADERS  = $(wildcard tests/emu/*.h tests/emu/cub/device/*.cuh)
-EMU_PROGRAMS = $(addprefix build/emu/,$(GPU_EXAMPLES) $(GPU_LESSONS) $(GPU_TESTS) tests/emu/selftest tests/emu/gpt2_corners)
-EMU_COPIES   = $(addprefix $(EMU_SRC)/,$(HEADERS) examples/safetensors.h examples/lessons/device.h tests/test.h)
+EMU_PROGRAMS = $(addprefix build/emu/,$(GPU_EXAMPLES) $(GPU_LESSONS) $(addsuffix _gpu,$(EXERCISES)) $(GPU_TESTS) \
+               tests/emu/selftest tests/emu/gpt2_corners)
+EMU_COPIES   = $(addprefix $(EMU_SRC)/,$(HEADERS) examples/safetensors.h examples/lessons/device.h examples/lessons/exercise.h \
+                 tests/test.h)
 EMU_TESTS    = $(wildcard tests/emu/test_*.sh)
 
 emu: $(EMU_PROGRAMS)
@@ -186,5 +205,5 @@ uninstall:
 	[ ! -d $(DESTDIR)$(CMAKEDIR) ] || rmdir --ignore-fail-on-non-empty $(DESTDIR)$(CMAKEDIR)
 
 clean:
-	rm -f $(EXAMPLES) $(GPU_EXAMPLES) $(LESSONS) $(GPU_LESSONS) $(TESTS) $(GPU_TESTS) $(CPU_TWIN)
+	rm -f $(EXAMPLES) $(GPU_EXAMPLES) $(LESSONS) $(GPU_LESSONS) $(EXERCISES) $(TESTS) $(GPU_TESTS) $(CPU_TWIN)
 	rm -rf build/emu

@@ -81,6 +81,10 @@
                             the store too (the CPU backend always compares, in shared
                             memory; this is how NCCL jobs get the check)
      DDP_DEBUG=1            log what init decided, on every rank
+     OMP_NUM_THREADS        the built-in launcher and ddprun give each rank its share
+                            of the cores (cores / ranks, at least 1) unless this holds
+                            a count; an empty value counts as unset, a malformed one
+                            is ignored with a warning
      TORCHELASTIC_RESTART_COUNT  the attempt of a restarted job (0 first), set by
                             torchrun and --max-restarts; ddp_restart_count() reads it
 
@@ -136,7 +140,9 @@
                       the store refused; a non-ddp answer on MASTER_PORT is one line;
                       the launcher names the first cause and lets ranks say why;
                       the MPI backend names late ranks; one arena per host however
-                      a launcher splits it; arenas locked before they have a name
+                      a launcher splits it; arenas locked before they have a name;
+                      the launcher's OpenMP note once per job, an empty or malformed
+                      OMP_NUM_THREADS counts as unset; #error off Linux
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -148,6 +154,9 @@
 */
 #ifndef DDP_H_INCLUDED
 #define DDP_H_INCLUDED
+#ifndef __linux__
+#error "ddp.h runs on Linux only (futexes, POSIX shared memory): on macOS or Windows use a Linux machine, VM or container"
+#endif
 
 #if defined(DDP_IMPLEMENTATION) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* before the first system header: futex, CLOCK_*, getaddrinfo */
@@ -978,6 +987,7 @@ struct ddp__state {
     void *log_user;
     ddp__settings cfg;
     ddp_result broken;       /* set once a collective fails: later ones refuse */
+    char cause[300];         /* err when the first refusal came: what every refusal cites */
     int store_fd;            /* connection to rank 0's store, -1 in a world of one */
     int pmi_fd;              /* Hydra's PMI connection once asked for the kvsname, else -1 */
     int report_fd;           /* the built-in launcher's pipe, else -1: how this rank's first failure came about */
@@ -1071,13 +1081,24 @@ const char *ddp_backend_name(ddp_backend b)
 
 int ddp_is_main(const ddp_ctx *ctx) { return ctx->rank == 0; }
 
-int ddp_thread_share(const ddp_ctx *ctx)
+/* OMP_NUM_THREADS as OpenMP reads it ("4", or "4,2" for nested levels): its first
+   count; 0 when it is unset, empty or not a positive number (OpenMP ignores it then). */
+static long ddp__omp_num_threads(void)
 {
     const char *v = getenv("OMP_NUM_THREADS");
-    long online = sysconf(_SC_NPROCESSORS_ONLN), allowed = ddp__cores_allowed(), n;
-    int local = ctx && ctx->local_world_size > 0 ? ctx->local_world_size : 1;
     char *end;
-    if (v && (n = strtol(v, &end, 10)) > 0 && (*end == 0 || *end == ',')) return n > 1 << 16 ? 1 << 16 : (int)n;
+    long n;
+    if (!v) return 0;
+    n = strtol(v, &end, 10);
+    while (*end == ' ' || *end == '\t') end++;
+    return end != v && n > 0 && (*end == 0 || *end == ',') ? n : 0;
+}
+
+int ddp_thread_share(const ddp_ctx *ctx)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN), allowed = ddp__cores_allowed(), n = ddp__omp_num_threads();
+    int local = ctx && ctx->local_world_size > 0 ? ctx->local_world_size : 1;
+    if (n > 0) return n > 1 << 16 ? 1 << 16 : (int)n;
     if (allowed < online) return (int)(allowed > 0 ? allowed : 1); /* bound by the launcher: all of it is ours */
     return online / local > 1 ? (int)(online / local) : 1;
 }
@@ -4107,13 +4128,25 @@ static ddp_result ddp__queue(ddp_ctx *ctx, const ddp__coll *c, ddp_work *work)
     return DDP_OK;
 }
 
+/* A call on a broken group: the first refusal is logged, later ones only set the error
+   (a loop that ignores results would print a line per bucket); all cite the first cause. */
+static ddp_result ddp__refuse(ddp_ctx *ctx, const char *what)
+{
+    struct ddp__state *st = ctx->st;
+    int first = !st->cause[0];
+    if (first) ddp__copy(st->cause, sizeof st->cause, st->err);
+    if (first) return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: the process group failed earlier: %s", what, st->cause);
+    snprintf(st->err, sizeof st->err, "%s refused: the process group failed earlier: %s", what, st->cause);
+    return DDP_ERR_ABORTED;
+}
+
 static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
 {
     const char *name = ddp__colls[c->kind].name;
     int needs_data = c->kind < DDP__BARRIER && c->count > 0;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
     if (ctx->st->broken)
-        return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: the process group failed earlier: %s", name, ctx->st->err);
+        return ddp__refuse(ctx, name);
     if ((unsigned)c->dtype >= DDP_DTYPE_COUNT || (unsigned)c->op >= DDP_OP_COUNT)
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: unknown dtype %d or op %d", name, (int)c->dtype, (int)c->op);
     if (needs_data && (!c->recv || (!c->send && ddp__colls[c->kind].send)))
@@ -4222,10 +4255,11 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
     if (!ctx || !ctx->st || !work) return DDP_ERR_ARG;
     st = ctx->st;
     ddp_trace_begin(ctx, "wait"); /* nothing without tracing */
-    if (st->broken)
-        r = ddp__fail(ctx, DDP_ERR_ABORTED, "wait for #%llu refused: the process group failed earlier: %s",
-                      (unsigned long long)work->seq, st->err);
-    else if (st->be->wait)
+    if (st->broken) {
+        char what[40];
+        snprintf(what, sizeof what, "wait for #%llu", (unsigned long long)work->seq);
+        r = ddp__refuse(ctx, what);
+    } else if (st->be->wait)
         r = st->be->wait(ctx, work, stream, host);
     else
         r = ddp__drain(ctx, work->seq);
@@ -4472,7 +4506,8 @@ static const char *ddp__launched_by(void)
 }
 
 /* The job's environment for rank i, in the child. Every rank gets its share of the
-   cores for OpenMP (unless the user chose), so N ranks do not run N x cores threads. */
+   cores for OpenMP (threads > 0: the user did not choose), so N ranks do not run
+   N x cores threads. */
 static void ddp__child_env(int i, const char *num, const char *port, const char *job, const char *secret, int threads,
                            int attempt, const char *report)
 {
@@ -4491,7 +4526,7 @@ static void ddp__child_env(int i, const char *num, const char *port, const char 
     setenv("DDP_SECRET", secret, 1);
     setenv("DDP_LAUNCHER", report, 1);
     setenv("TORCHELASTIC_RESTART_COUNT", a, 1);
-    setenv("OMP_NUM_THREADS", t, 0);
+    if (threads > 0) setenv("OMP_NUM_THREADS", t, 1);
     unsetenv("TORCHELASTIC_RUN_ID");
 }
 
@@ -4695,10 +4730,16 @@ int ddp_run_restarts(int nproc, int max_restarts, char *const argv[])
         fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
         return 2;
     }
-    threads = cores > nproc ? (int)(cores / nproc) : 1;
-    if (!getenv("OMP_NUM_THREADS") && nproc > 1)
-        fprintf(stderr, "ddp: OMP_NUM_THREADS=%d for each of %d ranks (%ld cores); set it to choose\n", threads, nproc,
-                cores);
+    /* said once per job, and only where it changes something: OpenMP takes every core
+       the rank may use unless told otherwise, so with one core it takes 1 anyway */
+    threads = ddp__omp_num_threads() > 0 ? 0 : cores > nproc ? (int)(cores / nproc) : 1;
+    if (threads && getenv("OMP_NUM_THREADS") && *getenv("OMP_NUM_THREADS"))
+        fprintf(stderr, "ddp: ignoring OMP_NUM_THREADS='%s': not a positive number of threads\n",
+                getenv("OMP_NUM_THREADS"));
+    if (threads && nproc > 1 && cores > 1)
+        fprintf(stderr, "ddp: %d ranks share %ld cores, so each rank gets OMP_NUM_THREADS=%d (a rank that uses "
+                "OpenMP would otherwise start %ld threads); set OMP_NUM_THREADS to choose another number\n",
+                nproc, cores, threads, cores);
     for (attempt = 0;; attempt++) {
         status = ddp__attempt(nproc, argv, threads, attempt, why, sizeof why, &final);
         if (status == 0) return 0;

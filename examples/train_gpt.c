@@ -1745,10 +1745,10 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
         return 0;
     }
 #ifdef _OPENMP
-    /* ranks share the cores: spinning threads of several ranks on one core crawl */
-    if (!getenv("OMP_NUM_THREADS"))
-        omp_set_num_threads(omp_get_num_procs() / t->ctx.local_world_size > 1
-                                ? omp_get_num_procs() / t->ctx.local_world_size : 1);
+    /* ranks share the cores: spinning threads of several ranks on one core crawl. The
+       share is OMP_NUM_THREADS when it holds a count (an empty one would give every
+       rank all the cores), else the cores divided among this host's ranks. */
+    omp_set_num_threads(ddp_thread_share(&t->ctx));
 #endif
     t->global_batch = (size_t)o->batch_size * t->ctx.world_size * o->grad_accum;
     t->steps_per_epoch = t->train_windows / t->global_batch;

@@ -49,6 +49,11 @@ if cc -std=c99 -Werror -I. "$tmp/twice.c" -o "$tmp/tw3" >"$tmp/log" 2>&1; then
   echo "FAIL compile.strict_c99_explains: compiled, but POSIX declarations should be missing"; fail=1
 elif grep -q "before any other header" "$tmp/log"; then echo "PASS compile.strict_c99_explains"
 else echo "FAIL compile.strict_c99_explains: $(head -c 300 "$tmp/log")"; fail=1; fi
+# another system (simulated by undefining __linux__): the first error says what is needed
+if cc -std=c99 -U__linux__ -I. -c "$tmp/one.c" -o "$tmp/nl.o" >"$tmp/log" 2>&1; then
+  echo "FAIL compile.non_linux_explains: compiled without __linux__"; fail=1
+elif grep -m1 'error' "$tmp/log" | grep -q "Linux only"; then echo "PASS compile.non_linux_explains"
+else echo "FAIL compile.non_linux_explains: $(head -c 300 "$tmp/log")"; fail=1; fi
 # the kernels header: its CPU half is plain C and C++
 printf '#include "ddp_kernels.cuh"\nint main(void) { return 0; }\n' > "$tmp/k.c"
 cp "$tmp/k.c" "$tmp/k.cpp"

@@ -23,6 +23,33 @@ for bad in "--nproc_per_node=0 $hello" "--nproc_per_node=x $hello" "--nproc_per_
   if [ $rc -eq 2 ] && ! grep -q 'my sum' <<<"$out" && grep -Eq 'usage|process count' <<<"$out"; then echo "PASS $name"
   else echo "FAIL $name: 'ddprun $bad' status $rc, want 2 with a usage line and no rank started: $(head -c 300 <<<"$out" | tr '\n' ' ')"; fail=1; fi
 done
+# OMP_NUM_THREADS: each rank gets cores / ranks (at least 1) unless the variable holds a
+# thread count; empty counts as unset, malformed is ignored with a warning; the note
+# about it comes once per job, and not where OpenMP would take 1 thread anyway.
+cores=$(nproc)
+share=$((cores / 3 > 1 ? cores / 3 : 1))
+omp() { # name want_value want_notes want_warnings [taskset args] -- env value or "unset"
+  local name=$1 want=$2 notes=$3 warns=$4 value=$5; shift 5
+  local out
+  if [ "$value" = unset ]; then out=$(env -u OMP_NUM_THREADS "$@" examples/ddprun -n 3 sh -c 'echo "omp=[$OMP_NUM_THREADS]"' 2>&1)
+  else out=$(OMP_NUM_THREADS="$value" "$@" examples/ddprun -n 3 sh -c 'echo "omp=[$OMP_NUM_THREADS]"' 2>&1); fi
+  if [ "$(grep -c "^omp=\[$want\]$" <<<"$out")" -eq 3 ] && [ "$(grep -c '^ddp: .*OMP_NUM_THREADS=[0-9]' <<<"$out")" -eq "$notes" ] &&
+     [ "$(grep -c "ignoring OMP_NUM_THREADS" <<<"$out")" -eq "$warns" ]; then echo "PASS ddprun.$name"
+  else echo "FAIL ddprun.$name: OMP_NUM_THREADS='$value' $*: want [$want] in 3 ranks, $notes note(s), $warns warning(s): $(tr '\n' ' ' <<<"$out" | head -c 400)"; fail=1; fi
+}
+omp omp_unset_gets_share "$share" $((cores > 1)) 0 unset
+omp omp_empty_is_unset "$share" $((cores > 1)) 0 ""
+omp omp_malformed_is_ignored "$share" $((cores > 1)) 1 abc
+omp omp_zero_is_ignored "$share" $((cores > 1)) 1 0
+omp omp_count_is_kept 3 0 0 3
+if command -v taskset >/dev/null; then
+  omp omp_one_core_no_note 1 0 0 unset taskset -c 0
+else
+  echo "SKIP ddprun.omp_one_core_no_note: no taskset (util-linux)"
+fi
+out=$(env -u OMP_NUM_THREADS examples/ddprun -n 1 true 2>&1)
+[ -z "$out" ]
+if [ $? -eq 0 ]; then echo "PASS ddprun.omp_one_rank_no_note"; else echo "FAIL ddprun.omp_one_rank_no_note: $out"; fail=1; fi
 # --max-restarts: a program whose rank 1 is killed on the first two attempts finishes on
 # the third, each attempt with its number in TORCHELASTIC_RESTART_COUNT (as torchrun sets it)
 tmp=$(mktemp -d)
@@ -53,4 +80,10 @@ else echo "FAIL ddprun.max_restarts_used_up_ends_with_the_status: status $rc (wa
 out=$(timeout 60 examples/ddprun -n 3 --max-restarts x "$tmp/flaky" 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q 'restart count' <<<"$out"; then echo "PASS ddprun.refuses.max_restarts_x"
 else echo "FAIL ddprun.refuses.max_restarts_x: status $rc, want 2 and a line about the count: $out"; fail=1; fi
+# the note comes once per job, not once per restart attempt
+rm -f "$tmp/seen"
+out=$(env -u OMP_NUM_THREADS timeout 60 examples/ddprun -n 3 --max-restarts 2 "$tmp/flaky" 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^ddp: .*OMP_NUM_THREADS=[0-9]' <<<"$out")" -eq $((cores > 1)) ]
+if [ $? -eq 0 ]; then echo "PASS ddprun.omp_note_once_per_job"
+else echo "FAIL ddprun.omp_note_once_per_job: status $rc, want 0 and $((cores > 1)) note(s) over 3 attempts: $(head -c 400 <<<"$out" | tr '\n' ' ')"; fail=1; fi
 exit $fail

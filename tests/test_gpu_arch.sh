@@ -7,6 +7,7 @@
 cd "$(dirname "$0")/.." || exit 1
 expect=${DDP_EXPECT_ARCH-sm_80 sm_90 ptx:sm_90}
 if ! command -v nvcc >/dev/null; then echo "SKIP gpu_arch: nvcc not found, so no GPU binaries are built"; exit 0; fi
+if [ "${DDP_GPU_BUILDS-}" = 0 ]; then echo "SKIP gpu_arch: make HAVE_NVCC= builds no GPU binaries"; exit 0; fi
 # the architectures nvcc flags ask for, as a reader takes them: every -arch=sm_XY (SASS +
 # PTX) and -gencode ...,code=sm_XY / compute_XY named
 asks_for() {

@@ -9,6 +9,7 @@
 # nvidia/*/lib on Python's path, and the binary then starts.
 cd "$(dirname "$0")/.." || exit 1
 if ! command -v nvcc >/dev/null; then echo "SKIP gpu_libs: nvcc not found, so no GPU binaries are built"; exit 0; fi
+if [ "${DDP_GPU_BUILDS-}" = 0 ]; then echo "SKIP gpu_libs: make HAVE_NVCC= builds no GPU binaries"; exit 0; fi
 if ! command -v readelf >/dev/null; then echo "SKIP gpu_libs: readelf not found (binutils)"; exit 0; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -18,7 +19,8 @@ report() { # name ok why
 }
 major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
 for src in examples/*.c examples/*.cu examples/lessons/[0-9]*/*.c tests/test_*.cu; do
-  case $src in examples/ddprun.c) continue ;; *.c) b=${src%.c}_gpu ;; *.cu) b=${src%.cu} ;; esac
+  # (exercises are built one at a time by make lesson-N, on the CPU)
+  case $src in examples/ddprun.c | */exercise.c) continue ;; *.c) b=${src%.c}_gpu ;; *.cu) b=${src%.cu} ;; esac
   name="gpu_libs.${b}"
   if [ ! -x "$b" ]; then report "$name" 1 "$b is not built (make gpu-build)"; continue; fi
   needed=$(readelf -d "$b" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')

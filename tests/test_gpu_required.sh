@@ -5,6 +5,7 @@
 # non-zero, so a GPU check can never pass without touching a GPU.
 cd "$(dirname "$0")/.." || exit 1
 if ! command -v nvcc >/dev/null; then echo "SKIP gpu_required: nvcc not found, so no GPU tests are built"; exit 0; fi
+if [ "${DDP_GPU_BUILDS-}" = 0 ]; then echo "SKIP gpu_required: make HAVE_NVCC= builds no GPU binaries"; exit 0; fi
 if [ -x tests/test_gpu_probe ] && env -u DDP_REQUIRE_GPU tests/test_gpu_probe 2>&1 | grep -q '^PASS gpu.probe'; then
   echo "SKIP gpu_required: a GPU is usable here; this checks the machines without one"; exit 0
 fi

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Every lesson under examples/lessons/: its pages exist in English and Chinese, its
-# program and its solution run with 3 ranks (a world that divides nothing evenly) and
-# exit 0, the solution says "correct", and the exercise, as handed out, fails with a
-# "hint:" line. The Makefile builds them all (with cc, and with nvcc where present).
-# They run in a temporary directory, where lesson 5 writes its checkpoint. Then the
-# pictures' sources: gradsync --trace writes a Chrome trace that python's json loads,
-# with a process per rank and buckets on the collectives row, and the committed
-# scripts draw it and the job diagram (where matplotlib is installed).
+# Every lesson under examples/lessons/: its pages in English and Chinese, its Makefile
+# (make in the folder works from the root), its programs run with 3 ranks (a world
+# that divides nothing evenly) and exit 0, its solution passes examples/lessons/check.sh
+# (1 to 7 ranks). The exercise is checked *as handed out*: the committed one, from git,
+# compiled in a temporary directory, so that a student's exercise, solved or half done,
+# changes nothing here. It must fail the same check with a first hint, in English, in
+# Chinese under LANG=zh_CN.UTF-8, and give the second hint with HINT=2. The Chinese pages
+# may not break a line between two Chinese characters (Markdown shows it as a space),
+# quote Chinese text with ASCII quotes, or write 规约 for 归约. Lesson 5's checkpoint
+# --resume refuses bad files with rank 0's reason. Then the pictures' sources:
+# gradsync --trace writes a Chrome trace that python's json loads, with a process per
+# rank and buckets on the collectives row, and the committed scripts draw it and the job
+# diagram (where matplotlib is installed). Programs run in a temporary directory, where
+# lesson 5 writes its checkpoint.
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 tmp=$(mktemp -d)
@@ -15,29 +21,81 @@ fail=0
 report() { # name ok why
   if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
 }
+export OMP_NUM_THREADS=1 # the lessons use no OpenMP: keeps the launcher's note out of the outputs
+unset LC_ALL LC_MESSAGES HINT
+export LANG=C # English messages, whatever the caller's locale (the Chinese ones are asked for below)
+# The exercises as handed out are HEAD's, when this is a git checkout of its own.
+handed_out=""
+if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$root" ] && git rev-parse -q --verify HEAD >/dev/null; then
+  handed_out=HEAD
+fi
+py=$(command -v python3)
+
 for dir in examples/lessons/[0-9]*/; do
-  name=lessons.$(basename "$dir")
-  [ -s "$dir/README.md" ] && [ -s "$dir/README.zh.md" ] && [ -s "$dir/exercise.c" ] && [ -s "$dir/solution.c" ]
-  report "$name: README.md, README.zh.md, exercise.c, solution.c" $? "one is missing"
-  for src in "$dir"*.c; do
+  dir=${dir%/}
+  lesson=$(basename "$dir")
+  n=${lesson%%_*}
+  n=${n#0}
+  name=lessons.$lesson
+  [ -s "$dir/README.md" ] && [ -s "$dir/README.zh.md" ] && [ -s "$dir/exercise.c" ] && [ -s "$dir/solution.c" ] &&
+    [ -s "$dir/Makefile" ]
+  report "$name: README.md, README.zh.md, exercise.c, solution.c, Makefile" $? "one is missing"
+  make -n -C "$dir" >"$tmp/make" 2>&1 && grep -q "check.sh $dir/exercise" "$tmp/make"
+  report "$name/make in the folder checks the exercise from the root" $? "$(tail -n 3 "$tmp/make" | tr '\n' ' ')"
+
+  for src in "$dir"/*.c; do
     bin=${src%.c}
     base=$(basename "$bin")
-    if [ ! -x "$bin" ]; then report "$name/$base" 1 "$bin is not built (make $bin)"; continue; fi
-    (cd "$tmp" && timeout 120 "$root/$bin" --nproc 3 >"$tmp/out" 2>&1)
+    [ "$base" = exercise ] && continue
+    if [ ! -x "$bin" ]; then report "$name/$base" 1 "$bin is not built (make lessons)"; continue; fi
+    if [ "$base" = solution ]; then
+      (cd "$tmp" && "$root/examples/lessons/check.sh" "$root/$bin" >"$tmp/out" 2>&1)
+      rc=$?
+      [ $rc -eq 0 ] && grep -q "^lesson $n: correct with 1, 2, 3, 4, 5 and 7 ranks" "$tmp/out"
+      report "$name/solution is correct with 1 to 7 ranks" $? "exit $rc: $(tail -n 4 "$tmp/out" | tr '\n' ' ' | head -c 400)"
+      continue
+    fi
+    args="--nproc 3"
+    [ "$base" = speedup ] && args="$args --epochs 1" # the measurement itself takes a while
+    # shellcheck disable=SC2086 # $args is a word list
+    (cd "$tmp" && timeout 120 "$root/$bin" $args >"$tmp/out" 2>&1)
     rc=$?
-    why="exit $rc: $(grep -v OMP_NUM_THREADS "$tmp/out" | tail -n 3 | tr '\n' ' ' | head -c 400)"
-    case $base in
-    exercise)
-      [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q '^hint: ' "$tmp/out"
-      report "$name/exercise fails with a hint, as handed out" $? "$why" ;;
-    solution)
-      [ $rc -eq 0 ] && grep -q '^correct' "$tmp/out"
-      report "$name/solution runs and is correct" $? "$why" ;;
-    *)
-      [ $rc -eq 0 ]
-      report "$name/$base runs with 3 ranks" $? "$why" ;;
-    esac
+    report "$name/$base runs with 3 ranks" $rc "exit $rc: $(tail -n 3 "$tmp/out" | tr '\n' ' ' | head -c 400)"
   done
+
+  if [ -z "$handed_out" ]; then
+    echo "SKIP $name/exercise as handed out: not a git checkout, so the exercise as handed out cannot be told from yours"
+    continue
+  fi
+  src=$tmp/src/$lesson
+  mkdir -p "$src"
+  for f in $(git ls-tree --name-only "$handed_out" examples/lessons/ | grep '\.h$'); do
+    git show "$handed_out:$f" >"$tmp/src/$(basename "$f")"
+  done
+  if ! git show "$handed_out:$dir/exercise.c" >"$src/exercise.c" 2>"$tmp/out"; then
+    report "$name/exercise as handed out" 1 "not in git: $(head -c 300 "$tmp/out")"
+    continue
+  fi
+  if ! grep -q TODO "$src/exercise.c"; then
+    echo "SKIP $name/exercise as handed out: the committed exercise.c has no TODO left (a solved one was committed)"
+    continue
+  fi
+  # -O0: three times quicker to build than make's -O2, and it behaves the same
+  ${CC:-cc} -std=c99 -Wall -Wextra -Wpedantic -Werror -O0 -I"$root" "$src/exercise.c" -o "$src/exercise" -lpthread -lm \
+    >"$tmp/out" 2>&1
+  report "$name/exercise as handed out compiles" $? "$(head -c 400 "$tmp/out")"
+  [ -x "$src/exercise" ] || continue
+  # check.sh names the lesson after the exercise's folder
+  (cd "$tmp" && "$root/examples/lessons/check.sh" "$src/exercise" >"$tmp/en" 2>&1)
+  rc=$?
+  [ $rc -eq 1 ] && grep -q '^wrong: ' "$tmp/en" && grep -q '^hint 1: ' "$tmp/en" && ! grep -q '^hint 2: ' "$tmp/en" &&
+    grep -q "make lesson-$n HINT=2" "$tmp/en" && grep -q "^lesson $n: not yet" "$tmp/en"
+  report "$name/exercise as handed out is wrong, with a first hint" $? "exit $rc: $(tr '\n' ' ' <"$tmp/en" | head -c 500)"
+  (cd "$tmp" && LANG=zh_CN.UTF-8 HINT=2 "$root/examples/lessons/check.sh" "$src/exercise" >"$tmp/zh" 2>&1)
+  rc=$?
+  [ $rc -eq 1 ] && grep -q '^错误：' "$tmp/zh" && grep -q '^提示 1：' "$tmp/zh" && grep -q '^提示 2：' "$tmp/zh" &&
+    grep -q "^第 $n 课：还没做对" "$tmp/zh"
+  report "$name/exercise as handed out, in Chinese and with HINT=2" $? "exit $rc: $(tr '\n' ' ' <"$tmp/zh" | head -c 500)"
 done
 # Lesson 5's checkpoint: resuming refuses what no run of it writes, with rank 0's
 # one-line reason, which reaches the output before the launcher stops the job (8
@@ -64,8 +122,37 @@ for _ in 1 2 3 4 5; do
 done
 [ $said -eq 5 ]
 report "lessons.05_metrics/checkpoint with 8 ranks: rank 0's reason is in the output every time" $? "in $said of 5 runs"
-py=$(command -v python3)
-if [ -z "$py" ]; then echo "SKIP lessons.pictures: no python3"; exit $fail; fi
+
+if [ -z "$py" ]; then echo "SKIP lessons.chinese_pages and the pictures: no python3"; exit $fail; fi
+# Chinese pages: a line break between two Chinese characters (or full-width punctuation)
+# shows as a space; ASCII quotes around Chinese; 规约 (the standard term is 归约).
+"$py" - $(find . -name '*.zh.md' -not -path './.git/*' | sort) <<'PY'
+import re, sys
+cjk = "\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef"
+bad = []
+for path in sys.argv[1:]:
+    lines, code = open(path, encoding="utf-8").read().split("\n"), False
+    for i, line in enumerate(lines, 1):
+        if line.lstrip().startswith("```"):
+            code = not code
+        if code or line.startswith("    "):
+            continue
+        text = re.sub(r"`[^`]*`", "", line)
+        nxt = lines[i].lstrip() if i < len(lines) else ""
+        if re.search("[%s]$" % cjk, line) and re.match("[%s]" % cjk, nxt):
+            bad.append("%s:%d: a line break between Chinese characters" % (path, i))
+        if re.search('"[%s]|[%s]"' % (cjk, cjk), text):
+            bad.append("%s:%d: ASCII quotes around Chinese text" % (path, i))
+        if "规约" in text:
+            bad.append("%s:%d: 规约 (write 归约)" % (path, i))
+n = len(sys.argv) - 1
+if bad or n == 0:
+    print("FAIL lessons.chinese_pages: %s" % ("; ".join(bad[:8]) or "no .zh.md found"))
+    sys.exit(1)
+print("PASS lessons.chinese_pages: %d pages, no line break between Chinese characters, no ASCII quotes, 归约" % n)
+PY
+[ $? -eq 0 ] || fail=1
+
 (cd "$tmp" && "$root/examples/lessons/04_gradsync/gradsync" --nproc 2 --trace trace.json >/dev/null 2>&1 &&
   "$root/examples/lessons/01_launch/ranks" --nproc 3 >ranks.txt 2>&1)
 "$py" - "$tmp/trace.json" <<'PY'
@@ -82,6 +169,14 @@ else:
     sys.exit("FAIL lessons.gradsync_trace: processes %s, ranks with buckets %s, with backward %s" % (names, buckets, backward))
 PY
 [ $? -eq 0 ] || fail=1
+# without matplotlib the scripts say so in one line, with how to install it
+for script in examples/lessons/04_gradsync/draw_trace.py examples/lessons/01_launch/draw_job.py; do
+  out=$("$py" -c 'import runpy, sys; sys.modules["matplotlib"] = None; sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")' "$script" "$tmp/trace.json" "$tmp/none.png" 2>&1)
+  rc=$?
+  [ $rc -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q 'matplotlib.*pip install matplotlib' <<<"$out"
+  report "lessons.$(basename "$script" .py)_without_matplotlib: one line on how to install it" $? "exit $rc: $out"
+done
 if ! "$py" -c 'import matplotlib' 2>/dev/null; then
   echo "SKIP lessons.draw_scripts: python3 cannot import matplotlib"
 else

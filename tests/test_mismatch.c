@@ -36,7 +36,8 @@ typedef struct scenario {
 static const char *const codes[] = {
     [10] = "init failed", [11] = "the disagreeing collective did not return DDP_ERR_MISMATCH",
     [12] = "rank 0's error does not name both sides as expected", [13] = "the error does not name rank 1",
-    [14] = "a collective after the mismatch was not refused", [15] = "the agreeing warm-up collective failed"};
+    [14] = "a collective after the mismatch was not refused", [15] = "the agreeing warm-up collective failed",
+    [16] = "a second refusal does not cite the first cause once, unnested"};
 
 static int disagree(int rank, void *arg)
 {
@@ -51,6 +52,14 @@ static int disagree(int rank, void *arg)
     if (rank == 0 && !strstr(ddp_error(&ctx), s->rank0)) { fprintf(stderr, "got: %s\n", ddp_error(&ctx)); return 12; }
     if (rank != 1 && !strstr(ddp_error(&ctx), "rank 1")) return 13;
     if (do_call(&ctx, &warm) != DDP_ERR_ABORTED) return 14;
+    if (do_call(&ctx, &warm) != DDP_ERR_ABORTED) return 14;
+    {   /* each refusal names the mismatch itself, not the refusal before it */
+        const char *e = ddp_error(&ctx), *again = strstr(e, "failed earlier");
+        if (!again || strstr(again + 1, "failed earlier") || (rank == 0 && !strstr(e, s->rank0))) {
+            fprintf(stderr, "got: %s\n", e);
+            return 16;
+        }
+    }
     ddp_destroy(&ctx);
     return 0;
 }

@@ -113,7 +113,7 @@ static void test_crash_leaves_nothing(void)
 static void test_killed_rank0_leaves_nothing(void)
 {
     int t, seen = 0, left = 0;
-    for (t = 0; t < 10 && seen < 3; t++) {
+    for (t = 0; t < 40 && seen < 3; t++) { /* a loaded machine misses most */
         char job[64], name[200], path[260];
         int port = test_free_port(), r, appeared = 0;
         double t0 = test_now_s();
@@ -135,11 +135,14 @@ static void test_killed_rank0_leaves_nothing(void)
         snprintf(path, sizeof path, "/dev/shm%s", name);
         while (!(appeared = access(path, F_OK) == 0) && test_now_s() - t0 < 10) {
             struct timespec ts = {0, 100000L};
+            if (waitpid(pid[0], NULL, WNOHANG) == pid[0]) { pid[0] = 0; break; } /* missed: the job is over */
             nanosleep(&ts, NULL); /* polling /dev/shm for the arena's name */
         }
         if (appeared) kill(pid[1], SIGSTOP); /* rank 1 waits while rank 0 dies */
-        kill(pid[0], SIGKILL);
-        waitpid(pid[0], NULL, 0);
+        if (pid[0]) {
+            kill(pid[0], SIGKILL);
+            waitpid(pid[0], NULL, 0);
+        }
         kill(pid[1], SIGCONT);
         waitpid(pid[1], NULL, 0);
         seen += appeared;

@@ -1,12 +1,16 @@
 # draw_job.py - a picture of a running job, drawn from what its ranks printed:
-#   ./examples/lessons/01_launch/ranks --nproc 4 > ranks.txt 2>&1
-#   python3 examples/lessons/01_launch/draw_job.py ranks.txt job.png
+#   ./examples/lessons/01_launch/ranks --nproc 4 > examples/lessons/01_launch/ranks.txt 2>&1
+#   python3 examples/lessons/01_launch/draw_job.py examples/lessons/01_launch/ranks.txt examples/lessons/01_launch/my_job.png
 # The launcher, one box per rank (its rank, local rank and device), the store that
 # rank 0 hosts for the rendezvous, and the backend that carries the collectives.
 import re
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("draw_job.py draws with matplotlib, which this python3 cannot import: "
+             "python3 -m pip install matplotlib (Debian, Ubuntu: apt install python3-matplotlib)")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

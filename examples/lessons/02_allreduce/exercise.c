@@ -1,49 +1,73 @@
 /* Lesson 2 exercise: the accuracy of the whole job. Rank r saw 100 (r + 1) samples and
-   got `correct` of them right. Compute the accuracy over all samples of all ranks.
-       ./examples/lessons/02_allreduce/exercise --nproc 3
-   Fix global_accuracy() until the program says "correct". */
+   got `correct` of them right. Compute the accuracy over all samples of all ranks, the
+   same on every rank.
+   Check it from the repository root (it tries 1, 2, 3, 4, 5 and 7 ranks):
+       make lesson-2
+   Edit global_accuracy() until it says "correct".
+
+   第 2 课练习：整个作业的准确率。rank r 看了 100 (r + 1) 个样本，其中答对 `correct` 个。
+   计算全部 rank 的全部样本上的准确率，每个 rank 得到的结果都要相同。
+   在仓库根目录运行 make lesson-2 检查（它会用 1、2、3、4、5、7 个 rank 各试一次）。
+   修改 global_accuracy()，直到它说“正确”。 */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
+#include "../exercise.h"
 #include <math.h>
 #include <stdio.h>
 
-/* Accuracy in % over every rank's samples; the same on every rank. */
+/* Accuracy in % over every rank's samples.  全部 rank 全部样本上的准确率（%）。 */
 static double global_accuracy(ddp_ctx *ctx, double correct, double seen)
 {
-    /* TODO: this is the mean of the ranks' accuracies, as the template computes the
-       loss; ranks with more samples must count more. */
+    /* TODO: this is the mean of the ranks' accuracies, as the template averages the loss;
+       a rank with more samples must count for more.
+       TODO：这是各 rank 准确率的平均，和模板对 loss 求平均的方法一样；样本多的 rank 应当占更大的分量。 */
     double acc = 100 * correct / seen;
     if (ddp_all_reduce(ctx, &acc, &acc, 1, DDP_F64, DDP_SUM, NULL) != DDP_OK) return -1;
     return acc / ctx->world_size;
 }
 
+static double seen_by(int r) { return 100.0 * (r + 1); }
+static double right_by(int r) { return seen_by(r) - 10.0 * (r + 1) * (r + 1); } /* later ranks err more */
+
 int main(int argc, char **argv)
 {
     ddp_ctx ctx;
     ddp_desc desc = {0};
-    double seen, correct, want, got, all = 0, right = 0;
-    int r, status = ddp_launch(&argc, argv);
+    double want, got, all = 0, right = 0;
+    int r, ok, status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
     desc.argc = &argc;
     desc.argv = argv;
     if (ddp_init(&ctx, &desc) != DDP_OK) return 1;
 
-    seen = 100.0 * (ctx.rank + 1);
-    correct = seen - 10.0 * (ctx.rank + 1) * (ctx.rank + 1); /* later ranks err more */
     for (r = 0; r < ctx.world_size; r++) { /* the answer, from what every rank holds */
-        all += 100.0 * (r + 1);
-        right += 100.0 * (r + 1) - 10.0 * (r + 1) * (r + 1);
+        all += seen_by(r);
+        right += right_by(r);
     }
     want = 100 * right / all;
-    got = global_accuracy(&ctx, correct, seen);
+    got = global_accuracy(&ctx, right_by(ctx.rank), seen_by(ctx.rank));
 
-    if (fabs(got - want) < 1e-9) {
-        ddp_print(&ctx, "correct: accuracy %.4f %% over %g samples of %d ranks\n", got, all, ctx.world_size);
+    ok = fabs(got - want) < 1e-9;
+    if (ok) {
+        ddp_print(&ctx, TR("correct: accuracy %.4f %% over %g samples of %d ranks\n",
+                           "正确：准确率 %.4f %%，共 %g 个样本、%d 个 rank\n"), got, all, ctx.world_size);
     } else {
-        ddp_print(&ctx, "wrong: accuracy %.4f %%, want %.4f %% (%g of %g samples right)\n", got, want, right, all);
-        ddp_print(&ctx, "hint: all-reduce the two numbers correct and seen together (a double[2], DDP_SUM), "
-                        "then divide: 100 * correct / seen\n");
+        ddp_print(&ctx, TR("wrong: accuracy %.4f %%, want %.4f %% (%g of %g samples right)\n",
+                           "错误：准确率为 %.4f %%，应为 %.4f %%（答对 %g 个，共 %g 个样本）\n"), got, want, right, all);
+        for (r = 0; r < ctx.world_size; r++)
+            ddp_print(&ctx, TR("  rank %d: %g of %g samples right (%.1f %%)\n",
+                               "  rank %d：答对 %g 个，共 %g 个样本（%.1f %%）\n"),
+                      r, right_by(r), seen_by(r), 100 * right_by(r) / seen_by(r));
+        lesson_hints(&ctx, 2,
+                     TR("in global_accuracy(), every sample must weigh the same: the job's accuracy is the right "
+                        "answers of all ranks over the samples of all ranks. The mean of the ranks' percentages "
+                        "weighs each rank the same instead (lesson 2: the mean of means).",
+                        "看 global_accuracy()：每个样本的分量必须相同，整个作业的准确率是所有 rank 答对的个数除以所有 "
+                        "rank 的样本数。对各 rank 的百分比求平均，则是让每个 rank 的分量相同（第 2 课：均值的均值）。"),
+                     TR("Reduce the counts, not a ratio: one all-reduce can carry several numbers at once (an "
+                        "array), and the division comes after it, once.",
+                        "对个数做归约，而不是对比值：一次全归约可以同时带上好几个数（一个数组），除法放在它之后，只做一次。"));
     }
     ddp_destroy(&ctx);
-    return fabs(got - want) < 1e-9 ? 0 : 1;
+    return ok ? 0 : 1;
 }

@@ -25,9 +25,9 @@ int main(int argc, char **argv)
         sum += 10.0 * ctx.rank + i;
         ddp_metric_add(&loss, 10.0 * ctx.rank + i, 1);
     }
-    ddp_log(&ctx, "%g samples, my mean %g\n", count, sum / count);
+    ddp_log(&ctx, "%g sample%s, my mean %g\n", count, count == 1 ? "" : "s", sum / count);
 
-    /* all-reduce (全规约): every rank gives a buffer, every rank gets the element-wise
+    /* all-reduce (全归约): every rank gives a buffer, every rank gets the element-wise
        sum of all of them. NCCL reduces GPU memory, so the buffer goes to my device. */
     dev = (double *)dev_alloc(&ctx, sizeof host);
 

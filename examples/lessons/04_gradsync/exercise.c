@@ -1,43 +1,79 @@
-/* Lesson 4 exercise: keep the replicas equal. Each rank fits y = w . x (P weights) to
-   its own samples with SGD. Data parallelism means every rank takes the step that one
-   process would take on the whole global batch, so all ranks hold the same weights.
-       ./examples/lessons/04_gradsync/exercise --nproc 3
-   Fix sync_gradient() until the program says "correct". */
+/* Lesson 4 exercise: DistributedDataParallel by hand. Every rank trains the same model,
+   y = w . x with LAYERS layers of P weights, on its own samples. backward() computes the
+   gradient layer by layer, from the last layer to the first, into one flat buffer, and
+   ddp_grad must sum it over the ranks in buckets, one per layer, each bucket's
+   all-reduce starting as soon as its layer is done, while backward goes on with the
+   layers below. Then every rank takes the step that one process would take on the
+   whole global batch, and all ranks keep the same weights.
+   Check it from the repository root (it tries 1, 2, 3, 4, 5 and 7 ranks):
+       make lesson-4
+   Fill in bucket_bytes(), layer_done() and backward_done() until it says "correct".
+
+   第 4 课练习：亲手实现 DistributedDataParallel。每个 rank 用自己的样本训练同一个模型：
+   y = w . x，共 LAYERS 层，每层 P 个权重。backward() 从最后一层到第一层逐层计算梯度，写进一个
+   连续的缓冲区；ddp_grad 要把它分桶（每层一个桶）在各 rank 间求和：某一层一算完，它那个桶的全归约
+   就开始，同时 backward 继续计算下面的层。这样每个 rank 走的一步都和一个进程在整个全局 batch 上
+   走的一步相同，所有 rank 的权重始终一致。
+   在仓库根目录运行 make lesson-4 检查（它会用 1、2、3、4、5、7 个 rank 各试一次）。
+   填好 bucket_bytes()、layer_done() 和 backward_done()，直到它说“正确”。 */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
+#include "../exercise.h"
 #include <math.h>
 #include <stdio.h>
 
-enum { P = 8, N = 40, BATCH = 4, STEPS = 3 };
+enum { LAYERS = 4, P = 64, D = LAYERS * P, N = 60, BATCH = 4, STEPS = 3 };
+
+/* TODO 1: the size of a bucket in bytes, so that each layer is one bucket (0 means
+   ddp.h's default, 25 MiB).
+   TODO 1：桶的大小（字节），使每一层恰好是一个桶（0 表示 ddp.h 的默认值 25 MiB）。 */
+static size_t bucket_bytes(void) { return 0; }
+
+/* backward() calls this as soon as layer `layer`'s gradient, g[layer * P, (layer + 1) * P),
+   is final. TODO 2: hand it to ddp_grad.
+   backward() 一算完第 layer 层的梯度 g[layer * P, (layer + 1) * P) 就调用这里。
+   TODO 2：把它交给 ddp_grad。 */
+static ddp_result layer_done(ddp_grad *sync, int layer)
+{
+    (void)sync;
+    (void)layer;
+    return DDP_OK;
+}
+
+/* backward() calls this after the last layer, before the optimizer reads the gradient.
+   TODO 3: the gradient must be summed over the ranks by then.
+   backward() 算完最后一层、优化器读取梯度之前调用这里。TODO 3：此时梯度必须已在各 rank 间求和。 */
+static ddp_result backward_done(ddp_grad *sync)
+{
+    (void)sync;
+    return DDP_OK;
+}
 
 static float feature(size_t i, int j) { return (float)((i * 7 + (size_t)j * 3) % 11) / 11.0f - 0.5f; }
 static float label(size_t i) { return (float)(i % 5); }
 
-/* g holds this rank's gradient, summed over its samples; afterwards it must hold the
-   sum over every rank's samples. */
-static ddp_result sync_gradient(ddp_ctx *ctx, float *g)
+/* STEPS steps of SGD on the sampler's batches, the gradient in g. With `sync` it goes
+   through ddp_grad; without, it is this process's alone (the reference: one process
+   whose batch is the whole global batch). */
+static ddp_result train(ddp_sampler *sampler, float *w, float *g, ddp_grad *sync)
 {
-    /* TODO: each rank still has only its own samples' gradient. */
-    (void)ctx;
-    (void)g;
-    return DDP_OK;
-}
-
-/* One SGD step on the batch's samples: w -= lr * (summed gradient) / global count. */
-static ddp_result train(ddp_ctx *ctx, ddp_sampler *sampler, float *w, int sync)
-{
+    float err[N];
     size_t b, s;
-    int j;
+    int j, layer;
+    ddp_result r;
     for (b = 0; b < STEPS; b++) {
         ddp_batch bt = ddp_sampler_batch(sampler, 0, b);
-        float g[P] = {0};
-        for (s = 0; s < bt.num_real; s++) {
-            float err = -label(bt.indices[s]);
-            for (j = 0; j < P; j++) err += w[j] * feature(bt.indices[s], j);
-            for (j = 0; j < P; j++) g[j] += err * feature(bt.indices[s], j);
+        for (s = 0; s < bt.num_real; s++) { /* forward: each sample's error */
+            err[s] = -label(bt.indices[s]);
+            for (j = 0; j < D; j++) err[s] += w[j] * feature(bt.indices[s], j);
         }
-        if (sync && sync_gradient(ctx, g) != DDP_OK) return DDP_ERR_BACKEND;
-        for (j = 0; j < P; j++) w[j] -= 0.5f * g[j] / (float)bt.global_count;
+        for (layer = LAYERS - 1; layer >= 0; layer--) { /* backward: the last layer first */
+            for (j = layer * P; j < (layer + 1) * P; j++)
+                for (g[j] = 0, s = 0; s < bt.num_real; s++) g[j] += err[s] * feature(bt.indices[s], j);
+            if (sync && (r = layer_done(sync, layer)) != DDP_OK) return r;
+        }
+        if (sync && (r = backward_done(sync)) != DDP_OK) return r;
+        for (j = 0; j < D; j++) w[j] -= 0.5f * g[j] / (float)bt.global_count; /* g: a sum over the global batch */
     }
     return DDP_OK;
 }
@@ -48,8 +84,11 @@ int main(int argc, char **argv)
     ddp_desc desc = {0};
     ddp_sampler mine, whole;
     ddp_sampler_desc sd = {0};
-    float w[P] = {0}, ref[P] = {0}, diff = 0;
-    int j, ok, status = ddp_launch(&argc, argv);
+    ddp_grad sync;
+    ddp_grad_desc gd = {0};
+    static float w[D], g[D], ref[D], ref_g[D];
+    float diff = 0, *diffs;
+    int j, r, ok, same, failed, status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
     desc.argc = &argc;
     desc.argv = argv;
@@ -57,24 +96,79 @@ int main(int argc, char **argv)
     sd.dataset_size = N;
     sd.batch_size = BATCH;
     if (ddp_sampler_init(&mine, &ctx, &sd) != DDP_OK) return 1;
-    /* the reference: one process whose batch is the whole global batch */
-    sd.world_size = 1;
+    sd.world_size = 1; /* the reference's sampler: one process, the whole global batch */
     sd.batch_size = BATCH * (size_t)ctx.world_size;
     if (ddp_sampler_init(&whole, &ctx, &sd) != DDP_OK) return 1;
 
-    if (train(&ctx, &mine, w, 1) != DDP_OK || train(&ctx, &whole, ref, 0) != DDP_OK) return 1;
-    for (j = 0; j < P; j++) diff = fmaxf(diff, fabsf(w[j] - ref[j]));
-    /* every rank's verdict: the job is correct only if all of them are */
-    if (ddp_all_reduce(&ctx, &diff, &diff, 1, DDP_F32, DDP_MAX, NULL) != DDP_OK) return 1;
-    ok = diff < 1e-5f;
-    if (ok) {
-        ddp_print(&ctx, "correct: after %d steps every rank holds the weights of one process on the global batch\n",
-                  STEPS);
-    } else {
-        ddp_print(&ctx, "wrong: a rank's weights differ from one process's by %g\n", diff);
-        ddp_print(&ctx, "hint: each rank only saw its own samples; in sync_gradient() sum g over the ranks: "
-                        "ddp_all_reduce(ctx, g, g, P, DDP_F32, DDP_SUM, NULL)\n");
+    /* template: model = DistributedDataParallel(model). The ranks draw different
+       weights; ddp_grad_init gives all of them rank 0's, where the reference starts. */
+    for (j = 0; j < D; j++) w[j] = 0.01f * (float)(ctx.rank + 1);
+    for (j = 0; j < D; j++) ref[j] = 0.01f;
+    gd.grads = g;
+    gd.count = D;
+    gd.sum = 1; /* the sum over the ranks: train() divides by the global batch */
+    gd.bucket_bytes = bucket_bytes();
+    gd.params = w;
+    if (ddp_grad_init(&sync, &ctx, &gd) != DDP_OK) return 1;
+
+    failed = train(&mine, w, g, &sync) != DDP_OK; /* ddp.h has said why on stderr */
+    (void)train(&whole, ref, ref_g, NULL);
+    for (j = 0; j < D; j++) diff = fmaxf(diff, fabsf(w[j] - ref[j]));
+    if (failed) diff = -1;
+    /* every rank's difference from the reference, on every rank: the verdict is the job's */
+    if (!(diffs = (float *)malloc(sizeof diff * (size_t)ctx.world_size))) return 1;
+    if (ddp_all_gather(&ctx, &diff, diffs, 1, DDP_F32, NULL) != DDP_OK) return 1;
+    for (same = 1, failed = 0, r = 0; r < ctx.world_size; r++) {
+        failed = failed || diffs[r] < 0;
+        same = same && diffs[r] >= 0 && diffs[r] <= 1e-5f;
     }
+    ok = same && sync.num_buckets == LAYERS; /* one problem at a time, the most basic first */
+    if (ok) {
+        ddp_print(&ctx, TR("correct: after %d steps all %d ranks hold the weights of one process on the global "
+                           "batch; %d buckets, numbered in the order they start: bucket 0 is layer %d (the last)\n",
+                           "正确：%d 步之后，%d 个 rank 的权重都等于一个进程在全局 batch 上训练出的权重；%d 个桶按开始的"
+                           "先后编号：桶 0 是第 %d 层（最后一层）\n"),
+                  STEPS, ctx.world_size, LAYERS, LAYERS - 1);
+    } else if (failed) {
+        ddp_print(&ctx, TR("wrong: a ddp_grad call failed: %s\n", "错误：一次 ddp_grad 调用失败了：%s\n"), ddp_error(&ctx));
+        lesson_hints(&ctx, 4,
+                     TR("in one step every element of the gradient must be handed to ddp_grad exactly once "
+                        "(layer_done()), and the step must be ended (backward_done()) before the next one begins.",
+                        "在一步之内，梯度的每个元素都必须恰好交给 ddp_grad 一次（layer_done()），而且这一步必须在下一步"
+                        "开始之前结束（backward_done()）。"),
+                     TR("ddp_grad_ready() takes an offset and a count in elements, not bytes, of the flat "
+                        "gradient; ddp_grad_finish() ends the step: it starts the buckets that are left and waits "
+                        "for all of them.",
+                        "ddp_grad_ready() 的参数是连续梯度缓冲区里的偏移和个数，单位是元素而不是字节；ddp_grad_finish() "
+                        "结束这一步：它启动剩下的桶，并等待所有的桶完成。"));
+    } else if (!same) {
+        ddp_print(&ctx, TR("wrong: after %d steps the weights differ from one process's on the global batch:",
+                           "错误：%d 步之后，权重与一个进程在全局 batch 上训练出的不同："), STEPS);
+        lesson_print_ranks(&ctx, diffs, 1e-5f);
+        lesson_hints(&ctx, 4,
+                     TR("each rank stepped with the gradient of its own samples only: nothing summed it over the "
+                        "ranks. ddp_grad does that once layer_done() hands it each layer and backward_done() "
+                        "waits for it (lesson 4's page).",
+                        "每个 rank 每一步都只用了自己样本的梯度：没有任何地方在各 rank 间对梯度求和。只要 layer_done() "
+                        "把每一层交给 ddp_grad，backward_done() 等它完成，ddp_grad 就会做这件事（见第 4 课的讲义）。"),
+                     TR("The region of layer `layer` is the P elements from layer * P on. When backward_done() "
+                        "returns, every bucket's all-reduce must be over.",
+                        "第 layer 层的区域是从 layer * P 开始的 P 个元素。backward_done() 返回时，所有桶的全归约都"
+                        "必须已经完成。"));
+    } else {
+        ddp_print(&ctx, TR("wrong: the gradient goes in %zu bucket(s), want %d, one per layer\n",
+                           "错误：梯度被分成了 %zu 个桶，应为 %d 个，每层一个\n"), sync.num_buckets, LAYERS);
+        lesson_hints(&ctx, 4,
+                     TR("bucket_bytes() decides how the gradient is cut into buckets. With ddp.h's default "
+                        "(25 MiB) the whole model is one bucket, whose all-reduce cannot start before backward has "
+                        "finished every layer: nothing overlaps.",
+                        "bucket_bytes() 决定梯度怎样分桶。用 ddp.h 的默认值（25 MiB）时整个模型只有一个桶，它的全归约"
+                        "要等反向传播把每一层都算完才能开始：什么也没有重叠。"),
+                     TR("A layer is P floats; ddp_grad_desc.bucket_bytes counts bytes.",
+                        "一层是 P 个 float；ddp_grad_desc.bucket_bytes 的单位是字节。"));
+    }
+    free(diffs);
+    ddp_grad_destroy(&sync);
     ddp_sampler_destroy(&mine);
     ddp_sampler_destroy(&whole);
     ddp_destroy(&ctx);

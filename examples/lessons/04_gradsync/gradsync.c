@@ -1,5 +1,5 @@
 /* Lesson 4: gradient synchronisation, and overlapping it with the backward pass.
-       ./examples/lessons/04_gradsync/gradsync --nproc 2 --trace trace.json
+       ./examples/lessons/04_gradsync/gradsync --nproc 2 --trace examples/lessons/04_gradsync/trace.json
    A linear model y = w . x with LAYERS x P weights (the "layers" are slices of w, as a
    network's layers are slices of its gradient buffer). Each rank computes the gradient
    of its own samples; ddp_grad sums it over the ranks, one bucket per layer, starting

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import struct
+import sys
 
 import torch
 import torch.distributed as dist
@@ -118,8 +119,9 @@ for epoch in range(args.epochs):
         outputs = model(x)
         losses = F.cross_entropy(outputs, y, reduction="none")
         correct = (outputs.argmax(1) == y).double()
-        exact[0:4] += torch.stack([losses.double()[mask].sum(), mask.sum(), correct[mask].sum(), mask.sum()])
-        template[0] += losses.sum().item()
+        seen = losses.detach().double()  # the metrics are numbers, not part of the graph
+        exact[0:4] += torch.stack([seen[mask].sum(), mask.sum(), correct[mask].sum(), mask.sum()])
+        template[0] += seen.sum().item()
         template[1] += correct.sum().item()
         # DDP averages the gradients over the ranks: scaling each rank's sum by
         # world / global_count makes that average the mean over the real global batch.
@@ -148,3 +150,10 @@ for epoch in range(args.epochs):
 if dist.get_rank() == 0:  # template: 模型在0卡存一个 (note 7); model.module, not model (note 1)
     torch.save(model.module.state_dict(), args.out)
 dist.destroy_process_group()
+# torch 2.x does not free a gloo process group that DDP has used: its threads (gloo_tcp_loop,
+# pt_gloo_runloop) still run when the process exits, and the exit-time destructors that race
+# them abort a run now and then ("terminate called without an active exception"); torch 1.x
+# frees the group first. A rank whose work is done and saved leaves without that teardown.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
