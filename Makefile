@@ -12,6 +12,10 @@
 #                   tests, compute-sanitizer, the benchmarks and GPT-2 runs, the lessons;
 #                   every step under a timeout, one table at the end, within 9 minutes;
 #                   fails if any step fails; builds only binaries that are missing
+#   make emu        every GPU program built with g++ against the CUDA emulator (tests/emu),
+#                   under build/emu/: runs on any CPU, slowly; proves logic, not speed
+#   make check-emu  the GPU tests, examples, lessons and NCCL with 1-4 ranks, emulated
+#                   (make test runs them too)
 #   make install PREFIX=/usr/local [DESTDIR=...]   headers, ddprun, ddp.pc, CMake package
 #   make uninstall  removes exactly what install put
 # GPU code is built for sm_80 (A100) and sm_90 (H100/H200) plus PTX that newer GPUs
@@ -62,7 +66,7 @@ export DDP_NVARCH = $(NVARCH)
 # 0 under make HAVE_NVCC=: the tests that read GPU binaries skip rather than find none
 export DDP_GPU_BUILDS = $(if $(HAVE_NVCC),1,0)
 
-.PHONY: all run test test-fast lessons gpu-build check-gpu install uninstall clean
+.PHONY: all run test test-fast lessons gpu-build check-gpu emu check-emu install uninstall clean
 all: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS))
 
 examples/%: examples/%.c $(HEADERS)
@@ -93,8 +97,8 @@ lesson-%:
 run: examples/train_gpt
 	./examples/train_gpt --nproc 2 --steps 400
 
-test: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS)) $(TESTS)
-	@tests/run.sh $(TESTS) $(TEST_SCRIPTS)
+test: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS)) $(TESTS) emu
+	@tests/run.sh $(TESTS) $(TEST_SCRIPTS) $(EMU_TESTS)
 
 # The C tests and scripts whose row in tests/README.md's index says "fast" (the index is
 # the list), C tests first.
@@ -109,6 +113,44 @@ gpu-build: $(GPU_EXAMPLES) $(GPU_LESSONS) $(GPU_TESTS) $(CPU_TWIN)
 # machine (tests/check_gpu.sh says what each step costs there).
 check-gpu:
 	@tests/check_gpu.sh
+
+# ---- the CUDA emulator: the GPU programs built with g++, run on the CPU ----
+# tests/emu/rewrite.pl copies each source under build/emu/src with its <<<>>> launches
+# and __shared__ arrays in a form g++ takes; the copies compile against tests/emu's
+# cuda_runtime.h, cublasLt.h, nccl.h, ... and link its runtime (build/emu/libemu.a).
+# EMU_OPT=-O0 makes the kernels easier to step through in gdb.
+EMU_CXX     ?= g++
+EMU_OPT     ?= -O1
+EMU_FLAGS    = -std=c++17 -g -fno-strict-aliasing -pthread -D__CUDACC__ -Wall -Wno-unused-function -Wno-unknown-pragmas
+EMU_SRC      = build/emu/src
+EMU_LIB      = build/emu/libemu.a
+EMU_HEADERS  = $(wildcard tests/emu/*.h tests/emu/cub/device/*.cuh)
+EMU_PROGRAMS = $(addprefix build/emu/,$(GPU_EXAMPLES) $(GPU_LESSONS) $(addsuffix _gpu,$(EXERCISES)) $(GPU_TESTS) \
+               tests/emu/selftest tests/emu/gpt2_corners)
+EMU_COPIES   = $(addprefix $(EMU_SRC)/,$(HEADERS) examples/safetensors.h examples/lessons/device.h examples/lessons/exercise.h \
+                 tests/test.h)
+EMU_TESTS    = $(wildcard tests/emu/test_*.sh)
+
+emu: $(EMU_PROGRAMS)
+.PRECIOUS: $(EMU_SRC)/%
+
+check-emu: emu examples/train_gpt examples/train_classifier
+	@tests/run.sh $(EMU_TESTS)
+
+$(EMU_SRC)/%: % tests/emu/rewrite.pl
+	@mkdir -p $(@D)
+	perl tests/emu/rewrite.pl $< >$@
+build/emu/%.o: tests/emu/%.cpp $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_FLAGS) -O2 -Wextra -Itests/emu -c $< -o $@
+$(EMU_LIB): build/emu/emu.o build/emu/emu_blas.o build/emu/emu_nccl.o
+	ar rcs $@ $^
+build/emu/examples/%_gpu: $(EMU_SRC)/examples/%.c $(EMU_COPIES) $(EMU_LIB) $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
+build/emu/%: $(EMU_SRC)/%.cu $(EMU_COPIES) $(EMU_LIB) $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
 
 # ---- install: headers, ddprun, pkg-config and CMake package files ----
 INCLUDEDIR = $(PREFIX)/include
@@ -174,3 +216,4 @@ uninstall:
 
 clean:
 	rm -f $(EXAMPLES) $(GPU_EXAMPLES) $(LESSONS) $(GPU_LESSONS) $(EXERCISES) $(TESTS) $(GPU_TESTS) $(CPU_TWIN)
+	rm -rf build/emu

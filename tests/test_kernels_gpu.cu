@@ -7,7 +7,8 @@
    Every backward also runs twice: the results must be bitwise equal. Parameter
    gradients are fp32 in both modes (the launchers take float* for them).
    Without a GPU, ddp_kernels_init must fail and name the cause; every other check
-   prints SKIP with that cause (FAIL under DDP_REQUIRE_GPU=1, see test_gpu_ready). */
+   prints SKIP with that cause (FAIL under DDP_REQUIRE_GPU=1, see test_gpu_ready).
+   tests/test_kernels_gpu WORD runs only the checks whose names contain WORD. */
 #include "ddp_kernels.cuh"
 #include "tests/test.h"
 #include <math.h>
@@ -541,12 +542,15 @@ static bool reruns(const char *name)
            !strcmp(name, "global_norm_clip");
 }
 
+static const char *g_only; /* a word the check's name must contain, or NULL */
+
 static void run_check(const Check &c, const Shape &s, const char *shape_name, bool run, const char *why)
 {
     for (int bf = 0; bf < 2; bf++) {
         char name[160], det[180];
         snprintf(name, sizeof name, "kernels_gpu.%s.%s.%s", c.name, bf ? "bf16" : "fp32", shape_name);
         snprintf(det, sizeof det, "%s.deterministic", name);
+        if (g_only && !strstr(name, g_only)) continue;
         if (!run) {
             test_skip(name, why);
             if (reruns(c.name)) test_skip(det, why);
@@ -560,8 +564,9 @@ static void run_check(const Check &c, const Shape &s, const char *shape_name, bo
     }
 }
 
-int main()
+int main(int argc, char **argv)
 {
+    g_only = argc > 1 ? argv[1] : NULL;
     const bool gpu = test_gpu_ready("kernels_gpu.device") != 0;
     const cudaError_t e = ddp_kernels_init(&g_ctx);
     const bool run = gpu && e == cudaSuccess;

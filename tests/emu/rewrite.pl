@@ -1,0 +1,26 @@
+#!/usr/bin/perl
+# tests/emu/rewrite.pl - the two changes the CUDA emulator needs in a GPU source, made
+# on a copy (make emu writes the copies under build/emu/src), line for line so that
+# compiler messages and a debugger point at the original lines:
+#   k<<<grid, block, shmem, stream>>>(args)  ->  EMU_LAUNCH(k)(grid, block, shmem, stream)(args)
+#     (C++ cannot parse <<<; k may be a template-id such as f<F, HS> or a macro parameter)
+#   __shared__ float a[N], b[M];  ->  the same, then EMU_SHARED(a); EMU_SHARED(b);
+#     (the arrays are filled with 0xFF at the start of every block: reads before writes show)
+#   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t))  ->  (t) = ::emu::globaltimer()
+#     (the one inline PTX the sources use: a kernel that spins to take time)
+# Reads a file on stdin (or the files named), writes the result on stdout.
+use strict;
+use warnings;
+
+while (my $line = <>) {
+    $line =~ s{((?:::)?[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:\s*<[^<>;()]*>)?)\s*<<<(.*?)>>>}{EMU_LAUNCH($1)($2)}g;
+    $line =~ s{\basm\s+volatile\s*\(\s*"mov\.u64 %0, %%globaltimer;"\s*:\s*"=l"\s*\(([^()]*)\)\s*\)}{($1) = ::emu::globaltimer()}g;
+    if ($line =~ /^(.*?\b__shared__\s+)([^;]*);(.*)$/s && $1 !~ /\bextern\b/) {
+        my ($head, $decl, $rest) = ($1, $2, $3);
+        (my $bare = $decl) =~ s/\[[^\]]*\]//g;  # array bounds
+        1 while $bare =~ s/<[^<>]*>//g;          # template arguments
+        my @names = map { /(\w+)\s*$/ ? $1 : () } split /,/, $bare;
+        $line = $head . $decl . ';' . join('', map { " EMU_SHARED($_);" } @names) . $rest;
+    }
+    print $line;
+}

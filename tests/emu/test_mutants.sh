@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# tests/emu/test_mutants.sh - planted bugs in ddp_kernels.cuh: proof that the CUDA
+# emulator fails the GPU tests when the GPU code is wrong. Each mutant is one edit to a
+# copy of a source (an exact text that must occur once, replaced: a mutant that no
+# longer applies is a failure too, so the list keeps up with the sources), built
+# against the emulator (-O0: quick to build) with the smallest program that exercises
+# it, and run: it must fail the way its bug class fails on the emulator (a wrong result
+# the test names, or the emulator's report), while the unmutated build (make emu's)
+# passes the same run. The planted bugs in ddp.h and train_gpt: test_mutants_ddp.sh.
+cd "$(dirname "$0")/../.." || exit 1
+. tests/emu/common.sh
+mutants_need build/emu/libemu.a build/emu/tests/test_kernels_gpu build/emu/tests/emu/gpt2_corners
+
+K=ddp_kernels.cuh
+mutant syncthreads_removed $K '    if (lane == 0) warp_vals[warp] = v;
+    __syncthreads();' '    if (lane == 0) warp_vals[warp] = v;' \
+  tests/test_kernels_gpu crossentropy '^FAIL kernels_gpu\.crossentropy'
+mutant shuffle_under_branch $K 'for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));' \
+  'for (int o = 16; o > 0; o >>= 1) if (threadIdx.x % 32 < 16) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));' \
+  tests/test_kernels_gpu layernorm.forward '^emu: kernel ddp__layernorm_forward_kernel.* shuffle'
+mutant tail_guard_removed $K '    if (i < N) out[i] = ddp__to<F>(ddp__f(out[i]) + ddp__f(bias[i % OC]));' \
+  '    out[i] = ddp__to<F>(ddp__f(out[i]) + ddp__f(bias[i % OC]));' \
+  tests/test_kernels_gpu matmul.forward.bf16 '^emu: kernel ddp__add_bias_kernel.*(past the end|invalid access)'
+mutant host_array_to_kernel $K '<<<1, 1024, 0, stream>>>((int *)n_valid, targets' '<<<1, 1024, 0, stream>>>((int *)&n_valid, targets' \
+  tests/test_kernels_gpu crossentropy '^emu: launch of ddp__count_valid_kernel .*pointer argument 1 of 2 .*host memory'
+mutant accumulate_overwritten $K '            gv[k] += (dv[k] * wv[k] - dn_mean' '            gv[k] = (dv[k] * wv[k] - dn_mean' \
+  tests/test_kernels_gpu layernorm.backward '^FAIL kernels_gpu\.layernorm\.backward'
+
+# a row index in 32 bits: at GPT-2's training shape the last row of logits starts past 2^31
+MUTANT_ENV="DDP_EMU_SAMPLE=1 DDP_EMU_FILL_LIMIT=16777216" mutant int_index_overflow $K '    const long row = blockIdx.x;' \
+  '    const int row = blockIdx.x;' tests/emu/gpt2_corners '' '^emu: kernel ddp__crossentropy_kernel .*block \(65535,0,0\)'
+exit $fail
