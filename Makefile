@@ -2,6 +2,8 @@
 #   make            examples (CPU builds with cc; GPU builds too when nvcc is present)
 #   make run        the main job: a short data-parallel training run
 #   make test       every test; the last line is "N passed, N failed, N skipped"
+#   make test-fast  about a minute: most C tests and the CPU examples' tests, no nvcc
+#                   (tests/README.md: what each test checks, its tier, how long it takes)
 #   make lessons    the lessons' programs (CPU builds, seconds); make lesson-N checks
 #                   lesson N's exercise; make HAVE_NVCC= builds no GPU code at all
 #   make gpu-build  every GPU example, lesson and test, and the portable CPU twin that
@@ -52,7 +54,8 @@ GPU_SCRIPTS  = $(wildcard tests/test_*_gpu.sh)
 # machine may lack libgomp); its runs are tiny.
 CPU_TWIN     = tests/train_gpt_twin
 TWIN_ARCH    = $(if $(filter x86_64,$(shell uname -m)),-march=x86-64-v2)
-TESTS        = $(patsubst %.c,%,$(wildcard tests/test_*.c)) $(if $(HAVE_NVCC),$(GPU_TESTS))
+C_TESTS      = $(patsubst %.c,%,$(wildcard tests/test_*.c))
+TESTS        = $(C_TESTS) $(if $(HAVE_NVCC),$(GPU_TESTS))
 TEST_SCRIPTS = $(wildcard tests/test_*.sh)
 HEADERS      = ddp.h ddp_kernels.cuh
 
@@ -63,7 +66,7 @@ export DDP_NVARCH = $(NVARCH)
 # 0 under make HAVE_NVCC=: the tests that read GPU binaries skip rather than find none
 export DDP_GPU_BUILDS = $(if $(HAVE_NVCC),1,0)
 
-.PHONY: all run test lessons gpu-build check-gpu emu check-emu install uninstall clean
+.PHONY: all run test test-fast lessons gpu-build check-gpu emu check-emu install uninstall clean
 all: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS))
 
 examples/%: examples/%.c $(HEADERS)
@@ -96,6 +99,13 @@ run: examples/train_gpt
 
 test: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS)) $(TESTS) emu
 	@tests/run.sh $(TESTS) $(TEST_SCRIPTS) $(EMU_TESTS)
+
+# The C tests and scripts whose row in tests/README.md's index says "fast" (the index is
+# the list), C tests first.
+FAST_C       = $(shell sed -n 's/^| `\(test_[a-z0-9_]*\)\.c` | fast |.*/tests\/\1/p' tests/README.md)
+FAST_SCRIPTS = $(shell sed -n 's/^| `\(test_[a-z0-9_]*\.sh\)` | fast |.*/tests\/\1/p' tests/README.md)
+test-fast: $(EXAMPLES) $(LESSONS) $(FAST_C)
+	@tests/run.sh $(FAST_C) $(FAST_SCRIPTS)
 
 gpu-build: $(GPU_EXAMPLES) $(GPU_LESSONS) $(GPU_TESTS) $(CPU_TWIN)
 

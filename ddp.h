@@ -76,7 +76,11 @@
      DDP_SECRET             peers of the store prove they know it (HMAC-SHA256
                             challenge both ways; it never crosses the wire). The
                             built-in launcher makes a random one per job.
-     DDP_SHM_CHUNK=bytes    CPU backend: per-rank staging size (default 1 MiB)
+     DDP_SHM_CHUNK=bytes    per-rank staging size of the CPU backend, and of the MPI
+                            backend inside each host (default 1 MiB; the MPI
+                            backend's chain 4 MiB)
+     DDP_MPI_ALLREDUCE=chain|exchange  the MPI backend's all-reduce (default: the chain
+                            when every host's ranks are consecutive, else the exchange)
      DDP_CHECK=1            compare every collective's arguments across ranks through
                             the store too (the CPU backend always compares, in shared
                             memory; this is how NCCL jobs get the check)
@@ -142,7 +146,9 @@
                       the MPI backend names late ranks; one arena per host however
                       a launcher splits it; arenas locked before they have a name;
                       the launcher's OpenMP note once per job, an empty or malformed
-                      OMP_NUM_THREADS counts as unset; #error off Linux
+                      OMP_NUM_THREADS counts as unset; #error off Linux; the MPI
+                      backend's all-reduce a chain of hosts in rank order (shared
+                      memory inside each host; DDP_MPI_ALLREDUCE)
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -266,7 +272,7 @@ typedef struct ddp_desc {
     int master_port;         /* default: MASTER_PORT */
     const char *job_id;      /* default: DDP_JOB_ID, then the launcher's own run id */
     const char *secret;      /* default: DDP_SECRET; peers of the store prove they know it */
-    size_t shm_chunk_bytes;  /* CPU backend staging per rank; default DDP_SHM_CHUNK, 1 MiB */
+    size_t shm_chunk_bytes;  /* CPU (and MPI) backend staging per rank; default DDP_SHM_CHUNK, 1 MiB */
     int check;               /* 1: compare every collective's arguments across ranks on
                                 every backend (the CPU backend always does); DDP_CHECK */
     void (*log)(void *user, int level, const char *msg); /* default: errors to stderr */
@@ -978,6 +984,7 @@ typedef struct ddp__settings {
     char master_addr[256];
     int master_port;
     size_t chunk;            /* CPU backend staging per rank */
+    int chunk_default;       /* nobody set it: the MPI backend's chain takes its own default */
     char agree[256];
 } ddp__settings;
 
@@ -1369,7 +1376,7 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
             return ddp__fail(ctx, DDP_ERR_ENV, "DDP_SHM_CHUNK='%s' must be a byte count from 64 to 2^30", v);
         s->chunk = (size_t)x;
     }
-    if (!s->chunk) s->chunk = DDP__DEFAULT_CHUNK;
+    if ((s->chunk_default = !s->chunk)) s->chunk = DDP__DEFAULT_CHUNK;
     /* room for one element of every rank's block (reduce_scatter), 64-byte aligned */
     if (s->chunk < (size_t)ctx->world_size * 8) s->chunk = (size_t)ctx->world_size * 8;
     s->chunk = (s->chunk + 63) & ~(size_t)63;
@@ -2592,10 +2599,15 @@ static void ddp__copy_shared(void *dst, const void *src, size_t n)
 }
 
 /* out[0..n) = reduction over ranks of src[r][0..n), src[r] = base + r * stride bytes,
-   one function per dtype from its row. Ranks are combined in order 0..W-1 in the
-   accumulator type, a block at a time, so every rank computes bitwise the same. */
+   one function per dtype from its row. Ranks are combined in order 0..ranks-1 in the
+   accumulator type, a block at a time, so every rank computes bitwise the same. With
+   `from` (n accumulators, a previous host's partial result) the ranks are combined
+   into it; with world = 0 the accumulators themselves are stored (a partial result for
+   the next host), else the values (AVG divides by world). So a chain of hosts, each
+   adding its ranks in order, gets the bits of one host adding them all. */
 #define DDP__REDUCER(e, name, T, A, nccl, load, store)                                                \
-    static void ddp__reduce_##e(void *out, const char *base, size_t stride, int world, size_t n, ddp_op op) \
+    static void ddp__reduce_##e(void *out, const void *from, const char *base, size_t stride, int ranks, \
+                                size_t n, ddp_op op, int world)                                       \
     {                                                                                                 \
         A acc[256];                                                                                   \
         size_t b0, bn, i;                                                                             \
@@ -2603,8 +2615,9 @@ static void ddp__copy_shared(void *dst, const void *src, size_t n)
         for (b0 = 0; b0 < n; b0 += bn) {                                                              \
             const T *s = (const T *)base + b0;                                                        \
             bn = n - b0 < 256 ? n - b0 : 256;                                                         \
-            for (i = 0; i < bn; i++) acc[i] = load(s[i]);                                             \
-            for (r = 1; r < world; r++) {                                                             \
+            if (from) memcpy(acc, (const A *)from + b0, bn * sizeof(A));                              \
+            else for (i = 0; i < bn; i++) acc[i] = load(s[i]);                                        \
+            for (r = from ? 0 : 1; r < ranks; r++) {                                                  \
                 s = (const T *)(base + (size_t)r * stride) + b0;                                      \
                 if (op == DDP_MIN)                                                                    \
                     for (i = 0; i < bn; i++) { A v = load(s[i]); acc[i] = v < acc[i] ? v : acc[i]; }  \
@@ -2613,6 +2626,10 @@ static void ddp__copy_shared(void *dst, const void *src, size_t n)
                 else                                                                                  \
                     for (i = 0; i < bn; i++) acc[i] += load(s[i]);                                    \
             }                                                                                         \
+            if (!world) {                                                                             \
+                memcpy((A *)out + b0, acc, bn * sizeof(A));                                           \
+                continue;                                                                             \
+            }                                                                                         \
             if (op == DDP_AVG)                                                                        \
                 for (i = 0; i < bn; i++) acc[i] /= (A)world;                                          \
             for (i = 0; i < bn; i++) ((T *)out)[b0 + i] = store(acc[i]);                              \
@@ -2620,7 +2637,7 @@ static void ddp__copy_shared(void *dst, const void *src, size_t n)
     }
 DDP__DTYPES(DDP__REDUCER)
 #undef DDP__REDUCER
-static void (*const ddp__reducers[])(void *, const char *, size_t, int, size_t, ddp_op) = {
+static void (*const ddp__reducers[])(void *, const void *, const char *, size_t, int, size_t, ddp_op, int) = {
 #define DDP__REDUCER_PTR(e, name, T, A, nccl, load, store) ddp__reduce_##e,
     DDP__DTYPES(DDP__REDUCER_PTR)
 #undef DDP__REDUCER_PTR
@@ -2661,8 +2678,8 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
             hi = n * (size_t)(me + 1) / (size_t)W;
             ddp__copy_shared(mine, send + off * es, n * es);
             if ((res = off ? ddp__shm_barrier(ctx, c) : ddp__shm_meet(ctx, c)) != DDP_OK) break;
-            ddp__reducers[c->dtype](result + lo * es, ddp__slot(ctx, 0) + lo * es, cpu->chunk, W, hi - lo,
-                                    (ddp_op)c->op);
+            ddp__reducers[c->dtype](result + lo * es, NULL, ddp__slot(ctx, 0) + lo * es, cpu->chunk, W, hi - lo,
+                                    (ddp_op)c->op, W);
             if ((res = ddp__shm_barrier(ctx, c)) != DDP_OK) break;
             ddp__copy_shared(recv + off * es, result, n * es);
         }
@@ -2695,8 +2712,8 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
             for (r = 0; r < W; r++)
                 ddp__copy_shared(mine + (size_t)r * n * es, send + ((size_t)r * c->count + off) * es, n * es);
             if ((res = off ? ddp__shm_barrier(ctx, c) : ddp__shm_meet(ctx, c)) != DDP_OK) break;
-            ddp__reducers[c->dtype](recv + off * es, ddp__slot(ctx, 0) + (size_t)me * n * es, cpu->chunk, W, n,
-                                    (ddp_op)c->op);
+            ddp__reducers[c->dtype](recv + off * es, NULL, ddp__slot(ctx, 0) + (size_t)me * n * es, cpu->chunk, W, n,
+                                    (ddp_op)c->op, W);
             res = ddp__shm_barrier(ctx, c);
         }
         return res;
@@ -3404,10 +3421,18 @@ static int ddp__nccl_usable(char *why, size_t n)
    For CPU jobs across hosts, on the MPI the cluster already has (compile with
    -DDDP_MPI, build with mpicc). MPI forms the group: rank and size from
    MPI_COMM_WORLD, local ranks from a shared-memory split, so mpirun needs no
-   MASTER_ADDR. MPI is only a transport here: an all-reduce is an all-to-all that gives
-   rank r block r of everyone's data, a reduction of those blocks in rank order by the
-   CPU backend's own reducers (16-bit floats in f32), and an all-gather of the results.
-   So every rank, and every run, and the one-host CPU backend, get the same bits.
+   MASTER_ADDR. MPI is only a transport here, and the CPU backend's own reducers add
+   the ranks in rank order (16-bit floats in f32), so every rank, every run and the
+   one-host CPU backend get the same bits. An all-reduce runs as a chain when the ranks
+   of every host are consecutive (mpirun's default --map-by slot, srun's block): inside
+   a host its ranks meet in an MPI shared-memory window, each adding a share of every
+   rank's chunk, in rank order, onto the partial sum that came from the host before;
+   the host's leader (its local rank 0) sends the result on to the next host's leader,
+   and the last host's result goes back to every leader by broadcast and from each to
+   its host's ranks, chunk by chunk, so all hosts work at once. Each host moves the
+   data across the network about twice, not once per rank. Otherwise (ranks dealt
+   round-robin over hosts) an all-reduce is an all-to-all that gives rank r block r of
+   everyone's data, a reduction of those blocks in rank order, and an all-gather.
    Every collective starts with a small all-reduce of its fingerprint (ranks that
    disagree learn it before any data moves). Waits poll non-blocking requests within
    the timeout; MPI cannot abort one, so a timed-out rank returns the error and the
@@ -3422,7 +3447,27 @@ typedef struct ddp__mpi {
     size_t staged;
     int *counts, *displs;  /* per rank, in bytes */
     int owns_mpi;          /* this context initialised MPI and finalises it */
+    /* the chain (when every host's ranks are consecutive) */
+    int chain;
+    MPI_Comm local;        /* this host's ranks in rank order */
+    MPI_Comm results;      /* the same ranks: the results' broadcasts, in an order of their own */
+    MPI_Comm leaders;      /* local rank 0 of every host, in host order; MPI_COMM_NULL elsewhere */
+    MPI_Win win;           /* the host's slots: one input per local rank, 2 partials in, 2 out */
+    char *slots;
+    size_t slot;           /* bytes of one */
 } ddp__mpi;
+
+#define DDP__MPI_TAG 11
+/* the chain's chunk when DDP_SHM_CHUNK is not set: each chunk costs two meetings of the
+   host's ranks and a message between hosts, and at 1 MiB those, not the bytes, set the
+   pace (2 hosts x 2 ranks: 1.4-1.9x the bandwidth at 4 MiB from 4 MB up) */
+#define DDP__MPI_CHAIN_CHUNK ((size_t)4 << 20)
+/* bytes of the accumulator of each dtype: the partial sums that pass between hosts */
+static const size_t ddp__acc_sizes[] = {
+#define DDP__ACC_SIZE(e, name, T, A, nccl, load, store) sizeof(A),
+    DDP__DTYPES(DDP__ACC_SIZE)
+#undef DDP__ACC_SIZE
+};
 
 static ddp__mpi *ddp__mpi_of(ddp_ctx *ctx) { return (ddp__mpi *)ctx->st->bs; }
 
@@ -3577,6 +3622,107 @@ static ddp_result ddp__mpi_stage(ddp_ctx *ctx, size_t bytes)
     return DDP_OK;
 }
 
+/* The host's ranks all past this point, their writes to the window seen by all. */
+static ddp_result ddp__mpi_host_barrier(ddp_ctx *ctx, const ddp__coll *c)
+{
+    ddp__mpi *b = ddp__mpi_of(ctx);
+    MPI_Request req;
+    ddp_result r;
+    MPI_Win_sync(b->win);
+    r = ddp__mpi_wait_req(ctx, &req, c, MPI_Ibarrier(b->local, &req));
+    MPI_Win_sync(b->win);
+    return r;
+}
+
+/* The leader of a host before the last: each chunk's result that has arrived from the
+   last host (got[k], in order) goes on to the host's other ranks (fin[k]); with wait,
+   every one up to `upto`, else only those already there. */
+static ddp_result ddp__mpi_pass_on(ddp_ctx *ctx, const ddp__coll *c, MPI_Request *got, MPI_Request *fin, size_t per,
+                                   size_t *next, size_t upto, int wait)
+{
+    ddp__mpi *b = ddp__mpi_of(ctx);
+    const size_t es = ddp_dtype_size((ddp_dtype)c->dtype);
+    ddp_result r;
+    int rc, done = 1;
+    for (; *next < upto; ++*next) {
+        const size_t off = *next * per, n = c->count - off < per ? c->count - off : per;
+        if (wait && (r = ddp__mpi_wait_req(ctx, &got[*next], c, MPI_SUCCESS)) != DDP_OK) return r;
+        if (!wait && ((rc = MPI_Test(&got[*next], &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS || !done))
+            return rc == MPI_SUCCESS ? DDP_OK : ddp__mpi_error(ctx, rc, "MPI_Test", c);
+        if (ctx->local_world_size > 1 && (rc = MPI_Ibcast((char *)c->recv + off * es, (int)(n * es), MPI_BYTE, 0,
+                                                          b->results, &fin[*next])) != MPI_SUCCESS)
+            return ddp__mpi_error(ctx, rc, "MPI_Ibcast", c);
+    }
+    return DDP_OK;
+}
+
+/* All-reduce as a chain of hosts (see the top of this section), in rounds of one chunk:
+   every rank copies its chunk into its slot; the leader has the previous host's partial
+   sum (received ahead, two chunks deep); each rank adds its share of all slots onto it;
+   the leader sends the sum on, or, on the last host, broadcasts the result to the
+   leaders while each rank copies it out. The other hosts receive the result straight
+   into recv (the leader from the last host, the rest from their leader). */
+static ddp_result ddp__mpi_chain(ddp_ctx *ctx, const ddp__coll *c)
+{
+    ddp__mpi *b = ddp__mpi_of(ctx);
+    const int H = ctx->num_nodes, h = ctx->node_rank, L = ctx->local_world_size, l = ctx->local_rank;
+    const int lead = l == 0, last = h == H - 1;
+    const size_t es = ddp_dtype_size((ddp_dtype)c->dtype), as = ddp__acc_sizes[c->dtype], slot = b->slot;
+    const size_t per = slot / (as > es ? as : es), rounds = (c->count + per - 1) / per;
+    char *ahead_at = b->slots + (size_t)L * slot, *out_at = ahead_at + 2 * slot, *recv = (char *)c->recv;
+    MPI_Request ahead[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}, away[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    MPI_Request *got, *fin; /* per chunk: the result from the last host (leaders), from the leader (the others) */
+    size_t j, next = 0;
+    ddp_result r;
+    int rc = MPI_SUCCESS;
+    if ((r = ddp__mpi_stage(ctx, 2 * rounds * sizeof(MPI_Request))) != DDP_OK) return r;
+    got = (MPI_Request *)(void *)b->stage;
+    fin = got + rounds;
+    for (j = 0; j < 2 * rounds; j++) got[j] = MPI_REQUEST_NULL;
+    for (j = 0; lead && h > 0 && j < 2 && j < rounds; j++) { /* the previous host's first two partial sums */
+        const size_t n = c->count - j * per < per ? c->count - j * per : per;
+        if ((rc = MPI_Irecv(ahead_at + j * slot, (int)(n * as), MPI_BYTE, h - 1, DDP__MPI_TAG, b->leaders,
+                            &ahead[j])) != MPI_SUCCESS)
+            return ddp__mpi_error(ctx, rc, "MPI_Irecv", c);
+    }
+    for (j = 0; j < rounds; j++) {
+        const size_t off = j * per, n = c->count - off < per ? c->count - off : per, s = j & 1;
+        const size_t lo = n * (size_t)l / (size_t)L, hi = n * (size_t)(l + 1) / (size_t)L;
+        memcpy(b->slots + (size_t)l * slot, (const char *)c->send + off * es, n * es);
+        if (lead) {
+            if ((r = ddp__mpi_wait_req(ctx, &ahead[s], c, MPI_SUCCESS)) != DDP_OK ||
+                (r = ddp__mpi_wait_req(ctx, &away[s], c, MPI_SUCCESS)) != DDP_OK ||
+                (!last && (r = ddp__mpi_pass_on(ctx, c, got, fin, per, &next, j, 0)) != DDP_OK))
+                return r;
+        }
+        if ((r = ddp__mpi_host_barrier(ctx, c)) != DDP_OK) return r;
+        ddp__reducers[c->dtype](out_at + s * slot + lo * (last ? es : as), h > 0 ? ahead_at + s * slot + lo * as : NULL,
+                                b->slots + lo * es, slot, L, hi - lo, (ddp_op)c->op, last ? ctx->world_size : 0);
+        if ((r = ddp__mpi_host_barrier(ctx, c)) != DDP_OK) return r;
+        if (last) {
+            ddp__copy_shared(recv + off * es, out_at + s * slot, n * es);
+            if (lead && H > 1)
+                rc = MPI_Ibcast(out_at + s * slot, (int)(n * es), MPI_BYTE, H - 1, b->leaders, &away[s]);
+        } else if (lead) {
+            if ((rc = MPI_Isend(out_at + s * slot, (int)(n * as), MPI_BYTE, h + 1, DDP__MPI_TAG, b->leaders,
+                                &away[s])) == MPI_SUCCESS)
+                rc = MPI_Ibcast(recv + off * es, (int)(n * es), MPI_BYTE, H - 1, b->leaders, &got[j]);
+        } else {
+            rc = MPI_Ibcast(recv + off * es, (int)(n * es), MPI_BYTE, 0, b->results, &fin[j]);
+        }
+        if (rc == MPI_SUCCESS && lead && h > 0 && j + 2 < rounds) { /* the slot it read is free again */
+            const size_t n2 = c->count - off - 2 * per < per ? c->count - off - 2 * per : per;
+            rc = MPI_Irecv(ahead_at + s * slot, (int)(n2 * as), MPI_BYTE, h - 1, DDP__MPI_TAG, b->leaders, &ahead[s]);
+        }
+        if (rc != MPI_SUCCESS) return ddp__mpi_error(ctx, rc, "MPI", c);
+    }
+    if (lead && !last && (r = ddp__mpi_pass_on(ctx, c, got, fin, per, &next, rounds, 1)) != DDP_OK) return r;
+    for (j = 0; j < rounds; j++)
+        if ((r = ddp__mpi_wait_req(ctx, &fin[j], c, MPI_SUCCESS)) != DDP_OK) return r;
+    if ((r = ddp__mpi_wait_req(ctx, &away[0], c, MPI_SUCCESS)) != DDP_OK) return r;
+    return ddp__mpi_wait_req(ctx, &away[1], c, MPI_SUCCESS);
+}
+
 /* One collective through MPI (world > 1), in pieces of at most DDP__MPI_PIECE bytes
    per rank so that memory stays bounded and counts fit an int. */
 static ddp_result ddp__mpi_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, ddp_work *work)
@@ -3612,6 +3758,7 @@ static ddp_result ddp__mpi_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
         }
         return res;
     case DDP__ALL_REDUCE:
+        if (b->chain) return ddp__mpi_chain(ctx, c);
         if ((res = ddp__mpi_stage(ctx, (per + (size_t)W) * es)) != DDP_OK) return res;
         for (off = 0; off < c->count && res == DDP_OK; off += n) {
             size_t lo, mine;
@@ -3630,7 +3777,7 @@ static ddp_result ddp__mpi_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
                                                                      b->stage, rc, rd, MPI_BYTE, b->comm, &req));
             }
             if (res != DDP_OK) break;
-            ddp__reducers[c->dtype](recv + (off + lo) * es, b->stage, mine * es, W, mine, (ddp_op)c->op);
+            ddp__reducers[c->dtype](recv + (off + lo) * es, NULL, b->stage, mine * es, W, mine, (ddp_op)c->op, W);
             res = ddp__mpi_wait_req(ctx, &req, c, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, recv + off * es, b->counts,
                                                                   b->displs, MPI_BYTE, b->comm, &req));
         }
@@ -3646,11 +3793,62 @@ static ddp_result ddp__mpi_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
                 memcpy(b->stage + (size_t)r * n * es, send + ((size_t)r * c->count + off) * es, n * es);
             res = ddp__mpi_wait_req(ctx, &req, c, MPI_Ialltoall(b->stage, (int)(n * es), MPI_BYTE, out, (int)(n * es),
                                                                 MPI_BYTE, b->comm, &req));
-            if (res == DDP_OK) ddp__reducers[c->dtype](recv + off * es, out, n * es, W, n, (ddp_op)c->op);
+            if (res == DDP_OK) ddp__reducers[c->dtype](recv + off * es, NULL, out, n * es, W, n, (ddp_op)c->op, W);
         }
         return res;
     }
     return ddp__fail(ctx, DDP_ERR_ARG, "unknown collective %d", c->kind);
+}
+
+/* The chain's communicators and its window on each host (ddp__mpi_chain), when the
+   ranks of every host are consecutive; otherwise all-reduce stays the exchange. */
+static ddp_result ddp__mpi_chain_init(ddp_ctx *ctx)
+{
+    ddp__mpi *b = ddp__mpi_of(ctx);
+    const size_t slot = ctx->st->cfg.chunk_default ? DDP__MPI_CHAIN_CHUNK : ctx->st->cfg.chunk;
+    const size_t bytes = ((size_t)ctx->local_world_size + 4) * slot;
+    const char *v = getenv("DDP_MPI_ALLREDUCE");
+    const int say = !v || !*v || !strcmp(v, "chain") ? 2 : !strcmp(v, "exchange") ? 0 : -1;
+    int first = ctx->rank, together, ok, unit, rc;
+    MPI_Aint size;
+    void *base;
+    MPI_Bcast(&first, 1, MPI_INT, 0, b->local);
+    together = say == 2 && ctx->rank != first + ctx->local_rank ? 1 : say;
+    MPI_Allreduce(MPI_IN_PLACE, &together, 1, MPI_INT, MPI_MIN, b->comm); /* 2: chain; any rank can say no */
+    if (together < 0)
+        return ddp__fail(ctx, DDP_ERR_ENV, say < 0 ? "DDP_MPI_ALLREDUCE='%s' must be chain or exchange" :
+                         "another rank's DDP_MPI_ALLREDUCE is neither chain nor exchange (this one's: '%s')", v ? v : "");
+    if (together < 2) {
+        ddp__info(ctx, "MPI all-reduce: an exchange among all ranks (%s)", together ? "the ranks of a host are not "
+                  "consecutive" : "DDP_MPI_ALLREDUCE=exchange");
+        return DDP_OK;
+    }
+    MPI_Comm_dup(b->local, &b->results);
+    MPI_Comm_split(b->comm, ctx->local_rank == 0 ? 0 : MPI_UNDEFINED, ctx->rank, &b->leaders);
+    rc = MPI_Win_allocate_shared(ctx->local_rank == 0 ? (MPI_Aint)bytes : 0, 1, MPI_INFO_NULL, b->local, &base, &b->win);
+    ok = rc == MPI_SUCCESS;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, b->comm); /* every host, or none */
+    if (rc != MPI_SUCCESS) return ddp__mpi_error(ctx, rc, "MPI_Win_allocate_shared (lower DDP_SHM_CHUNK?)", NULL);
+    if (!ok)
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "another host could not allocate the MPI backend's %zu bytes of shared "
+                         "memory (DDP_SHM_CHUNK x (its ranks + 4))", bytes);
+    MPI_Win_shared_query(b->win, 0, &size, &unit, &b->slots);
+    b->slot = slot;
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, b->win); /* one passive epoch; MPI_Win_sync at each meeting */
+    b->chain = 1;
+    ddp__info(ctx, "MPI all-reduce: a chain of %d host%s, %zu bytes of shared memory on each", ctx->num_nodes,
+              ctx->num_nodes == 1 ? "" : "s", bytes);
+    return DDP_OK;
+}
+
+static void ddp__mpi_chain_release(ddp__mpi *b)
+{
+    if (!b) return;
+    if (b->chain) MPI_Win_unlock_all(b->win);
+    if (b->win != MPI_WIN_NULL) MPI_Win_free(&b->win);
+    if (b->leaders != MPI_COMM_NULL) MPI_Comm_free(&b->leaders);
+    if (b->results != MPI_COMM_NULL) MPI_Comm_free(&b->results);
+    if (b->local != MPI_COMM_NULL) MPI_Comm_free(&b->local);
 }
 
 /* The group from MPI itself: rank, size, local ranks, nodes, and the settings that
@@ -3658,12 +3856,13 @@ static ddp_result ddp__mpi_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
 static ddp_result ddp__mpi_group(ddp_ctx *ctx)
 {
     ddp__mpi *b;
-    MPI_Comm local;
     int inited = 0, provided = 0, rank = 0, size = 1, lr = 0, lw = 1, lead, nodes = 0, node = 0, rc, i;
     char *agree;
     ddp_result r = DDP_OK;
     if (!(b = DDP__CAST(ddp__mpi *, DDP_MALLOC(sizeof *b)))) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
     memset(b, 0, sizeof *b);
+    b->local = b->results = b->leaders = MPI_COMM_NULL;
+    b->win = MPI_WIN_NULL;
     ctx->st->bs = b;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -3688,15 +3887,14 @@ static ddp_result ddp__mpi_group(ddp_ctx *ctx)
                          ctx->world_size, rank, size);
     ctx->rank = rank;
     ctx->world_size = size;
-    MPI_Comm_split_type(b->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-    MPI_Comm_rank(local, &lr);
-    MPI_Comm_size(local, &lw);
+    MPI_Comm_split_type(b->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &b->local);
+    MPI_Comm_rank(b->local, &lr);
+    MPI_Comm_size(b->local, &lw);
     lead = lr == 0; /* nodes are numbered in order of their first rank */
     MPI_Allreduce(&lead, &nodes, 1, MPI_INT, MPI_SUM, b->comm);
     MPI_Exscan(&lead, &node, 1, MPI_INT, MPI_SUM, b->comm);
     if (rank == 0) node = 0;
-    MPI_Bcast(&node, 1, MPI_INT, 0, local);
-    MPI_Comm_free(&local);
+    MPI_Bcast(&node, 1, MPI_INT, 0, b->local);
     ctx->local_rank = lr;
     ctx->local_world_size = lw;
     ctx->node_rank = node;
@@ -3709,7 +3907,7 @@ static ddp_result ddp__mpi_group(ddp_ctx *ctx)
                   MPI_CHAR, b->comm);
     for (i = 0; i < size && r == DDP_OK; i++) r = ddp__agree(ctx, i, agree + (size_t)i * sizeof ctx->st->cfg.agree);
     DDP_FREE(agree);
-    return r;
+    return r == DDP_OK ? ddp__mpi_chain_init(ctx) : r;
 }
 
 static ddp_result ddp__mpi_init(ddp_ctx *ctx)
@@ -3721,6 +3919,7 @@ static ddp_result ddp__mpi_init(ddp_ctx *ctx)
 static void ddp__mpi_release(ddp_ctx *ctx)
 {
     ddp__mpi *b = ddp__mpi_of(ctx);
+    ddp__mpi_chain_release(b);
     if (!b) return;
     if (b->has_comm) { MPI_Comm_free(&b->comm); MPI_Comm_free(&b->ctl); }
     if (b->owns_mpi) {
@@ -4431,7 +4630,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
         return st->broken = r;
     ddp__warn_nproc(ctx, desc);
     snprintf(cfg->agree, sizeof cfg->agree, "ddp.h=%s backend=%s shm_chunk=%zu check=%d", DDP__VERSION,
-             ddp_backend_name(ctx->backend), ctx->backend == DDP_BACKEND_CPU ? cfg->chunk : 0, cfg->check);
+             ddp_backend_name(ctx->backend), ctx->backend != DDP_BACKEND_NCCL ? cfg->chunk : 0, cfg->check);
     if (st->be->group) r = st->be->group(ctx); /* the backend forms the group itself (MPI) */
     else if (ctx->world_size > 1 && (r = ddp__resolve_store(ctx, desc, launcher)) == DDP_OK) r = ddp__join(ctx);
     if (r != DDP_OK) {

@@ -111,9 +111,11 @@
      (DDP_KERNELS_LT_PLANS, round robin); where cuBLASLt has no algorithm (e.g. bf16
      rows of an unpadded 50257 vocabulary) cublasGemmEx does the product and a small
      kernel adds the bias. CPU: register tiles of 8 rows x 16 columns (5 without
-     AVX-512) over panels of the other operand packed contiguous, so gcc vectorizes
-     the inner loop into fused multiply-adds, and the next tile's output prefetched;
-     each element sums in ascending k whatever the threads, batch or tile shape.
+     AVX-512) over panels of the other operand packed contiguous (once per call,
+     shared by the threads), so gcc vectorizes the inner loop into fused
+     multiply-adds; the weight gradient's transposed operand packed too, tile by
+     tile, and the next tile's output prefetched; each element sums in ascending k
+     whatever the threads, batch or tile shape.
      Build with -O3 -march=native (and -fno-math-errno, so that AdamW's sqrtf
      vectorizes).
    - attention: causal softmax(q k^T / sqrt(hs)) v per head, on the fused qkv
@@ -165,7 +167,8 @@
         plans with a cublasGemmEx fallback; attention without spills, any B*NH;
         ddp_kernels_error; more accurate CPU layernorm and cross-entropy; CPU speed:
         8-row tiles under AVX-512, output prefetch, attention reading k/v in place,
-        ddp_matmul_backward_sum_cpu; new last bits from layernorm's vectorized sums
+        ddp_matmul_backward_sum_cpu, the matmul's operands packed once per call
+        (b always, a where it lies along the wrong axis); new last bits from layernorm's vectorized sums
         and the forward attention's 128-key blocks.
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
@@ -175,6 +178,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* OpenMP pragmas that vanish (without -Wunknown-pragmas noise) when OpenMP is off. */
@@ -352,10 +356,12 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 /* ---- matmul ------------------------------------------------------------- */
 /* The forward and both backward products run through one blocked kernel,
    c (M,N) = init + a (M,K) @ b (K,N), with each operand given by its strides. A task
-   owns up to DDP__MC rows by DDP__NR columns of c; it copies a DDP__KC-deep slice of those
-   columns of b into a contiguous panel (zero past N) that stays in L1, and sweeps a
+   owns up to DDP__MC rows by DDP__NR columns of c; it takes a DDP__KC-deep slice of those
+   columns of b as a contiguous panel (zero past N) that stays in L1, and sweeps a
    register tile of DDP__MR rows down it, so the inner loop is DDP__MR vector
-   multiply-adds along the columns per loaded panel row. Each element of c is one
+   multiply-adds along the columns per loaded panel row. The panels are packed once per
+   call for all row blocks (into a scratch the call allocates; without it, each task
+   packs its own), and so is a where it is strided along k. Each element of c is one
    chain of multiply-adds in ascending k, started from init (bias, zero, or c itself)
    and stored in fp32 between panels, so its bits do not depend on the blocking, on
    which other rows are in the batch, or on how many threads share the tasks. */
@@ -447,10 +453,37 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
     }
 }
 
+/* The packed panels that ddp__gemm_tile reads (16 columns per row of a panel), zero past
+   the last column. Rows of src as columns: dst[(p depth + d) 16 + j] = src[(16 p + j) ld + d]
+   (the forward's weight rows become the columns of its product, attention's keys those of
+   a score tile). */
+static inline void ddp__pack_rows(float *dst, const float *src, size_t ld, int rows, int depth)
+{
+    for (int p = 0; p * 16 < rows; p++) {
+        int d = 0;
+        if (rows - p * 16 >= 16) /* whole 16 x 16 blocks through a local copy, which gcc transposes in registers */
+            for (; d + 16 <= depth; d += 16) {
+                float t[16][16], *o = dst + ((size_t)p * depth + d) * 16;
+                for (int j = 0; j < 16; j++)
+                    for (int e = 0; e < 16; e++) t[j][e] = src[(p * 16 + j) * ld + d + e];
+                for (int e = 0; e < 16; e++)
+                    for (int j = 0; j < 16; j++) o[e * 16 + j] = t[j][e];
+            }
+        for (int j = 0; j < 16; j++) {
+            const int r = p * 16 + j;
+            for (int e = d; e < depth; e++) dst[((size_t)p * depth + e) * 16 + j] = r < rows ? src[r * ld + e] : 0.0f;
+        }
+    }
+}
+
 /* bp (kc, DDP__NR) = b[k*bk + j*bn] for j < nv, zero past nv; loads run along
    whichever of k and j is contiguous */
 static inline void ddp__gemm_pack(float *bp, const float *b, size_t bk, size_t bn, int kc, int nv)
 {
+    if (bk == 1) { /* b's columns are rows in memory (the forward's weight): transposed in blocks */
+        ddp__pack_rows(bp, b, bn, nv, kc);
+        return;
+    }
     if (nv < DDP__NR)
         for (int i = 0; i < kc * DDP__NR; i++) bp[i] = 0.0f;
     if (bn == 1 && nv == DDP__NR)
@@ -461,25 +494,80 @@ static inline void ddp__gemm_pack(float *bp, const float *b, size_t bk, size_t b
             for (int k = 0; k < kc; k++) bp[k * DDP__NR + j] = b[k * bk + j * bn];
 }
 
+/* Floats of ddp__gemm's scratch: b packed whole (K, N rounded up to whole panels) when its
+   row blocks would each pack the same panels again (M past one block), then a packed
+   (M rounded up to whole tiles, K) when it is strided along k (ak != 1: each k a new
+   line, often a new page, where the hardware prefetches nothing), each tile's rows k by k. */
+static inline size_t ddp__gemm_b_floats(int M, int N, int K)
+{
+    return M > DDP__MC && N > 0 && K > 0 ? (size_t)K * (size_t)((N + DDP__NR - 1) / DDP__NR) * DDP__NR : 0;
+}
+static inline size_t ddp__gemm_a_floats(int M, int K, size_t ak)
+{
+    return ak != 1 && M > 0 && K > 0 ? (size_t)K * (size_t)((M + DDP__MR - 1) / DDP__MR) * DDP__MR : 0;
+}
+
+/* ddp__gemm's scratch for these shapes, or NULL: not needed, or too little memory, and
+   then ddp__gemm packs b per task and reads a in place. The bits are the same. */
+static inline float *ddp__gemm_scratch(int M, int N, int K, size_t ak)
+{
+    const size_t n = ddp__gemm_b_floats(M, N, K) + ddp__gemm_a_floats(M, K, ak);
+    return n ? (float *)malloc(n * sizeof(float)) : NULL;
+}
+
+/* Rows k0..k1-1 of a (a(m,k) = a[m*am + k*ak], M rows) into every tile of ap: tile i's
+   (MR, K) rows k-major at ap + i MR K, rows past M repeating the last. */
+static inline void ddp__gemm_pack_a(float *ap, const float *a, size_t am, size_t ak, int M, int K, int k0, int k1)
+{
+    for (int k = k0; k < k1; k++) /* k outer: a (the weight gradient's dout) read along its rows, as it lies */
+        for (int i = 0; i * DDP__MR < M; i++)
+            if (am == 1 && (i + 1) * DDP__MR <= M) /* a whole tile's rows side by side: one short copy */
+                memcpy(ap + ((size_t)i * K + k) * DDP__MR, a + (size_t)i * DDP__MR + (size_t)k * ak,
+                       DDP__MR * sizeof(float));
+            else
+                for (int r = 0; r < DDP__MR; r++) {
+                    const int m = i * DDP__MR + r < M ? i * DDP__MR + r : M - 1;
+                    ap[((size_t)i * K + k) * DDP__MR + r] = a[(size_t)m * am + (size_t)k * ak];
+                }
+}
+
 /* c (M,N) = (accumulate ? c : bias (N) or 0) + a @ b, with a(i,k) = a[i*am + k*ak] and
    b(k,j) = b[k*bk + j*bn]; or, with csum, csum (M,N) += (double) (a @ b), c unused (each
    task keeps its chains between panels of b in fp32, as c would). Call it inside a
-   parallel region (or outside one, serially): its tasks are shared out and nobody waits
-   at the end. */
+   parallel region (or outside one, serially), every thread with the same arguments: its
+   tasks are shared out and nobody waits at the end. With scratch (ddp__gemm_scratch's for
+   the same M, N, K and ak) the team first packs b and a into it, then waits for all of it. */
 static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, const float *b, size_t bk, size_t bn,
-                             const float *bias, int accumulate, int M, int N, int K, double *csum)
+                             const float *bias, int accumulate, int M, int N, int K, double *csum, float *scratch)
 {
     /* row blocks of equal size (in whole tiles), so that the tasks balance */
     const int blocks = M > 0 ? (M + DDP__MC - 1) / DDP__MC : 1, tiles = (M + DDP__MR - 1) / DDP__MR;
     const int mc = (tiles + blocks - 1) / blocks * DDP__MR, panels = M > 0 ? (N + DDP__NR - 1) / DDP__NR : 0;
+    const int depths = (K + DDP__KC - 1) / DDP__KC;
+    const size_t bfl = scratch ? ddp__gemm_b_floats(M, N, K) : 0, afl = scratch ? ddp__gemm_a_floats(M, K, ak) : 0;
+    float *bpk = bfl ? scratch : NULL, *apk = afl ? scratch + bfl : NULL;
+    const int bjobs = bpk ? panels * depths : 0, jobs = bjobs + (apk ? (K + 15) / 16 : 0);
+    if (jobs) { /* b's panel p at bpk + 16 p K, depth k0 of it 16 k0 further; a by 16 rows of k */
+        DDP__OMP(for schedule(dynamic))
+        for (int t = 0; t < jobs; t++)
+            if (t < bjobs) {
+                const int n0 = t / depths * DDP__NR, k0 = t % depths * DDP__KC;
+                ddp__gemm_pack(bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR, b + (size_t)k0 * bk + (size_t)n0 * bn, bk,
+                               bn, K - k0 < DDP__KC ? K - k0 : DDP__KC, N - n0 < DDP__NR ? N - n0 : DDP__NR);
+            } else {
+                const int k0 = (t - bjobs) * 16;
+                ddp__gemm_pack_a(apk, a, am, ak, M, K, k0, K - k0 < 16 ? K : k0 + 16);
+            }
+    }
     DDP__OMP(for schedule(dynamic) nowait)
     for (int t = 0; t < blocks * panels; t++) {
-        float bp[DDP__KC * DDP__NR], part[(DDP__MC + DDP__MR) * DDP__NR]; /* a sum's rows (mc <= DDP__MC + MR - 1) */
+        float own[DDP__KC * DDP__NR], part[(DDP__MC + DDP__MR) * DDP__NR]; /* a sum's rows (mc <= DDP__MC + MR - 1) */
         const int m0 = t / panels * mc, n0 = t % panels * DDP__NR;
         const int m1 = m0 + mc < M ? m0 + mc : M, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
         for (int k0 = 0; k0 < K || k0 == 0; k0 += DDP__KC) { /* K == 0 still writes bias */
             const int kc = K - k0 < DDP__KC ? K - k0 : DDP__KC;
-            ddp__gemm_pack(bp, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
+            const float *bp = bpk ? bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR : own;
+            if (!bpk) ddp__gemm_pack(own, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
             for (int m = m0; m < m1; m += DDP__MR) {
                 for (int i = m + DDP__MR; i < m + 2 * DDP__MR && i < m1; i++)
                     if (!csum) {
@@ -491,7 +579,8 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                     }
                 ddp__gemm_tile(csum ? part + (size_t)(m - m0) * DDP__NR : c + (size_t)m * N + n0,
                                csum ? DDP__NR : (size_t)N, m1 - m < DDP__MR ? m1 - m : DDP__MR, nv,
-                               a + (size_t)m * am + (size_t)k0 * ak, am, ak, bp, DDP__NR, kc, k0 == 0 && !accumulate,
+                               apk ? apk + ((size_t)(m / DDP__MR) * K + k0) * DDP__MR : a + (size_t)m * am + (size_t)k0 * ak,
+                               apk ? 1 : am, apk ? DDP__MR : ak, bp, DDP__NR, kc, k0 == 0 && !accumulate,
                                bias ? bias + n0 : NULL, csum && k0 + kc >= K ? csum + (size_t)m * N + n0 : NULL,
                                (size_t)N);
             }
@@ -503,8 +592,10 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
 static inline void ddp_matmul_forward_cpu(float *out, const float *inp, const float *weight,
                                    const float *bias, int B, int T, int C, int OC)
 {
+    float *scratch = ddp__gemm_scratch(B * T, OC, C, 1);
     DDP__OMP(parallel)
-    ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C, NULL);
+    ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C, NULL, scratch);
+    free(scratch);
 }
 
 /* dinp (B,T,C) +=, dweight (OC,C) +=, dbias (OC) += (each may be NULL: not needed);
@@ -514,10 +605,11 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
                                     const float *inp, const float *weight, int B, int T, int C, int OC)
 {
     const int BT = B * T;
+    float *ds = dinp ? ddp__gemm_scratch(BT, C, OC, 1) : NULL, *ws = dweight ? ddp__gemm_scratch(OC, C, BT, OC) : NULL;
     DDP__OMP(parallel)
     {
-        if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC, NULL);
-        if (dweight) ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT, NULL);
+        if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC, NULL, ds);
+        if (dweight) ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT, NULL, ws);
         if (dbias) {
             DDP__OMP(for schedule(static) nowait)
             for (int o0 = 0; o0 < OC; o0 += 64) {
@@ -527,6 +619,8 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
             }
         }
     }
+    free(ds);
+    free(ws);
 }
 
 /* dweight (OC,C) +=, dbias (OC) += (either may be NULL: not needed), in double: the
@@ -537,12 +631,13 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
 static inline void ddp_matmul_backward_sum_cpu(double *dweight, double *dbias, const float *dout, const float *inp,
                                                int B, int T, int C, int OC)
 {
+    float *scratch = dweight ? ddp__gemm_scratch(OC, C, T, (size_t)OC) : NULL;
     DDP__OMP(parallel)
     {
         for (int b = 0; b < B && dweight; b++) {
             ddp__gemm(NULL, dout + (size_t)b * T * OC, 1, (size_t)OC, inp + (size_t)b * T * C, (size_t)C, 1, NULL, 0,
-                      OC, C, T, dweight);
-            DDP__OMP(barrier) /* the next sequence adds to the same elements */
+                      OC, C, T, dweight, scratch);
+            DDP__OMP(barrier) /* the next sequence adds to the same elements (and packs over the scratch) */
         }
         if (dbias) {
             DDP__OMP(for schedule(static) nowait)
@@ -559,6 +654,7 @@ static inline void ddp_matmul_backward_sum_cpu(double *dweight, double *dbias, c
             }
         }
     }
+    free(scratch);
 }
 
 // >>attention cpu
@@ -660,28 +756,6 @@ static inline int ddp__att_keys(int hs)
     return kb < DDP__ATT_BLOCK ? kb : DDP__ATT_BLOCK;
 }
 
-/* The packed panels that ddp__gemm_tile reads (16 columns per row of a panel), zero past
-   the last column. Rows of src as columns: dst[(p depth + d) 16 + j] = src[(16 p + j) ld + d]
-   (keys become the columns of a score tile). */
-static inline void ddp__att_pack_rows(float *dst, const float *src, size_t ld, int rows, int depth)
-{
-    for (int p = 0; p * 16 < rows; p++) {
-        int d = 0;
-        if (rows - p * 16 >= 16) /* whole 16 x 16 blocks through a local copy, which gcc transposes in registers */
-            for (; d + 16 <= depth; d += 16) {
-                float t[16][16], *o = dst + ((size_t)p * depth + d) * 16;
-                for (int j = 0; j < 16; j++)
-                    for (int e = 0; e < 16; e++) t[j][e] = src[(p * 16 + j) * ld + d + e];
-                for (int e = 0; e < 16; e++)
-                    for (int j = 0; j < 16; j++) o[e * 16 + j] = t[j][e];
-            }
-        for (int j = 0; j < 16; j++) {
-            const int r = p * 16 + j;
-            for (int e = d; e < depth; e++) dst[((size_t)p * depth + e) * 16 + j] = r < rows ? src[r * ld + e] : 0.0f;
-        }
-    }
-}
-
 /* Columns of src in panels of 16: dst[p stride + r 16 + j] = src[r ld + 16 p + j]. */
 static inline void ddp__att_pack_cols(float *dst, size_t stride, const float *src, size_t ld, int rows, int cols)
 {
@@ -750,7 +824,7 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
         float m[DDP__ATT_QB], l[DDP__ATT_QB], mb[DDP__ATT_QB], lb[DDP__ATT_QB];
         float qp[DDP__ATT_QB * 128], vp[DDP__ATT_KV]; /* the queries as columns (hs, nr); values if packed */
         size_t vs, vl;
-        ddp__att_pack_rows(qp, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs);
+        ddp__pack_rows(qp, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs);
         for (int r = 0; r < nr; r++) {
             for (int d = 0; d < hs; d++) o0[(size_t)r * C + d] = 0.0f;
             m[r] = -INFINITY;
@@ -883,8 +957,8 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
         for (int j0 = 0; j0 < T; j0 += kb) {
             const int nb = T - j0 < kb ? T - j0 : kb;
             const float *k = k0 + (size_t)j0 * C3;
-            ddp__att_pack_rows(kp, k, (size_t)C3, nb, hs);                      /* for s = q k^T */
-            ddp__att_pack_rows(vp, k + C, (size_t)C3, nb, hs);                  /* for dp = dout v^T */
+            ddp__pack_rows(kp, k, (size_t)C3, nb, hs);                          /* for s = q k^T */
+            ddp__pack_rows(vp, k + C, (size_t)C3, nb, hs);                      /* for dp = dout v^T */
             const float *kr = ddp__att_panels(kc, k, (size_t)C3, nb, hs, kb, &ks, &kl); /* for dq += ds k */
             for (int e = 0; e < nb * hs; e++) dk[e] = dv[e] = 0.0f;
             for (int t0 = j0; t0 < T; t0 += DDP__ATT_QB) {

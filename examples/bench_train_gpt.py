@@ -5,7 +5,9 @@
     python3 examples/bench_train_gpt.py --shape large   # 6 layers, dim 384, ctx 256
     python3 examples/bench_train_gpt.py --rounds 5 --steps 30 --forms ddp2,torch_ddp
 
-Runs every form once per round, the forms alternating (A, B, C, A, B, C, ...), so that
+Prints the CPU first (its model as lscpu gives it, the vector instructions that matter for
+the matmul, the caches per core): a figure holds for the CPU it was measured on. Runs
+every form once per round, the forms alternating (A, B, C, A, B, C, ...), so that
 a machine that slows down or speeds up meanwhile touches all of them alike, and prints
 one table: tokens/s as the median of the rounds with the slowest and fastest in
 brackets, the achieved GFLOP/s as a fraction of the measured matmul ceiling, and each
@@ -24,13 +26,15 @@ token + position embedding, pre-LN blocks (fused qkv, causal attention, GELU tan
 tied lm_head, AdamW (0.9, 0.95, eps 1e-8, weight decay 0.1 on matrices), clipping at 1.
 
 FLOPs per token: 6 N + 12 L T C (N: the weights of the matmuls, lm_head included; the
-attention term as nanoGPT and PaLM count it). The ceiling: the best of sgemm through
-PyTorch (MKL/oneDNN) and ddp_kernels.cuh's own CPU matmul (train_gpt --bench-matmul)
-on the model's matmul shapes with all cores, measured once per round (the best round
-counts: other work on the machine only lowers it), divided by FLOPs per token.
+attention term as nanoGPT and PaLM count it). The ceiling: the better of the two rates
+train_gpt --bench-matmul measures on the model's matmul shapes with all cores,
+ddp_kernels.cuh's own CPU matmul and PyTorch's sgemm (MKL/oneDNN), once per round (the
+best round counts: other work on the machine only lowers it), divided by FLOPs per token.
+Both rates are printed, and ours as a fraction of PyTorch's.
 """
 import argparse
 import os
+import platform
 import re
 import socket
 import statistics
@@ -195,34 +199,75 @@ def command_of(form, args):
 
 
 # ---- the matmul ceiling -------------------------------------------------------------------
-def ceiling(args, C, T):
-    """[(GFLOP/s, what measured it)]: sgemm rates at the model's shapes, all cores"""
-    found = []
-    out = subprocess.run([TRAIN_GPT, "--bench-matmul", "--dim", str(C), "--ctx", str(T), "--batch-size",
-                          str(args.batch)], capture_output=True, text=True, timeout=args.timeout)
-    m = re.search(r"([0-9.]+) GFLOP/s", out.stdout)
-    if out.returncode == 0 and m:
-        found.append((float(m.group(1)), "ddp_kernels.cuh matmul"))
+def torch_matmul(args):
+    """--torch-matmul (train_gpt --bench-matmul asks for it): torch.mm's GFLOP/s on each weight's
+    forward, input-gradient and weight-gradient products at the model's shapes (batch x ctx
+    rows), each the fastest of 5-100 runs in about 0.2 s (as train_gpt times its own), with
+    --threads threads; one line of torch's version, then 'out in fwd dinp dweight' per weight"""
     try:
         import torch
-        torch.set_num_threads(args.threads)
-        M, flops, best = args.batch * T, 0.0, 0.0
-        for _ in range(3):
-            seconds = 0.0
-            for oc, ic in matmul_shapes(C):
-                x, w, dy = torch.randn(M, ic), torch.randn(oc, ic), torch.randn(M, oc)
-                for _ in range(2):  # warm
-                    x @ w.t()
+    except ImportError as e:
+        print("no PyTorch for %s (%s)" % (sys.executable, e))
+        return 1
+    torch.set_num_threads(args.threads)
+    M = args.batch * args.ctx
+    print("PyTorch %s" % torch.__version__)
+    for oc, ic in matmul_shapes(args.dim, args.vocab):
+        x, w, dy = torch.randn(M, ic), torch.randn(oc, ic), torch.randn(M, oc)
+        rates = []
+        for product in (lambda: x @ w.t(), lambda: dy @ w, lambda: dy.t() @ x):
+            product()  # warm
+            best, runs, start = float("inf"), 0, time.perf_counter()
+            while runs < 5 or (runs < 100 and time.perf_counter() - start < 0.2):
                 t0 = time.perf_counter()
-                for _ in range(5):  # forward, and the two products of the backward
-                    x @ w.t(), dy @ w, dy.t() @ x
-                seconds += time.perf_counter() - t0
-            flops = sum(5 * 3 * 2.0 * M * oc * ic for oc, ic in matmul_shapes(C))
-            best = max(best, flops / seconds / 1e9)
-        found.append((best, "PyTorch %s sgemm" % torch.__version__))
-    except ImportError:
-        pass
+                product()
+                best, runs = min(best, time.perf_counter() - t0), runs + 1
+            rates.append(2.0 * M * oc * ic / best / 1e9)
+        print("%d %d %.4g %.4g %.4g" % (oc, ic, rates[0], rates[1], rates[2]))
+    return 0
+
+
+def ceiling(args, C, T):
+    """[(GFLOP/s, what measured it)]: train_gpt --bench-matmul's rates at the model's shapes with
+    all cores, ddp_kernels.cuh's own and PyTorch's sgemm where torch imports"""
+    out = subprocess.run([TRAIN_GPT, "--bench-matmul", "--dim", str(C), "--ctx", str(T), "--batch-size",
+                          str(args.batch)], capture_output=True, text=True, timeout=args.timeout)
+    found = []
+    for rate, what in re.findall(r"^matmul: ([0-9.]+) GFLOP/s \((ddp_kernels.cuh|PyTorch \S+ sgemm)", out.stdout, re.M):
+        found.append((float(rate), "ddp_kernels.cuh matmul" if what.startswith("ddp") else what))
     return found
+
+
+def cpu_summary():
+    """'AMD EPYC (family 25, model 1); avx2 fma; L1d 32K, L2 512K per core; 2 cores' from /proc/cpuinfo
+    and sysfs (Linux), as much of it as this machine tells"""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())  # the first processor's
+    except OSError:
+        pass
+    model = info.get("model name") or info.get("Model") or platform.processor() or platform.machine()
+    if "cpu family" in info:
+        model += " (family %s, model %s)" % (info["cpu family"], info.get("model", "?"))
+    flags = (info.get("flags") or info.get("Features") or "").split()
+    isa = [f for f in ("avx512f", "avx512_bf16", "amx_tile", "avx2", "fma", "sve", "asimd") if f in flags]
+    parts = [model, " ".join(isa) or "no AVX2/AVX-512/NEON flags"]
+    caches = []
+    for index in range(4):
+        d = "/sys/devices/system/cpu/cpu0/cache/index%d/" % index
+        try:
+            level, kind, size = (open(d + n).read().strip() for n in ("level", "type", "size"))
+        except OSError:
+            continue
+        if kind != "Instruction" and level in ("1", "2"):
+            caches.append("L%s%s %s" % (level, "d" if kind == "Data" else "", size))
+    if caches:
+        parts.append(", ".join(caches) + " per core")
+    parts.append("%d cores" % os.cpu_count())
+    return "; ".join(parts)
 
 
 def torch_importable():
@@ -243,29 +288,35 @@ def main():
     ap.add_argument("--heads", type=int)
     ap.add_argument("--dim", type=int)
     ap.add_argument("--ctx", type=int)
+    ap.add_argument("--vocab", type=int, default=VOCAB)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--torch-matmul", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return torch_worker(args)
+    if args.torch_matmul:
+        return torch_matmul(args)
     if args.steps <= args.warmup or args.rounds < 1 or args.batch % 4:
         ap.error("need --steps > --warmup, --rounds >= 1, and a --batch that 1, 2 and 4 ranks divide")
     if not os.access(TRAIN_GPT, os.X_OK):
         sys.exit("bench_train_gpt.py: %s is not built (make examples/train_gpt)" % TRAIN_GPT)
     L, NH, C, T = SHAPES[args.shape]
+    for f in args.forms.split(","):
+        if f and f not in ALL_FORMS:
+            ap.error("unknown form '%s' (of %s)" % (f, ",".join(ALL_FORMS)))
     have_torch = torch_importable()
     forms = [f for f in args.forms.split(",") if f] or [f for f in ALL_FORMS if have_torch or f.startswith("ddp")]
     for f in forms:
-        if f not in ALL_FORMS:
-            ap.error("unknown form '%s' (of %s)" % (f, ",".join(ALL_FORMS)))
         if f.startswith("torch") and not have_torch:
             ap.error("form %s needs PyTorch (import torch fails for %s)" % (f, sys.executable))
     if not have_torch:
         print("note: no PyTorch for %s: train_gpt alone (pip install torch for the comparison)" % sys.executable)
 
     fpt = flops_per_token(L, C, T)
+    cpu = cpu_summary()
+    print("cpu: " + cpu)
     print("shape %s: %d layers, %d heads, dim %d, ctx %d, vocab %d; global batch %d; %d steps per run, the first %d "
-          "not timed; %d rounds; %d cores" % (args.shape, L, NH, C, T, VOCAB, args.batch, args.steps, args.warmup,
-                                             args.rounds, os.cpu_count()))
+          "not timed; %d rounds" % (args.shape, L, NH, C, T, VOCAB, args.batch, args.steps, args.warmup, args.rounds))
     results, ceilings = {f: [] for f in forms}, []
     for r in range(args.rounds):
         ceilings += ceiling(args, C, T)
@@ -278,11 +329,20 @@ def main():
             print("round %d %-14s %9.0f tokens/s" % (r + 1, f, tps), flush=True)
 
     gflops, source = max(ceilings) if ceilings else (0.0, "nothing measured")
+    best = {}
+    for rate, what in ceilings:
+        best[what] = max(rate, best.get(what, 0.0))
+    print("\nmatmul at the model's shapes, best of %d rounds: %s" % (args.rounds, ", ".join(
+        "%s %.1f GFLOP/s" % (what, rate) for what, rate in sorted(best.items()))))
+    ours = best.pop("ddp_kernels.cuh matmul", 0.0)
+    for what, rate in best.items():
+        print("ddp_kernels.cuh matmul at %.0f%% of %s" % (100 * ours / rate, what))
     print("\n%.2f MFLOP per token; matmul ceiling %.1f GFLOP/s (%s, best of %d rounds) = %.0f tokens/s" %
           (fpt / 1e6, gflops, source, args.rounds, gflops * 1e9 / fpt if gflops else 0))
     med = {f: statistics.median(v) for f, v in results.items()}
     best_torch = max((med[f] for f in forms if f.startswith("torch")), default=0)
-    print("\n| | tokens/s, median (min-max) | of the matmul ceiling |%s" % (" vs best PyTorch |" if best_torch else ""))
+    print("\non %s:" % cpu)
+    print("| | tokens/s, median (min-max) | of the matmul ceiling |%s" % (" vs best PyTorch |" if best_torch else ""))
     print("|---|---:|---:|%s" % ("---:|" if best_torch else ""))
     for f in forms:
         frac = "%.0f%%" % (100 * med[f] * fpt / (gflops * 1e9)) if gflops else "-"

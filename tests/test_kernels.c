@@ -195,7 +195,8 @@ static double mm_excess(float got, double ref, double mag, int n) { return fabs(
 static void test_matmul_blocked(void)
 {
     static const int shapes[][3] = {{1, 1, 1}, {1, 1, 17}, {3, 1, 1}, {7, 19, 1}, {11, 37, 33},
-                                    {17, 300, 20}, {6, 16, 300}, {260, 17, 5}, {300, 9, 40}};
+                                    {17, 300, 20}, {6, 16, 300}, {260, 17, 5}, {300, 9, 40}, {30, 20, 270},
+                                    {260, 300, 20}};
     double worst = 0.0;
     int same_threads = 1, same_rows = 1, same_split = 1;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -272,11 +273,11 @@ static void test_matmul_blocked(void)
 }
 
 /* The per-sequence sum: each sequence's fp32 gradient (ddp_matmul_backward_cpu with B = 1,
-   into zeros) added in double, bit for bit, also past one panel of depth (T > 256), and
-   with one thread as with many. */
-static void test_matmul_sum(void)
+   into zeros) added in double, bit for bit, also past one panel of depth (T > 256) and
+   past one block of rows (OC > 255: the panels packed once for all blocks), and with one
+   thread as with many. */
+static void matmul_sum_case(int SB, int ST, int SC, int SOC, int *same, int *threads)
 {
-    enum { SB = 3, ST = 300, SC = 21, SOC = 37 };
     float *dout = alloc((size_t)SB * ST * SOC), *inp = alloc((size_t)SB * ST * SC), *w = alloc(SOC * SC);
     float *dw = alloc(SOC * SC), *db = alloc(SOC);
     double *ew = (double *)calloc(SOC * SC, sizeof(double)), *eb = (double *)calloc(SOC, sizeof(double));
@@ -299,18 +300,25 @@ static void test_matmul_sum(void)
 #ifdef _OPENMP
     omp_set_num_threads(omp_get_num_procs());
 #endif
-    int same = 1, threads = 1;
     for (int i = 0; i < SOC * SC; i++) {
-        same &= gw[i] == ew[i];
-        threads &= gw[i] == hw[i];
+        *same &= gw[i] == ew[i];
+        *threads &= gw[i] == hw[i];
     }
     for (int i = 0; i < SOC; i++) {
-        same &= gb[i] == eb[i];
-        threads &= gb[i] == hb[i];
+        *same &= gb[i] == eb[i];
+        *threads &= gb[i] == hb[i];
     }
+    free(dout); free(inp); free(w); free(dw); free(db); free(ew); free(eb); free(gw); free(gb); free(hw); free(hb);
+}
+
+static void test_matmul_sum(void)
+{
+    int same = 1, threads = 1;
+    matmul_sum_case(3, 300, 21, 37, &same, &threads);
+    matmul_sum_case(2, 40, 19, 270, &same, &threads);
+    matmul_sum_case(2, 270, 19, 270, &same, &threads);
     CHECK("kernels.matmul.sum_per_sequence", same && threads, "the double sum %s the per-sequence fp32 gradients; "
           "one thread %s", same ? "matches" : "differs from", threads ? "agrees" : "differs");
-    free(dout); free(inp); free(w); free(dw); free(db); free(ew); free(eb); free(gw); free(gb); free(hw); free(hb);
 }
 
 /* ---- attention ---- */

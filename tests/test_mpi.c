@@ -1,6 +1,7 @@
 /* The MPI backend, run by tests/test_mpi.sh under mpirun (built with mpicc -DDDP_MPI;
    the plain build only says how to run it). Every collective x dtype x op against
    results computed here in rank order, bit for bit (so equal to the CPU backend's),
+   sums whose bits depend on the order of the additions,
    async work in flight together, metrics, gradient sync, and the failure modes:
    ranks that disagree, a rank that leaves, a rank that is late past the timeout.
    Usage: test_mpi [all|mismatch|leave|late]; rank 0 prints the PASS/FAIL lines. */
@@ -189,6 +190,36 @@ static int run_all(ddp_ctx *ctx)
     for (t = 0; t < DDP_DTYPE_COUNT; t++) {
         check_others(ctx, (ddp_dtype)t, 5);
         check_others(ctx, (ddp_dtype)t, 300000 / (size_t)W);
+    }
+    { /* values whose sum depends on the order of the additions (large ones cancel, small ones
+         are rounded away depending on what they meet): bit for bit the rank order, the one
+         host's order, whether hosts chain or exchange */
+        enum { N = 300007 };
+        static float x[N], y[N];
+        static double dx[N], dy[N];
+        ddp_result r;
+        size_t i;
+        int rr, ok = 1;
+        for (i = 0; i < N; i++) {
+            x[i] = ((me + (int)i) % 2 ? -16777216.0f : 16777216.0f) * (float)(1 + i % 5) + 0.25f * (float)((me * 7 + (int)i) % 13);
+            dx[i] = ((me + (int)i) % 2 ? -9007199254740992.0 : 9007199254740992.0) * (double)(1 + i % 5) + 0.25 * ((me * 7 + (int)i) % 13);
+        }
+        r = ddp_all_reduce(ctx, x, y, N, DDP_F32, DDP_SUM, NULL);
+        if (r == DDP_OK) r = ddp_all_reduce(ctx, dx, dy, N, DDP_F64, DDP_SUM, NULL);
+        for (i = 0; i < N && ok && r == DDP_OK; i++) {
+            float acc = 0.0f;
+            double dacc = 0.0;
+            for (rr = 0; rr < W; rr++) {
+                const float v = ((rr + (int)i) % 2 ? -16777216.0f : 16777216.0f) * (float)(1 + i % 5) + 0.25f * (float)((rr * 7 + (int)i) % 13);
+                const double dv = ((rr + (int)i) % 2 ? -9007199254740992.0 : 9007199254740992.0) * (double)(1 + i % 5) + 0.25 * ((rr * 7 + (int)i) % 13);
+                acc = rr ? acc + v : v;
+                dacc = rr ? dacc + dv : dv;
+            }
+            ok = y[i] == acc && dy[i] == dacc;
+            if (!ok) snprintf(why, sizeof why, "[%zu] = %.9g and %.17g, rank order gives %.9g and %.17g", i, y[i], dy[i], acc, dacc);
+        }
+        if (r != DDP_OK) snprintf(why, sizeof why, "%s", ddp_error(ctx));
+        report(r == DDP_OK && ok, "mpi.all_reduce_in_rank_order", why);
     }
     { /* several async all-reduces in flight, then waited for in order */
         enum { K = 8, N = 50000 };

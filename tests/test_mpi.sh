@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The MPI backend on one host: tests/test_mpi.c built with mpicc -DDDP_MPI and run
 # under Open MPI's mpirun for 1-5 ranks (every collective x dtype x op, bit for bit),
-# then ranks that disagree, a rank that leaves, a rank past the timeout (the others
-# name it), and a rank killed mid-run (the job must end within seconds). Skips where
-# mpicc/mpirun are missing (.ci/run installs Debian's Open MPI).
+# for 3 ranks again with the all-reduce chain in small chunks (many rounds) and with
+# the exchange (DDP_MPI_ALLREDUCE=exchange: the form for ranks dealt round-robin over
+# hosts), the chain's shared memory (4 MiB per slot unless DDP_SHM_CHUNK says), then
+# ranks that disagree, a rank that leaves, a rank past the timeout (the
+# others name it), and a rank killed mid-run (the job must end within seconds). Skips
+# where mpicc/mpirun are missing (.ci/run installs Debian's Open MPI).
 cd "$(dirname "$0")/.." || exit 1
 if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
   echo "SKIP mpi: mpicc/mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 0
@@ -24,6 +27,15 @@ for n in 1 2 3 5; do
     echo "FAIL mpi.w$n.run: mpirun exited $rc: $(grep -v '^PASS' "$tmp/out" | head -c 400 | tr '\n' ' ')"; fail=1
   fi
 done
+for form in "small_chunks DDP_SHM_CHUNK=4096" "exchange DDP_MPI_ALLREDUCE=exchange"; do
+  set -- $form
+  DDP_TIMEOUT=60 run 300 -np 3 -x "$2" "$tmp/test_mpi" >"$tmp/out" 2>&1
+  rc=$?
+  grep -E '^(PASS|FAIL|SKIP) ' "$tmp/out" | sed "s/ mpi\./ mpi.$1./"
+  if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$tmp/out"; then
+    echo "FAIL mpi.$1.run: mpirun exited $rc: $(grep -v '^PASS' "$tmp/out" | head -c 400 | tr '\n' ' ')"; fail=1
+  fi
+done
 check() { # name want-rc seconds-at-most mode np grep...
   local name=$1 want=$2 limit=$3 mode=$4 np=$5; shift 5
   local t0=$SECONDS
@@ -41,6 +53,14 @@ check() { # name want-rc seconds-at-most mode np grep...
 check mismatch_named 0 10 mismatch 3 "rank 0 passes 10 x f32 sum, rank 1 passes 100 x f32 sum"
 check destroy_named 0 10 leave 3 "rank 1 left the job (ddp_destroy) while rank 0 waits in all_reduce #1"
 check timeout_names_late_rank nonzero 10 late 3 "timed out after 1.0 s in MPI waiting for rank 1 (no answer: busy outside ddp.h"
+# the chain's shared memory: 4 MiB per slot by default ((3 ranks + 4) slots), DDP_SHM_CHUNK's size when set
+for want in "29360128 default" "28672 set DDP_SHM_CHUNK=4096"; do
+  set -- $want
+  DDP_TIMEOUT=60 run 60 -np 3 -x DDP_DEBUG=1 ${3:+-x "$3"} "$tmp/test_mpi" mismatch >"$tmp/out" 2>&1
+  n=$(grep -c "MPI all-reduce: a chain of 1 host, $1 bytes of shared memory" "$tmp/out")
+  if [ "$n" = 3 ]; then echo "PASS mpi.chain_memory_$2"; else
+    echo "FAIL mpi.chain_memory_$2: $n of 3 ranks say $1 bytes: $(grep 'MPI all-reduce' "$tmp/out" | head -1)"; fail=1; fi
+done
 # a rank killed in the middle of a run: mpirun ends the job and names it
 t0=$SECONDS
 DDP_TIMEOUT=60 run 60 -np 3 "$tmp/test_mpi" >"$tmp/out" 2>&1 &

@@ -3,10 +3,15 @@
 # machine: two network namespaces joined by a veth pair (addresses only inside them),
 # each rank in a UTS namespace with its host's name, Open MPI's mpirun in host h1
 # reaching h2 through a launch agent that enters h2's namespaces. Checks: hello (the
-# backend is chosen by itself), every collective x dtype across hosts, train_classifier
-# and train_gpt on 2 hosts x 2 ranks against 1 host x 4 ranks (bit for bit), a rank
-# on h2 killed mid-run, h2 unreachable at launch and cut off mid-run. Needs root, ip,
-# unshare and Open MPI; skips with the reason otherwise.
+# backend and the all-reduce chain are chosen by themselves), every collective x dtype
+# across hosts through the chain (in big chunks and in small ones) and through the
+# exchange (ranks dealt round-robin over the hosts), train_classifier and train_gpt on
+# 2 hosts x 2 ranks against 1 host x 4 ranks (bit for bit), a rank on h2 killed
+# mid-run, h2 unreachable at launch and cut off mid-run. Needs root, ip, unshare and
+# Open MPI; skips with the reason otherwise.
+#   tests/test_mpi_hosts.sh bench    instead of the checks: examples/bench_allreduce on 2
+#                                    hosts x 2 ranks, the exchange and the chain alternating,
+#                                    3 rounds, one table of bus bandwidth (median, min-max)
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 skip() { echo "SKIP mpi_hosts: $1"; exit 0; }
@@ -44,9 +49,6 @@ build() { mpicc -std=c99 -O2 -fopenmp -DDDP_MPI -I"$root" "$root/$1" -o "$tmp/$2
   { echo "FAIL mpi_hosts.build_$2: $(head -c 300 "$tmp/build.log")"; exit 1; }; }
 build examples/hello_allreduce.c hello
 build tests/test_mpi.c test_mpi
-build examples/train_classifier.c clf
-build examples/train_gpt.c gpt
-cp "$root/examples/train_gpt.txt" "$tmp/" # train_gpt's default data, found in the working directory
 # mpirun on h1 (its own host name), 2 ranks on each host unless told otherwise
 across() { # timeout hosts args...
   local limit=$1 hosts=$2; shift 2
@@ -59,15 +61,52 @@ fail=0
 t0=$SECONDS
 say() { if [ "$2" = 1 ]; then echo "PASS mpi_hosts.$1"; else echo "FAIL mpi_hosts.$1: $3"; fail=1; fi; }
 
-DDP_TIMEOUT=30 across 60 "$two" -np 4 -x DDP_DEBUG=1 "$tmp/hello" >"$tmp/out" 2>&1
-ok=0; grep -q "sum 10, expected 10, world 4, backend mpi" "$tmp/out" && grep -q "node 1/2" "$tmp/out" && ok=1
-say hello_two_hosts_chooses_mpi $ok "$(grep -v '^\[' "$tmp/out" | head -c 400 | tr '\n' ' ')"
+if [ "$1" = bench ]; then # median (min-max) of each form's bus bandwidth per size, as a table
+  build examples/bench_allreduce.c bench
+  for round in 1 2 3; do
+    for form in exchange chain; do
+      DDP_TIMEOUT=120 across 600 "$two" -np 4 -x DDP_BACKEND=mpi -x DDP_MPI_ALLREDUCE=$form "$tmp/bench" \
+        --iters 10 --min-bytes 65536 >"$tmp/out" 2>&1 || { echo "bench: $form failed: $(tail -3 "$tmp/out")"; exit 1; }
+      # busbw from the time, in more digits than the program prints: 2 (n - 1) / n x algbw, n = 4
+      awk -v f=$form '/^ +[0-9]+ / && $6 == "ok" { print f, $1, 1.5 * $1 / $3 / 1e3 }' "$tmp/out" >>"$tmp/rates"
+      echo "round $round $form: $(awk '/^ +[0-9]+ / { printf "%s ", $5 }' "$tmp/out")"
+    done
+  done
+  echo; echo "busbw GB/s, 2 hosts x 2 ranks, f32 sum, median of 3 (min-max); bench_allreduce --iters 10"
+  echo "| size | exchange | chain | chain / exchange |"; echo "|---:|---:|---:|---:|"
+  sort -k2,2n -k3,3g "$tmp/rates" | awk '
+    function cell(f, s) { n = count[f, s]; return sprintf("%.3f (%.3f-%.3f)", v[f, s, int((n + 1) / 2)], v[f, s, 1], v[f, s, n]) }
+    { v[$1, $2, ++count[$1, $2]] = $3; if (!seen[$2]++) sizes[++ns] = $2 }
+    END { for (i = 1; i <= ns; i++) { s = sizes[i]; e = v["exchange", s, int((count["exchange", s] + 1) / 2)]
+            c = v["chain", s, int((count["chain", s] + 1) / 2)]
+            size = s >= 1048576 ? (s / 1048576) " MB" : (s / 1024) " KB"
+            printf "| %s | %s | %s | %.2fx |\n", size, cell("exchange", s), cell("chain", s), (e > 0 ? c / e : 0) } }'
+  exit 0
+fi
+build examples/train_classifier.c clf
+build examples/train_gpt.c gpt
+cp "$root/examples/train_gpt.txt" "$tmp/" # train_gpt's default data, found in the working directory
 
-DDP_TIMEOUT=60 across 300 "$two" -np 4 -x DDP_BACKEND=mpi "$tmp/test_mpi" >"$tmp/out" 2>&1
-rc=$?
-n=$(grep -c '^PASS ' "$tmp/out"); bad=$(grep -c '^FAIL ' "$tmp/out")
-say collectives_two_hosts "$([ $rc = 0 ] && [ "$n" -gt 100 ] && [ "$bad" = 0 ] && echo 1)" \
-  "exit $rc, $n passed, $bad failed: $(grep '^FAIL' "$tmp/out" | head -3 | tr '\n' ' ')"
+DDP_TIMEOUT=30 across 60 "$two" -np 4 -x DDP_DEBUG=1 "$tmp/hello" >"$tmp/out" 2>&1
+ok=0; grep -q "sum 10, expected 10, world 4, backend mpi" "$tmp/out" && grep -q "node 1/2" "$tmp/out" &&
+  [ "$(grep -c 'MPI all-reduce: a chain of 2 hosts' "$tmp/out")" = 4 ] && ok=1
+say hello_two_hosts_chooses_mpi_and_the_chain $ok "$(grep -v '^\[' "$tmp/out" | head -c 400 | tr '\n' ' ')"
+
+collectives() { # name mpirun-args...: every collective x dtype across the hosts, all passing
+  local name=$1; shift
+  DDP_TIMEOUT=60 across 300 "$two" -np 4 -x DDP_BACKEND=mpi -x DDP_DEBUG=1 "$@" "$tmp/test_mpi" >"$tmp/out" 2>&1
+  local rc=$? n bad
+  n=$(grep -c '^PASS ' "$tmp/out"); bad=$(grep -c '^FAIL ' "$tmp/out")
+  say "$name" "$([ $rc = 0 ] && [ "$n" -gt 100 ] && [ "$bad" = 0 ] && echo 1)" \
+    "exit $rc, $n passed, $bad failed: $(grep '^FAIL' "$tmp/out" | head -3 | tr '\n' ' ')"
+}
+collectives collectives_two_hosts_chain
+collectives collectives_two_hosts_chain_small_chunks -x DDP_SHM_CHUNK=4096
+ok=0; grep -q "MPI all-reduce: a chain of 2 hosts, 24576 bytes" "$tmp/out" && ok=1
+say chain_takes_the_chunk_size $ok "$(grep 'MPI all-reduce' "$tmp/out" | head -1)"
+collectives collectives_two_hosts_round_robin_exchange --map-by node
+ok=0; grep -q "MPI all-reduce: an exchange among all ranks (the ranks of a host are not consecutive)" "$tmp/out" && ok=1
+say round_robin_ranks_take_the_exchange $ok "$(grep 'MPI all-reduce' "$tmp/out" | head -1)"
 
 (cd "$tmp" && ./clf --nproc 4 --epochs 3 --out "$tmp/one.bin" >"$tmp/one.txt" 2>&1)
 DDP_TIMEOUT=60 across 120 "$two" -np 4 "$tmp/clf" --epochs 3 --out "$tmp/two.bin" >"$tmp/two.txt" 2>&1

@@ -11,8 +11,8 @@
 #   fail in one line; a diverged run (NaN loss) fails naming the step; --compare
 #   reports a NaN or infinity as a difference, never as 0; on a terminal one progress
 #   line; without --data the story, and a sample without runs of punctuation;
-#   plot_loss.py without matplotlib says what to install; --bench-matmul and
-#   examples/bench_train_gpt.py (the train_gpt forms, one short round) print their numbers.
+#   plot_loss.py without matplotlib says what to install. (The benchmarks:
+#   tests/test_bench.sh.)
 # The Makefile builds the example.
 cd "$(dirname "$0")/.." || exit 1
 bin=$PWD/examples/train_gpt
@@ -172,19 +172,6 @@ if python3 -c 'import matplotlib' 2>/dev/null; then
 else
   echo "SKIP plot_loss.py draws a log: python3 matplotlib not installed"
 fi
-
-# ---- the benchmark ------------------------------------------------------------------------
-out=$("$bin" --bench-matmul --dim 32 --ctx 16 --batch-size 4 2>&1)
-case $out in "matmul: "[0-9]*" GFLOP/s (ddp_kernels.cuh, "*) true ;; *) false ;; esac
-report "train_gpt --bench-matmul prints GFLOP/s" $? "$out"
-timeout 300 python3 "$OLDPWD/examples/bench_train_gpt.py" --forms ddp2,ddp1 --rounds 1 --steps 3 --warmup 1 >bench.txt 2>&1
-rc=$?
-[ "$rc" -eq 0 ] && grep -q '^| train_gpt --nproc 2 --batch-size 8 | [0-9]* ([0-9]*-[0-9]*) | [0-9]*% |$' bench.txt &&
-  grep -q '^| train_gpt --nproc 1 --batch-size 16 | ' bench.txt && grep -q 'matmul ceiling [0-9.]* GFLOP/s' bench.txt
-report "bench_train_gpt.py: a table of the forms, with the matmul ceiling" $? "exit $rc: $(tail -n 6 bench.txt | tr '\n' '|')"
-out=$(python3 "$OLDPWD/examples/bench_train_gpt.py" --forms nosuch 2>&1); rc=$?
-[ "$rc" -eq 2 ] && case $out in *"unknown form 'nosuch'"*) true ;; *) false ;; esac
-report "bench_train_gpt.py: an unknown form is an error" $? "exit $rc: $out"
 
 # ---- errors: one line on stderr, non-zero exit, no hang ----------------------------------
 one_line_error() { # name args...

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# tests/test_bench.sh - the CPU benchmarks run and print what the README's tables take:
+#   train_gpt --bench-matmul (ours and, where python3 imports torch, PyTorch's, or why
+#   not), and examples/bench_train_gpt.py (the train_gpt forms, one short round, the CPU
+#   named; an unknown form is an error). Their numbers are not checked: they measure.
+# The Makefile builds the example.
+cd "$(dirname "$0")/.." || exit 1
+bin=$PWD/examples/train_gpt
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+report() { # name ok why
+  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
+}
+if [ ! -x "$bin" ]; then
+  echo "FAIL bench: $bin is not built (make examples/train_gpt)"
+  exit 1
+fi
+cd "$tmp" || exit 1
+out=$("$bin" --bench-matmul --dim 32 --ctx 16 --batch-size 4 2>&1)
+grep -q '^| mlp proj 32 x 128 | [0-9.]* / [0-9.]* / [0-9.]* |' <<<"$out" &&
+  grep -q '^matmul: [0-9.]* GFLOP/s (ddp_kernels.cuh, ' <<<"$out" &&
+  grep -q '^matmul: \([0-9.]* GFLOP/s (PyTorch .* sgemm, .*% of it)\|PyTorch not measured (.*)\)$' <<<"$out"
+report "train_gpt --bench-matmul prints GFLOP/s per weight, ours and PyTorch's" $? "$out"
+out=$(PATH=/nonexistent "$bin" --bench-matmul --dim 32 --ctx 16 --batch-size 4 2>&1)
+grep -q '^matmul: PyTorch not measured (.*python3.*)$' <<<"$out"
+report "train_gpt --bench-matmul without python3 says why PyTorch is missing" $? "$out"
+timeout 300 python3 "$OLDPWD/examples/bench_train_gpt.py" --forms ddp2,ddp1 --rounds 1 --steps 3 --warmup 1 >bench.txt 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && grep -q '^| train_gpt --nproc 2 --batch-size 8 | [0-9]* ([0-9]*-[0-9]*) | [0-9]*% |$' bench.txt &&
+  grep -q '^| train_gpt --nproc 1 --batch-size 16 | ' bench.txt && grep -q 'matmul ceiling [0-9.]* GFLOP/s' bench.txt &&
+  grep -q '^cpu: .*; \(avx\|sve\|asimd\|no AVX2\).*[0-9]* cores$' bench.txt && grep -q '^on .*cores:$' bench.txt
+report "bench_train_gpt.py: a table of the forms, with the matmul ceiling" $? "exit $rc: $(tail -n 6 bench.txt | tr '\n' '|')"
+out=$(python3 "$OLDPWD/examples/bench_train_gpt.py" --forms nosuch 2>&1); rc=$?
+[ "$rc" -eq 2 ] && case $out in *"unknown form 'nosuch'"*) true ;; *) false ;; esac
+report "bench_train_gpt.py: an unknown form is an error" $? "exit $rc: $out"
+
+exit $fail

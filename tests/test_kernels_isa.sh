@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# tests/test_kernels.c built for each CPU path of ddp_kernels.cuh's matmul, with the
+# flags users build with (-O3, fused multiply-adds): -march=native (what this machine
+# runs), x86-64-v3 (AVX2 + FMA: the 5-row register tile) and x86-64-v4 (AVX-512: the
+# 8-row tile). Each must build clean with -Werror; each the CPU can run must pass every
+# check (bit for bit across threads, batch splits and tile edges, as the make test
+# build at -O2 without FMA does). A path the CPU cannot run is built only, and says so.
+cd "$(dirname "$0")/.." || exit 1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+case $(uname -m) in x86_64) ;; *) echo "SKIP kernels_isa: the x86-64 levels only (this is $(uname -m))"; exit 0 ;; esac
+flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
+has() { for f in "$@"; do case $flags in *" $f "*) ;; *) echo "$f"; return 1 ;; esac; done; }
+for arch in native x86-64-v3 x86-64-v4; do
+  case $arch in
+    x86-64-v3) need="avx2 fma bmi2" ;;
+    x86-64-v4) need="avx512f avx512bw avx512cd avx512dq avx512vl" ;;
+    *) need="" ;;
+  esac
+  if ! cc -std=c99 -Wall -Wextra -Wpedantic -Werror -O3 -march=$arch -fno-math-errno -fopenmp -I. \
+       tests/test_kernels.c -o "$tmp/k" -lm 2>"$tmp/log"; then
+    echo "FAIL kernels_isa.$arch.builds: $(head -c 400 "$tmp/log" | tr '\n' ' ')"; fail=1; continue
+  fi
+  echo "PASS kernels_isa.$arch.builds"
+  if missing=$(has $need); then
+    "$tmp/k" >"$tmp/out" 2>&1; rc=$?
+    n=$(grep -c '^PASS ' "$tmp/out"); bad=$(grep '^FAIL ' "$tmp/out" | head -3 | tr '\n' ' ')
+    if [ $rc -eq 0 ] && [ "$n" -gt 40 ] && [ -z "$bad" ]; then echo "PASS kernels_isa.$arch.runs ($n checks)"
+    else echo "FAIL kernels_isa.$arch.runs: exit $rc, $n passed: $bad"; fail=1; fi
+  else
+    echo "SKIP kernels_isa.$arch.runs: this CPU lacks $missing (built only)"
+  fi
+done
+exit $fail
