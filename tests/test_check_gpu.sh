@@ -5,12 +5,7 @@
 # the table still prints, all within the budget. Then a stand-in compute-sanitizer:
 # no errors passes, errors fail, a tool that cannot run here is a skip with its reason.
 cd "$(dirname "$0")/.." || exit 1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-report() { # name ok why
-  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
-}
+. tests/lib.sh
 tree=$tmp/tree
 mkdir -p "$tree/tests" "$tree/examples/lessons/01_x" "$tmp/bin"
 cp tests/check_gpu.sh tests/run.sh "$tree/tests/"

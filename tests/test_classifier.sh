@@ -5,12 +5,7 @@
 # builds the example; tests/test_pytorch_twin.sh compares it with PyTorch.
 cd "$(dirname "$0")/.." || exit 1
 bin=./examples/train_classifier
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-report() { # name ok why
-  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
-}
+. tests/lib.sh
 if [ ! -x "$bin" ]; then
   echo "FAIL classifier: $bin is not built (make examples/train_classifier)"
   exit 1

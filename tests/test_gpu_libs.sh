@@ -11,12 +11,7 @@ cd "$(dirname "$0")/.." || exit 1
 if ! command -v nvcc >/dev/null; then echo "SKIP gpu_libs: nvcc not found, so no GPU binaries are built"; exit 0; fi
 if [ "${DDP_GPU_BUILDS-}" = 0 ]; then echo "SKIP gpu_libs: make HAVE_NVCC= builds no GPU binaries"; exit 0; fi
 if ! command -v readelf >/dev/null; then echo "SKIP gpu_libs: readelf not found (binutils)"; exit 0; fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-report() { # name ok why
-  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
-}
+. tests/lib.sh
 major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
 for src in examples/*.c examples/*.cu examples/lessons/[0-9]*/*.c tests/test_*.cu; do
   # (exercises are built one at a time by make lesson-N, on the CPU)

@@ -15,12 +15,7 @@
 # lesson 5 writes its checkpoint.
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-report() { # name ok why
-  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
-}
+. tests/lib.sh
 export OMP_NUM_THREADS=1 # the lessons use no OpenMP: keeps the launcher's note out of the outputs
 unset LC_ALL LC_MESSAGES HINT
 export LANG=C # English messages, whatever the caller's locale (the Chinese ones are asked for below)

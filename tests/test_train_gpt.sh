@@ -16,12 +16,7 @@
 # The Makefile builds the example.
 cd "$(dirname "$0")/.." || exit 1
 bin=$PWD/examples/train_gpt
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-report() { # name ok why
-  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
-}
+. tests/lib.sh
 if [ ! -x "$bin" ]; then
   echo "FAIL train_gpt: $bin is not built (make examples/train_gpt)"
   exit 1

@@ -1,0 +1,9 @@
+# tests/lib.sh - what the test scripts share, sourced from the repository root: $tmp, a
+# directory removed at exit, and `report NAME STATUS WHY`, which prints PASS NAME or
+# FAIL NAME: WHY and, on a failure, sets fail=1 (the script's exit status).
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+report() { # name ok why
+  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
+}
