@@ -2740,7 +2740,9 @@ static void ddp__shm_sweep(const char *prefix, int min_age)
         snprintf(name, sizeof name, "/%s", e->d_name);
         if (min_age < 0) { shm_unlink(name); continue; }
         if ((fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0)) < 0) continue;
-        orphan = fstat(fd, &sb) == 0 && time(NULL) - sb.st_mtime >= min_age && !ddp__locked(fd, 0, DDP__MAX_CPU_RANKS);
+        /* time(NULL) lags the clock that stamps files by up to a tick: no age asked, none read */
+        orphan = (!min_age || (fstat(fd, &sb) == 0 && time(NULL) - sb.st_mtime >= min_age)) &&
+                 !ddp__locked(fd, 0, DDP__MAX_CPU_RANKS);
         close(fd);
         if (orphan) shm_unlink(name);
     }
@@ -2858,10 +2860,11 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
                          "id but separate /dev/shm? give them distinct host names)", name);
     }
     cpu->shm->pids[ctx->rank] = (int32_t)getpid();
-    /* once everyone has it mapped the name goes; if rank 0 dies first, the last rank to
-       let go of it removes it (ddp__cpu_release) */
+    /* once everyone has it mapped the name goes, removed by whoever gets there first (rank
+       0 may die right after the barrier, and a failing program may skip ddp_destroy); if
+       rank 0 dies before, the last rank to let go of it removes it (ddp__cpu_release) */
     r = ddp__store_barrier(ctx, "mapped", "waiting for every rank to map the shared memory");
-    if (ctx->rank == 0) shm_unlink(name);
+    if (ctx->rank == 0 || r == DDP_OK) shm_unlink(name);
     if (r != DDP_OK) return r;
     cpu->spin = sysconf(_SC_NPROCESSORS_ONLN) >= ctx->world_size;
     return DDP_OK;
@@ -2871,15 +2874,17 @@ static void ddp__cpu_release(ddp_ctx *ctx)
 {
     ddp__cpu *cpu = ddp__cpu_of(ctx);
     char prefix[40];
-    if (!cpu) return;
-    if (cpu->shm) munmap(cpu->shm, cpu->size);
-    if (cpu->fd >= 0) close(cpu->fd);
-    DDP_FREE(cpu);
-    ctx->st->bs = NULL;
-    /* a job that failed in its first moments (rank 0 killed before it removed the
-       name): the last rank to let go removes the arena nobody holds any more */
+    if (cpu) {
+        if (cpu->shm) munmap(cpu->shm, cpu->size);
+        if (cpu->fd >= 0) close(cpu->fd);
+        DDP_FREE(cpu);
+        ctx->st->bs = NULL;
+    }
+    /* a job that failed in its first moments (rank 0 killed before it removed the name,
+       maybe while this rank was still joining): the last rank to let go removes the
+       arena nobody holds any more */
     snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(ctx->st->cfg.job_id));
-    if (ctx->st->broken) ddp__shm_sweep(prefix, 0);
+    if (ctx->st->broken && ctx->world_size > 1) ddp__shm_sweep(prefix, 0);
 }
 
 /* A failure on one rank stops the others at once. */
