@@ -281,9 +281,10 @@ else
   cmp -s ref.st b.st && [ "$rc" -eq 0 ] && diff <(no_speed ref.jsonl) <(no_speed b.jsonl) >/dev/null
   report "restart_train: under torchrun --max_restarts (torch $version), killed twice: the same bits and log" $? \
     "status $rc; $("$bin" --compare ref.st b.st 2>&1); $(grep -v '^\(\[default[01]\]:\)\?step ' torchrun.txt | tail -n 8 | tr '\n' '|' | head -c 800)"
-  restarts=$(grep -c 'restart [12] of the job: going on from the checkpoint' torchrun.txt)
+  # (both kills may come before the first save: then the attempts say so and start afresh)
+  restarts=$(grep -c 'restart [12] of the job: \(going on from the checkpoint\|no checkpoint yet\)' torchrun.txt)
   [ "$restarts" -ge 1 ]
-  report "restart_train: under torchrun each restarted attempt reads TORCHELASTIC_RESTART_COUNT and resumes" $? \
+  report "restart_train: under torchrun each restarted attempt reads TORCHELASTIC_RESTART_COUNT and the checkpoint" $? \
     "$restarts 'restart N of the job' lines: $(grep -i 'restart' torchrun.txt | tr '\n' '|' | head -c 400)"
 fi
 kills=$((k_startup + k_step + k_save + k_stopping))
