@@ -276,7 +276,8 @@ else
   printf '#!/bin/sh\nexec %s %s --save b.st --resume auto --log b.jsonl\n' "$bin" "$gpt" >gpt.sh
   chmod +x gpt.sh
   # shellcheck disable=SC2086 # word lists
-  interrupted torchrun 2 2 b.st '^\(\[default0\]:\)\?step ' "" "$py" -m torch.distributed.run $extra --nproc_per_node 2 \
+  # (the first kill at once: on an idle machine the run can end before a random moment)
+  interrupted torchrun 2 2 b.st '^\(\[default0\]:\)\?step ' 0 "$py" -m torch.distributed.run $extra --nproc_per_node 2 \
     --max_restarts 2 --monitor_interval 0.1 --master_port "$port" --no_python ./gpt.sh
   cmp -s ref.st b.st && [ "$rc" -eq 0 ] && diff <(no_speed ref.jsonl) <(no_speed b.jsonl) >/dev/null
   report "restart_train: under torchrun --max_restarts (torch $version), killed twice: the same bits and log" $? \
