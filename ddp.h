@@ -3522,13 +3522,12 @@ static int ddp__mpi_late(ddp_ctx *ctx, const ddp__coll *c, char *out, size_t siz
     while (answered < ctx->world_size - 1 && ddp__now_ms() < deadline) {
         MPI_Status s;
         int got = 0;
-        struct timespec ts = {0, 500000L};
         ddp__mpi_answer(b, c); /* the others ask too */
         if (MPI_Iprobe(MPI_ANY_SOURCE, DDP__MPI_ANSWER, b->ctl, &got, &s) == MPI_SUCCESS && got) {
             MPI_Recv(&where[2 * s.MPI_SOURCE], 2, MPI_INT64_T, s.MPI_SOURCE, DDP__MPI_ANSWER, b->ctl, MPI_STATUS_IGNORE);
             answered++;
         } else {
-            nanosleep(&ts, NULL);
+            ddp__sleep_us(500);
         }
     }
     for (r = 0; r < ctx->world_size; r++) {
@@ -3549,7 +3548,7 @@ static int ddp__mpi_late(ddp_ctx *ctx, const ddp__coll *c, char *out, size_t siz
 static ddp_result ddp__mpi_wait_req(ddp_ctx *ctx, MPI_Request *req, const ddp__coll *c, int rc)
 {
     int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
-    long nap = 1000;
+    int64_t nap = 1; /* us */
     int done = 0, spins = 0, n;
     char late[300];
     if (rc != MPI_SUCCESS) return ddp__mpi_error(ctx, rc, "MPI", c);
@@ -3565,11 +3564,8 @@ static ddp_result ddp__mpi_wait_req(ddp_ctx *ctx, MPI_Request *req, const ddp__c
                              n > 1 ? "s " : n ? " " : "", late);
         }
         {
-            struct timespec ts;
-            ts.tv_sec = 0;
-            ts.tv_nsec = nap;
-            nanosleep(&ts, NULL);
-            if (nap < 200000) nap *= 2; /* up to 0.2 ms between polls */
+            ddp__sleep_us(nap);
+            if (nap < 200) nap *= 2; /* up to 0.2 ms between polls */
             ddp__mpi_answer(ddp__mpi_of(ctx), c);
         }
     }
@@ -4337,9 +4333,10 @@ static ddp_result ddp__queue(ddp_ctx *ctx, const ddp__coll *c, ddp_work *work)
 static ddp_result ddp__refuse(ddp_ctx *ctx, const char *what)
 {
     struct ddp__state *st = ctx->st;
-    int first = !st->cause[0];
-    if (first) ddp__copy(st->cause, sizeof st->cause, st->err);
-    if (first) return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: the process group failed earlier: %s", what, st->cause);
+    if (!st->cause[0]) {
+        ddp__copy(st->cause, sizeof st->cause, st->err);
+        return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: the process group failed earlier: %s", what, st->cause);
+    }
     snprintf(st->err, sizeof st->err, "%s refused: the process group failed earlier: %s", what, st->cause);
     return DDP_ERR_ABORTED;
 }
@@ -4925,7 +4922,7 @@ int ddp_run_restarts(int nproc, int max_restarts, char *const argv[])
     char why[300];
     int attempt, status, final, threads;
     long cores = ddp__cores_allowed();
-    const char *outer = ddp__launched_by();
+    const char *outer = ddp__launched_by(), *omp = getenv("OMP_NUM_THREADS");
     if (nproc < 1 || !argv || !argv[0] || max_restarts < 0) {
         fprintf(stderr, "ddp: nothing to run (nproc %d, max_restarts %d)\n", nproc, max_restarts);
         return 2;
@@ -4937,9 +4934,8 @@ int ddp_run_restarts(int nproc, int max_restarts, char *const argv[])
     /* said once per job, and only where it changes something: OpenMP takes every core
        the rank may use unless told otherwise, so with one core it takes 1 anyway */
     threads = ddp__omp_num_threads() > 0 ? 0 : cores > nproc ? (int)(cores / nproc) : 1;
-    if (threads && getenv("OMP_NUM_THREADS") && *getenv("OMP_NUM_THREADS"))
-        fprintf(stderr, "ddp: ignoring OMP_NUM_THREADS='%s': not a positive number of threads\n",
-                getenv("OMP_NUM_THREADS"));
+    if (threads && omp && *omp)
+        fprintf(stderr, "ddp: ignoring OMP_NUM_THREADS='%s': not a positive number of threads\n", omp);
     if (threads && nproc > 1 && cores > 1)
         fprintf(stderr, "ddp: %d ranks share %ld cores, so each rank gets OMP_NUM_THREADS=%d (a rank that uses "
                 "OpenMP would otherwise start %ld threads); set OMP_NUM_THREADS to choose another number\n",
