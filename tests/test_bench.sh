@@ -7,10 +7,7 @@
 cd "$(dirname "$0")/.." || exit 1
 bin=$PWD/examples/train_gpt
 . tests/lib.sh
-if [ ! -x "$bin" ]; then
-  echo "FAIL bench: $bin is not built (make examples/train_gpt)"
-  exit 1
-fi
+need_built bench "$bin"
 cd "$tmp" || exit 1
 out=$("$bin" --bench-matmul --dim 32 --ctx 16 --batch-size 4 2>&1)
 grep -q '^| mlp proj 32 x 128 | [0-9.]* / [0-9.]* / [0-9.]* |' <<<"$out" &&

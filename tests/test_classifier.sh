@@ -6,10 +6,7 @@
 cd "$(dirname "$0")/.." || exit 1
 bin=./examples/train_classifier
 . tests/lib.sh
-if [ ! -x "$bin" ]; then
-  echo "FAIL classifier: $bin is not built (make examples/train_classifier)"
-  exit 1
-fi
+need_built classifier "$bin"
 "$bin" --nproc 1 --batch-size 32 --epochs 3 --seed 1 --out "$tmp/one.bin" >"$tmp/one.txt" 2>&1
 rc1=$?
 "$bin" --nproc 4 --batch-size 8 --epochs 3 --seed 1 --out "$tmp/four.bin" >"$tmp/four.txt" 2>&1

@@ -17,10 +17,7 @@
 cd "$(dirname "$0")/.." || exit 1
 bin=$PWD/examples/train_gpt
 . tests/lib.sh
-if [ ! -x "$bin" ]; then
-  echo "FAIL train_gpt: $bin is not built (make examples/train_gpt)"
-  exit 1
-fi
+need_built train_gpt "$bin"
 cd "$tmp" || exit 1
 head -c 30000 "$OLDPWD/ddp.h" >data.txt
 tiny="--layers 2 --heads 2 --dim 32 --ctx 16 --data data.txt --val-every 4 --sample-len 16 --seed 5"
