@@ -167,8 +167,9 @@
         plans with a cublasGemmEx fallback; attention without spills, any B*NH;
         ddp_kernels_error; more accurate CPU layernorm and cross-entropy; CPU speed:
         8-row tiles under AVX-512, output prefetch, attention reading k/v in place,
-        ddp_matmul_backward_sum_cpu, the matmul's operands packed once per call
-        (b always, a where it lies along the wrong axis); new last bits from layernorm's vectorized sums
+        ddp_matmul_backward_sum_cpu (all sequences in one pass, each task's sum kept side
+        by side), the matmul's operands packed once per call (b always, a where strided
+        by a page or more); new last bits from layernorm's vectorized sums
         and the forward attention's 128-key blocks.
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
@@ -361,7 +362,7 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
    register tile of DDP__MR rows down it, so the inner loop is DDP__MR vector
    multiply-adds along the columns per loaded panel row. The panels are packed once per
    call for all row blocks (into a scratch the call allocates; without it, each task
-   packs its own), and so is a where it is strided along k. Each element of c is one
+   packs its own), and so is a where it is strided along k by a page. Each element of c is one
    chain of multiply-adds in ascending k, started from init (bias, zero, or c itself)
    and stored in fp32 between panels, so its bits do not depend on the blocking, on
    which other rows are in the batch, or on how many threads share the tasks. */
@@ -496,15 +497,17 @@ static inline void ddp__gemm_pack(float *bp, const float *b, size_t bk, size_t b
 
 /* Floats of ddp__gemm's scratch: b packed whole (K, N rounded up to whole panels) when its
    row blocks would each pack the same panels again (M past one block), then a packed
-   (M rounded up to whole tiles, K) when it is strided along k (ak != 1: each k a new
-   line, often a new page, where the hardware prefetches nothing), each tile's rows k by k. */
+   (M rounded up to whole tiles, K) when it is strided along k by a page or more (each k a
+   new page, where the hardware prefetches nothing; shorter strides read in place were
+   faster than packing, weight gradients with 128-512 outputs on Zen 3), each tile's rows
+   k by k. */
 static inline size_t ddp__gemm_b_floats(int M, int N, int K)
 {
     return M > DDP__MC && N > 0 && K > 0 ? (size_t)K * (size_t)((N + DDP__NR - 1) / DDP__NR) * DDP__NR : 0;
 }
 static inline size_t ddp__gemm_a_floats(int M, int K, size_t ak)
 {
-    return ak != 1 && M > 0 && K > 0 ? (size_t)K * (size_t)((M + DDP__MR - 1) / DDP__MR) * DDP__MR : 0;
+    return ak >= 1024 && M > 0 && K > 0 ? (size_t)K * (size_t)((M + DDP__MR - 1) / DDP__MR) * DDP__MR : 0;
 }
 
 /* ddp__gemm's scratch for these shapes, or NULL: not needed, or too little memory, and
@@ -519,8 +522,8 @@ static inline float *ddp__gemm_scratch(int M, int N, int K, size_t ak)
    (MR, K) rows k-major at ap + i MR K, rows past M repeating the last. */
 static inline void ddp__gemm_pack_a(float *ap, const float *a, size_t am, size_t ak, int M, int K, int k0, int k1)
 {
-    for (int k = k0; k < k1; k++) /* k outer: a (the weight gradient's dout) read along its rows, as it lies */
-        for (int i = 0; i * DDP__MR < M; i++)
+    for (int i = 0; i * DDP__MR < M; i++) /* tile by tile: its rows k0..k1-1 written in one run (the lines */
+        for (int k = k0; k < k1; k++)     /* of a they read, a few KB, stay in L1 for the next tile) */
             if (am == 1 && (i + 1) * DDP__MR <= M) /* a whole tile's rows side by side: one short copy */
                 memcpy(ap + ((size_t)i * K + k) * DDP__MR, a + (size_t)i * DDP__MR + (size_t)k * ak,
                        DDP__MR * sizeof(float));
@@ -532,18 +535,21 @@ static inline void ddp__gemm_pack_a(float *ap, const float *a, size_t am, size_t
 }
 
 /* c (M,N) = (accumulate ? c : bias (N) or 0) + a @ b, with a(i,k) = a[i*am + k*ak] and
-   b(k,j) = b[k*bk + j*bn]; or, with csum, csum (M,N) += (double) (a @ b), c unused (each
-   task keeps its chains between panels of b in fp32, as c would). Call it inside a
+   b(k,j) = b[k*bk + j*bn]; or, with csum, csum (M,N) += (double) (a @ b) segment by
+   segment: k in runs of seg (K a multiple of it), each run's product in fp32 from zero,
+   added to csum in run order, c unused (each task keeps its chains between panels of b
+   in fp32, as c would, and walks every run of its own elements). Call it inside a
    parallel region (or outside one, serially), every thread with the same arguments: its
    tasks are shared out and nobody waits at the end. With scratch (ddp__gemm_scratch's for
    the same M, N, K and ak) the team first packs b and a into it, then waits for all of it. */
 static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, const float *b, size_t bk, size_t bn,
-                             const float *bias, int accumulate, int M, int N, int K, double *csum, float *scratch)
+                             const float *bias, int accumulate, int M, int N, int K, double *csum, int seg,
+                             float *scratch)
 {
     /* row blocks of equal size (in whole tiles), so that the tasks balance */
     const int blocks = M > 0 ? (M + DDP__MC - 1) / DDP__MC : 1, tiles = (M + DDP__MR - 1) / DDP__MR;
     const int mc = (tiles + blocks - 1) / blocks * DDP__MR, panels = M > 0 ? (N + DDP__NR - 1) / DDP__NR : 0;
-    const int depths = (K + DDP__KC - 1) / DDP__KC;
+    const int depths = (K + DDP__KC - 1) / DDP__KC, sl = csum && seg > 0 && seg < K ? seg : K; /* a run of k */
     const size_t bfl = scratch ? ddp__gemm_b_floats(M, N, K) : 0, afl = scratch ? ddp__gemm_a_floats(M, K, ak) : 0;
     float *bpk = bfl ? scratch : NULL, *apk = afl ? scratch + bfl : NULL;
     const int bjobs = bpk ? panels * depths : 0, jobs = bjobs + (apk ? (K + 15) / 16 : 0);
@@ -562,29 +568,33 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
     DDP__OMP(for schedule(dynamic) nowait)
     for (int t = 0; t < blocks * panels; t++) {
         float own[DDP__KC * DDP__NR], part[(DDP__MC + DDP__MR) * DDP__NR]; /* a sum's rows (mc <= DDP__MC + MR - 1) */
+        double loc[(DDP__MC + DDP__MR) * DDP__NR]; /* the task's csum, side by side while its runs add to it */
         const int m0 = t / panels * mc, n0 = t % panels * DDP__NR;
         const int m1 = m0 + mc < M ? m0 + mc : M, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
-        for (int k0 = 0; k0 < K || k0 == 0; k0 += DDP__KC) { /* K == 0 still writes bias */
-            const int kc = K - k0 < DDP__KC ? K - k0 : DDP__KC;
+        if (csum)
+            for (int m = m0; m < m1; m++)
+                for (int j = 0; j < DDP__NR; j++) loc[(m - m0) * DDP__NR + j] = j < nv ? csum[(size_t)m * N + n0 + j] : 0.0;
+        for (int s0 = 0; s0 < (K ? K : 1); s0 += sl ? sl : 1) /* K == 0 still writes bias */
+        for (int k0 = s0, s1 = s0 + sl < K ? s0 + sl : K; k0 < (K ? s1 : 1); k0 += DDP__KC) {
+            const int kc = s1 - k0 < DDP__KC ? s1 - k0 : DDP__KC, start = k0 == s0 && !accumulate;
+            const int flush = csum && k0 + kc >= s1;
             const float *bp = bpk ? bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR : own;
             if (!bpk) ddp__gemm_pack(own, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
             for (int m = m0; m < m1; m += DDP__MR) {
-                for (int i = m + DDP__MR; i < m + 2 * DDP__MR && i < m1; i++)
-                    if (!csum) {
-                        DDP__PREFETCH_W(c + (size_t)i * N + n0);
-                        DDP__PREFETCH_W(c + (size_t)i * N + n0 + nv - 1);
-                    } else if (k0 + kc >= K) {
-                        DDP__PREFETCH_W(csum + (size_t)i * N + n0);
-                        DDP__PREFETCH_W(csum + (size_t)i * N + n0 + nv - 1);
-                    }
+                for (int i = m + DDP__MR; i < m + 2 * DDP__MR && i < m1 && !csum; i++) {
+                    DDP__PREFETCH_W(c + (size_t)i * N + n0);
+                    DDP__PREFETCH_W(c + (size_t)i * N + n0 + nv - 1);
+                }
                 ddp__gemm_tile(csum ? part + (size_t)(m - m0) * DDP__NR : c + (size_t)m * N + n0,
                                csum ? DDP__NR : (size_t)N, m1 - m < DDP__MR ? m1 - m : DDP__MR, nv,
                                apk ? apk + ((size_t)(m / DDP__MR) * K + k0) * DDP__MR : a + (size_t)m * am + (size_t)k0 * ak,
-                               apk ? 1 : am, apk ? DDP__MR : ak, bp, DDP__NR, kc, k0 == 0 && !accumulate,
-                               bias ? bias + n0 : NULL, csum && k0 + kc >= K ? csum + (size_t)m * N + n0 : NULL,
-                               (size_t)N);
+                               apk ? 1 : am, apk ? DDP__MR : ak, bp, DDP__NR, kc, start, bias ? bias + n0 : NULL,
+                               flush ? loc + (size_t)(m - m0) * DDP__NR : NULL, DDP__NR);
             }
         }
+        if (csum)
+            for (int m = m0; m < m1; m++)
+                for (int j = 0; j < nv; j++) csum[(size_t)m * N + n0 + j] = loc[(m - m0) * DDP__NR + j];
     }
 }
 
@@ -594,7 +604,7 @@ static inline void ddp_matmul_forward_cpu(float *out, const float *inp, const fl
 {
     float *scratch = ddp__gemm_scratch(B * T, OC, C, 1);
     DDP__OMP(parallel)
-    ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C, NULL, scratch);
+    ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C, NULL, 0, scratch);
     free(scratch);
 }
 
@@ -608,8 +618,8 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
     float *ds = dinp ? ddp__gemm_scratch(BT, C, OC, 1) : NULL, *ws = dweight ? ddp__gemm_scratch(OC, C, BT, OC) : NULL;
     DDP__OMP(parallel)
     {
-        if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC, NULL, ds);
-        if (dweight) ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT, NULL, ws);
+        if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC, NULL, 0, ds);
+        if (dweight) ddp__gemm(dweight, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 1, OC, C, BT, NULL, 0, ws);
         if (dbias) {
             DDP__OMP(for schedule(static) nowait)
             for (int o0 = 0; o0 < OC; o0 += 64) {
@@ -631,14 +641,11 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
 static inline void ddp_matmul_backward_sum_cpu(double *dweight, double *dbias, const float *dout, const float *inp,
                                                int B, int T, int C, int OC)
 {
-    float *scratch = dweight ? ddp__gemm_scratch(OC, C, T, (size_t)OC) : NULL;
+    float *scratch = dweight && T > 0 ? ddp__gemm_scratch(OC, C, B * T, (size_t)OC) : NULL;
     DDP__OMP(parallel)
     {
-        for (int b = 0; b < B && dweight; b++) {
-            ddp__gemm(NULL, dout + (size_t)b * T * OC, 1, (size_t)OC, inp + (size_t)b * T * C, (size_t)C, 1, NULL, 0,
-                      OC, C, T, dweight, scratch);
-            DDP__OMP(barrier) /* the next sequence adds to the same elements (and packs over the scratch) */
-        }
+        if (dweight && T > 0) /* one product over all B*T rows, summed sequence by sequence */
+            ddp__gemm(NULL, dout, 1, (size_t)OC, inp, (size_t)C, 1, NULL, 0, OC, C, B * T, dweight, T, scratch);
         if (dbias) {
             DDP__OMP(for schedule(static) nowait)
             for (int o0 = 0; o0 < OC; o0 += 64) {

@@ -1328,6 +1328,11 @@ static int bench_matmul(const options *o)
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
+    { /* values written, as training's are: calloc's untouched pages all map the one zero
+         page, whose reads measured 25% slower on Zen 3 */
+        uint32_t r = 1;
+        for (size_t i = 0; i < 3 * M * most + most * C; i++) x[i] = (float)((r = r * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f;
+    }
     for (k = 0; k < 5; k++)
         for (p = 0; p < 3; p++) {
             const int OC = shapes[k][0], IC = shapes[k][1];

@@ -196,7 +196,7 @@ static void test_matmul_blocked(void)
 {
     static const int shapes[][3] = {{1, 1, 1}, {1, 1, 17}, {3, 1, 1}, {7, 19, 1}, {11, 37, 33},
                                     {17, 300, 20}, {6, 16, 300}, {260, 17, 5}, {300, 9, 40}, {30, 20, 270},
-                                    {260, 300, 20}};
+                                    {260, 300, 20}, {40, 7, 1030}}; /* the last: dweight's a packed (OC >= 1024) */
     double worst = 0.0;
     int same_threads = 1, same_rows = 1, same_split = 1;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -274,8 +274,8 @@ static void test_matmul_blocked(void)
 
 /* The per-sequence sum: each sequence's fp32 gradient (ddp_matmul_backward_cpu with B = 1,
    into zeros) added in double, bit for bit, also past one panel of depth (T > 256) and
-   past one block of rows (OC > 255: the panels packed once for all blocks), and with one
-   thread as with many. */
+   past one block of rows (OC > 255: the panels packed once for all blocks), with dout
+   packed (OC >= 1024), and with one thread as with many. */
 static void matmul_sum_case(int SB, int ST, int SC, int SOC, int *same, int *threads)
 {
     float *dout = alloc((size_t)SB * ST * SOC), *inp = alloc((size_t)SB * ST * SC), *w = alloc(SOC * SC);
@@ -317,6 +317,7 @@ static void test_matmul_sum(void)
     matmul_sum_case(3, 300, 21, 37, &same, &threads);
     matmul_sum_case(2, 40, 19, 270, &same, &threads);
     matmul_sum_case(2, 270, 19, 270, &same, &threads);
+    matmul_sum_case(3, 30, 5, 1030, &same, &threads); /* dout packed: strided by a page */
     CHECK("kernels.matmul.sum_per_sequence", same && threads, "the double sum %s the per-sequence fp32 gradients; "
           "one thread %s", same ? "matches" : "differs from", threads ? "agrees" : "differs");
 }
