@@ -169,7 +169,8 @@
         8-row tiles under AVX-512, output prefetch, attention reading k/v in place,
         ddp_matmul_backward_sum_cpu (all sequences in one pass, each task's sum kept side
         by side), the matmul's operands packed once per call (b always, a where strided
-        by a page or more); new last bits from layernorm's vectorized sums
+        by a page or more), a 6-row tile under AVX2 (intrinsics); new last bits from
+        layernorm's vectorized sums
         and the forward attention's 128-key blocks.
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
@@ -369,6 +370,14 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #ifdef __AVX512F__ /* rows of a register tile: 8 accumulators of 16 lanes, of 32 registers */
 #define DDP__MR 8
 #define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) /* X(i) for each row of a tile */
+#elif defined(__AVX2__) && defined(__FMA__) && !defined(__CUDACC__)
+/* 12 accumulators + 2 panel loads + 1 broadcast: 15 of 16 AVX registers, which gcc
+   keeps only when the loop is written in intrinsics (from C it loads the 6 broadcasts
+   first and spills); the bits are fmaf's, as everywhere */
+#include <immintrin.h>
+#define DDP__MR 6
+#define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define DDP__AVX2_TILE
 #else /* 10 accumulators + 5 broadcasts + 1 load fit 16 AVX registers */
 #define DDP__MR 5
 #define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4)
@@ -423,6 +432,26 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
         for (int i = 0; i < DDP__MR; i++)
             for (int j = 0; j < DDP__NR; j++) acc[i][j] = edge[i][j];
     }
+#ifdef DDP__AVX2_TILE
+    { /* each row: one broadcast, then its two multiply-adds */
+        __m256 lo[DDP__MR], hi[DDP__MR];
+#define DDP__VLOAD(i) lo[i] = _mm256_loadu_ps(acc[i]); hi[i] = _mm256_loadu_ps(acc[i] + 8);
+        DDP__TILE_ROWS(DDP__VLOAD)
+#undef DDP__VLOAD
+        for (int k = 0; k < kc; k++) {
+            const float *b = bp + k * ldb;
+            const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#define DDP__VMADD(i) { const __m256 xi = _mm256_broadcast_ss(ar[i]); ar[i] += ak; \
+                        lo[i] = _mm256_fmadd_ps(xi, b0, lo[i]); hi[i] = _mm256_fmadd_ps(xi, b1, hi[i]); }
+            DDP__TILE_ROWS(DDP__VMADD)
+#undef DDP__VMADD
+        }
+#define DDP__VSTORE(i) _mm256_storeu_ps(acc[i], lo[i]); _mm256_storeu_ps(acc[i] + 8, hi[i]);
+        DDP__TILE_ROWS(DDP__VSTORE)
+#undef DDP__VSTORE
+        (void)x;
+    }
+#else
     for (int k = 0; k < kc; k++) {
         const float *b = bp + k * ldb;
 #define DDP__LOAD(i) x[i] = *ar[i]; ar[i] += ak;
@@ -435,6 +464,7 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
 #undef DDP__MADD
         }
     }
+#endif
     if (cs && full) /* constant bounds, so that the conversion and the adds vectorize */
         for (int i = 0; i < DDP__MR; i++)
             for (int j = 0; j < DDP__NR; j++) cs[i * ldcs + j] += acc[i][j];

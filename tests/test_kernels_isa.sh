@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_kernels.c built for each CPU path of ddp_kernels.cuh's matmul, with the
 # flags users build with (-O3, fused multiply-adds): -march=native (what this machine
-# runs), x86-64-v3 (AVX2 + FMA: the 5-row register tile) and x86-64-v4 (AVX-512: the
+# runs), x86-64-v3 (AVX2 + FMA: the 6-row register tile in intrinsics) and x86-64-v4 (AVX-512: the
 # 8-row tile). Each must build clean with -Werror; each the CPU can run must pass every
 # check (bit for bit across threads, batch splits and tile edges, as the make test
 # build at -O2 without FMA does). A path the CPU cannot run is built only, and says so.
