@@ -405,16 +405,15 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #endif
 
 /* c[i*ldc + j] for i < mv, j < nv: = bias[j] (0 if NULL) + sum_k a(i,k) bp[k*ldb + j]
-   when start, else += that sum; with cs, that result is added to cs[i*ldcs + j] (double)
-   instead of stored in c. a(i,k) = a[i*am + k*ak]; rows past mv repeat row mv-1 and
+   when start, else += that sum; with cs, that result is added to cs[i*DDP__NR + j]
+   (double: a task's sums side by side) instead of stored in c. a(i,k) = a[i*am + k*ak]; rows past mv repeat row mv-1 and
    columns past nv are read (all DDP__NR of each row of bp) but not stored. The rows are
    unrolled by hand: gcc keeps the tile in registers only when every index into it is a
    constant. */
 static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const float *a, size_t am, size_t ak,
-                                  const float *bp, size_t ldb, int kc, int start, const float *bias, double *cs,
-                                  size_t ldcs)
+                                  const float *bp, size_t ldb, int kc, int start, const float *bias, double *cs)
 {
-    float acc[DDP__MR][DDP__NR], edge[DDP__MR][DDP__NR], x[DDP__MR];
+    float acc[DDP__MR][DDP__NR], edge[DDP__MR][DDP__NR];
     const float *ar[DDP__MR];
     const int full = mv == DDP__MR && nv == DDP__NR;
     for (int i = 0; i < DDP__MR; i++) ar[i] = a + (size_t)(i < mv ? i : mv - 1) * am;
@@ -449,11 +448,11 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
 #define DDP__VSTORE(i) _mm256_storeu_ps(acc[i], lo[i]); _mm256_storeu_ps(acc[i] + 8, hi[i]);
         DDP__TILE_ROWS(DDP__VSTORE)
 #undef DDP__VSTORE
-        (void)x;
     }
 #else
     for (int k = 0; k < kc; k++) {
         const float *b = bp + k * ldb;
+        float x[DDP__MR];
 #define DDP__LOAD(i) x[i] = *ar[i]; ar[i] += ak;
         DDP__TILE_ROWS(DDP__LOAD)
 #undef DDP__LOAD
@@ -467,12 +466,12 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
 #endif
     if (cs && full) /* constant bounds, so that the conversion and the adds vectorize */
         for (int i = 0; i < DDP__MR; i++)
-            for (int j = 0; j < DDP__NR; j++) cs[i * ldcs + j] += acc[i][j];
+            for (int j = 0; j < DDP__NR; j++) cs[i * DDP__NR + j] += acc[i][j];
     else if (cs) {
         for (int i = 0; i < DDP__MR; i++)
             for (int j = 0; j < DDP__NR; j++) edge[i][j] = acc[i][j];
         for (int i = 0; i < mv; i++)
-            for (int j = 0; j < nv; j++) cs[i * ldcs + j] += edge[i][j];
+            for (int j = 0; j < nv; j++) cs[i * DDP__NR + j] += edge[i][j];
     } else if (full)
         for (int i = 0; i < DDP__MR; i++)
             for (int j = 0; j < DDP__NR; j++) c[i * ldc + j] = acc[i][j];
@@ -537,7 +536,7 @@ static inline size_t ddp__gemm_b_floats(int M, int N, int K)
 }
 static inline size_t ddp__gemm_a_floats(int M, int K, size_t ak)
 {
-    return ak >= 1024 && M > 0 && K > 0 ? (size_t)K * (size_t)((M + DDP__MR - 1) / DDP__MR) * DDP__MR : 0;
+    return ak * sizeof(float) >= 4096 && M > 0 && K > 0 ? (size_t)K * (size_t)((M + DDP__MR - 1) / DDP__MR) * DDP__MR : 0;
 }
 
 /* ddp__gemm's scratch for these shapes, or NULL: not needed, or too little memory, and
@@ -619,7 +618,7 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                                csum ? DDP__NR : (size_t)N, m1 - m < DDP__MR ? m1 - m : DDP__MR, nv,
                                apk ? apk + ((size_t)(m / DDP__MR) * K + k0) * DDP__MR : a + (size_t)m * am + (size_t)k0 * ak,
                                apk ? 1 : am, apk ? DDP__MR : ak, bp, DDP__NR, kc, start, bias ? bias + n0 : NULL,
-                               flush ? loc + (size_t)(m - m0) * DDP__NR : NULL, DDP__NR);
+                               flush ? loc + (size_t)(m - m0) * DDP__NR : NULL);
             }
         }
         if (csum)
@@ -828,7 +827,7 @@ static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t
         for (int p = 0; p * 16 < n; p++)
             ddp__gemm_tile(c + (size_t)i * ldc + p * 16, ldc, m - i < DDP__MR ? m - i : DDP__MR,
                            n - p * 16 < 16 ? n - p * 16 : 16, a + (size_t)i * am, am, ak, bp + p * stride, ldb, kc,
-                           start, NULL, NULL, 0);
+                           start, NULL, NULL);
 }
 
 /* out (B,T,C); lse (B,NH,T) log-sum-exp of each softmax row, saved for backward;
