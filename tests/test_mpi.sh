@@ -3,7 +3,7 @@
 # under Open MPI's mpirun for 1-5 ranks (every collective x dtype x op, bit for bit),
 # for 3 ranks again with the all-reduce chain in small chunks (many rounds) and with
 # the exchange (DDP_MPI_ALLREDUCE=exchange: the form for ranks dealt round-robin over
-# hosts), the chain's shared memory (4 MiB per slot unless DDP_SHM_CHUNK says), then
+# hosts), the chain's shared memory (512 KiB per slot unless DDP_SHM_CHUNK says), then
 # ranks that disagree, a rank that leaves, a rank past the timeout (the
 # others name it), and a rank killed mid-run (the job must end within seconds). Skips
 # where mpicc/mpirun are missing (.ci/run installs Debian's Open MPI).
@@ -53,8 +53,8 @@ check() { # name want-rc seconds-at-most mode np grep...
 check mismatch_named 0 10 mismatch 3 "rank 0 passes 10 x f32 sum, rank 1 passes 100 x f32 sum"
 check destroy_named 0 10 leave 3 "rank 1 left the job (ddp_destroy) while rank 0 waits in all_reduce #1"
 check timeout_names_late_rank nonzero 10 late 3 "timed out after 1.0 s in MPI waiting for rank 1 (no answer: busy outside ddp.h"
-# the chain's shared memory: 4 MiB per slot by default ((3 ranks + 4) slots), DDP_SHM_CHUNK's size when set
-for want in "29360128 default" "28672 set DDP_SHM_CHUNK=4096"; do
+# the chain's shared memory: 512 KiB per slot by default ((3 ranks + 4) slots), DDP_SHM_CHUNK's size when set
+for want in "3670016 default" "28672 set DDP_SHM_CHUNK=4096"; do
   set -- $want
   DDP_TIMEOUT=60 run 60 -np 3 -x DDP_DEBUG=1 ${3:+-x "$3"} "$tmp/test_mpi" mismatch >"$tmp/out" 2>&1
   n=$(grep -c "MPI all-reduce: a chain of 1 host, $1 bytes of shared memory" "$tmp/out")
