@@ -3466,7 +3466,7 @@ typedef struct ddp__mpi {
 #define DDP__MPI_TAG 11
 /* the chain's chunk when DDP_SHM_CHUNK is not set: small enough that a 4 MB all-reduce
    runs in 8 rounds, so the hosts work at once (2 hosts x 2 ranks: 4 MiB chunks, one
-   round at 4 MB, were 0.9x the exchange there; 512 KiB 1.65x) */
+   round at 4 MB, were 0.9-1.0x the exchange there; 512 KiB 1.2-1.65x) */
 #define DDP__MPI_CHAIN_CHUNK ((size_t)512 << 10)
 /* bytes of the accumulator of each dtype: the partial sums that pass between hosts */
 static const size_t ddp__acc_sizes[] = {
