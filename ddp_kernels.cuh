@@ -406,10 +406,10 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 
 /* c[i*ldc + j] for i < mv, j < nv: = bias[j] (0 if NULL) + sum_k a(i,k) bp[k*ldb + j]
    when start, else += that sum; with cs, that result is added to cs[i*DDP__NR + j]
-   (double: a task's sums side by side) instead of stored in c. a(i,k) = a[i*am + k*ak]; rows past mv repeat row mv-1 and
-   columns past nv are read (all DDP__NR of each row of bp) but not stored. The rows are
-   unrolled by hand: gcc keeps the tile in registers only when every index into it is a
-   constant. */
+   (double: a task's sums side by side) instead of stored in c. a(i,k) = a[i*am + k*ak];
+   rows past mv repeat row mv-1 and columns past nv are read (all DDP__NR of each row of
+   bp) but not stored. The rows are unrolled by hand: gcc keeps the tile in registers
+   only when every index into it is a constant. */
 static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const float *a, size_t am, size_t ak,
                                   const float *bp, size_t ldb, int kc, int start, const float *bias, double *cs)
 {
