@@ -3289,6 +3289,10 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
     const char *name = ddp__colls[c->kind].name;
     cudaStream_t user = (cudaStream_t)user_stream;
     ncclDataType_t t = types[c->dtype];
+    /* An average over one rank is the sum (a copy). NCCL before 2.29.7 leaves the last
+       few elements of a one-rank float average unwritten out of place (its issue 1950:
+       f64, 1000003 elements, the last 3 stayed as they were), seen on an H200. */
+    ncclRedOp_t op = c->op == DDP_AVG && ctx->world_size == 1 ? ncclSum : ops[c->op];
     size_t es = ddp_dtype_size((ddp_dtype)c->dtype), W = (size_t)ctx->world_size;
     size_t sbytes = c->count * es * (ddp__colls[c->kind].send == 'W' ? W : 1);
     size_t rbytes = c->count * es * (ddp__colls[c->kind].recv == 'W' ? W : 1);
@@ -3326,10 +3330,10 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
         return r;
     pthread_mutex_lock(&b->mu);
     if ((comm = b->comm)) switch (c->kind) {
-        case DDP__ALL_REDUCE: nr = ncclAllReduce(send, recv, c->count, t, ops[c->op], comm, b->stream); break;
+        case DDP__ALL_REDUCE: nr = ncclAllReduce(send, recv, c->count, t, op, comm, b->stream); break;
         case DDP__BROADCAST: nr = ncclBroadcast(recv, recv, c->count, t, c->root, comm, b->stream); break;
         case DDP__ALL_GATHER: nr = ncclAllGather(send, recv, c->count, t, comm, b->stream); break;
-        case DDP__REDUCE_SCATTER: nr = ncclReduceScatter(send, recv, c->count, t, ops[c->op], comm, b->stream); break;
+        case DDP__REDUCE_SCATTER: nr = ncclReduceScatter(send, recv, c->count, t, op, comm, b->stream); break;
         }
     pthread_mutex_unlock(&b->mu);
     if (!comm) return ddp__nccl_alive(ctx, name, c->seq);

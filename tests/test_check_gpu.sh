@@ -3,7 +3,9 @@
 # whose "GPU binaries" are small scripts. One of them hangs: its step must end at its
 # timeout within the budget, the steps that no longer fit are reported as not run, and
 # the table still prints, all within the budget. Then a stand-in compute-sanitizer:
-# no errors passes, errors fail, a tool that cannot run here is a skip with its reason.
+# no errors passes, errors fail (in the summary lines the real tools print), a tool that
+# cannot run here is a skip with its reason, and a lesson's exercise (the student's to
+# finish, which does not build as it stands) is neither built nor run.
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 tree=$tmp/tree
@@ -14,7 +16,8 @@ fake() { # path body: an executable script
   chmod +x "$tree/$1"
 }
 for src in examples/hello_allreduce.c examples/bench_allreduce.c examples/train_gpt.c examples/bench_kernels.cu \
-           examples/lessons/01_x/solution.c tests/test_gpu_probe.cu tests/test_kernels_gpu.cu; do
+           examples/lessons/01_x/solution.c examples/lessons/01_x/exercise.c tests/test_gpu_probe.cu \
+           tests/test_kernels_gpu.cu; do
   : >"$tree/$src"
 done
 fake tests/test_gpu_probe 'echo "device 0: a stand-in GPU"; echo "PASS gpu.probe"'
@@ -39,7 +42,7 @@ cat >"$tmp/bin/compute-sanitizer" <<'SH'
 #!/bin/sh
 case $2 in
 memcheck) "$6"; echo "========= ERROR SUMMARY: 0 errors" ;;
-racecheck) echo "========= Race reported"; echo "========= ERROR SUMMARY: 2 errors"; exit 99 ;;
+racecheck) echo "========= Race reported"; echo "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"; exit 99 ;;
 *) echo "========= Error: Device not supported"; exit 1 ;;
 esac
 SH
@@ -48,7 +51,7 @@ out=$(cd "$tree" && PATH="$tmp/bin:$PATH" CHECK_GPU_LOG=$tmp/log timeout 120 tes
 rc=$?
 table=$(sed -n '/^check-gpu summary/,$p' <<<"$out")
 [ $rc -eq 1 ] && grep -q '^| compute-sanitizer memcheck | PASS | [0-9]* | 0 errors' <<<"$table" &&
-  grep -q '^| compute-sanitizer racecheck | FAIL' <<<"$table" &&
+  grep -q '^| compute-sanitizer racecheck | FAIL (status 1) | [0-9]* | 2 errors' <<<"$table" &&
   grep -q '^| compute-sanitizer synccheck | SKIP | [0-9]* | the tool did not run: .*Device not supported' <<<"$table" &&
   grep -q '^| lessons/01_x/solution_gpu | PASS' <<<"$table" && grep -q '^check-gpu: FAILED: compute-sanitizer racecheck$' <<<"$table"
 report "check_gpu.sanitizer_results" $? "status $rc: $(tr '\n' ' ' <<<"$table" | head -c 900)"

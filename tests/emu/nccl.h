@@ -7,7 +7,8 @@
    and op, in place or not, any size through bounded shared memory, ranks combined in
    rank order (the same bits on every rank; bf16 and fp16 rounded after each addition,
    ncclAvg as NCCL does it: floats pre-multiplied by 1/nranks, integers divided after
-   the sum), ncclCommGetAsyncError, ncclCommFinalize, ncclCommAbort (the rank's queued
+   the sum; with one rank NCCL 2.28's out-of-place float average that leaves the last
+   few elements unwritten, NCCL issue 1950), ncclCommGetAsyncError, ncclCommFinalize, ncclCommAbort (the rank's queued
    and running collectives end at once, their buffers untouched), ncclCommDestroy,
    ncclGetLastError. A rank that waits for a peer asks that process to run its queued
    work, as a GPU would by itself.

@@ -2,8 +2,9 @@
 # tests/emu/test_mutants_ddp.sh - planted bugs in ddp.h's NCCL backend and in
 # train_gpt's GPU path (the same method as test_mutants.sh, which plants them in
 # ddp_kernels.cuh): a stream ordering removed either way, a count in bytes, a host
-# wait per gradient bucket, a communicator used after its abort, the watchdog thread
-# without its cudaSetDevice, a pinned upload buffer written again before its copy ran.
+# wait per gradient bucket, NCCL's one-rank average, a communicator used after its
+# abort, the watchdog thread without its cudaSetDevice, a pinned upload buffer written
+# again before its copy ran.
 cd "$(dirname "$0")/../.." || exit 1
 . tests/emu/common.sh
 mutants_need build/emu/libemu.a build/emu/tests/test_nccl build/emu/examples/train_gpt_gpu examples/train_gpt
@@ -15,6 +16,10 @@ mutant stream_after_nccl_unordered ddp.h 'ddp__cuda(ctx, cudaStreamWaitEvent(use
   'ddp__cuda(ctx, cudaSuccess, "cudaStreamWaitEvent")' tests/test_nccl '' '^FAIL nccl\.stream_order:'
 mutant nccl_count_in_bytes ddp.h 'nr = ncclAllReduce(send, recv, c->count, t,' 'nr = ncclAllReduce(send, recv, c->count * es, t,' \
   tests/test_nccl '' '^emu: ncclAllReduce #1 \(4 x float32\) on rank 0: sendbuff: 16 bytes .*past its end'
+# a world of one averaging through NCCL's own average (NCCL before 2.29.7, as the
+# emulator models it, leaves the last elements of an out-of-place f64 average unwritten)
+mutant one_rank_average_by_nccl ddp.h 'c->op == DDP_AVG && ctx->world_size == 1 ? ncclSum : ops[c->op]' 'ops[c->op]' \
+  tests/test_nccl '' '^FAIL nccl\.all_reduce: .*f64 avg n=1000003, rank 0: \[1000000\] = -?nan'
 # a gradient bucket's all-reduce waited for on the host, as ddp_wait does: the backward
 # would stall at every bucket
 mutant bucket_waits_on_host ddp.h 'r = host ? ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq) : ddp__nccl_alive(ctx, "all_reduce", work->seq);' \
