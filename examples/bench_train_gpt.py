@@ -4,6 +4,7 @@
     python3 examples/bench_train_gpt.py                 # the benchmark shape, 3 rounds
     python3 examples/bench_train_gpt.py --shape large   # 6 layers, dim 384, ctx 256
     python3 examples/bench_train_gpt.py --rounds 5 --steps 30 --forms ddp2,torch_ddp
+    python3 examples/bench_train_gpt.py --gpu           # one GPU: GPT-2 124M, batch 8
 
 Prints the CPU first (its model as lscpu gives it, the vector instructions that matter for
 the matmul, the caches per core): a figure holds for the CPU it was measured on. Runs
@@ -21,6 +22,11 @@ The forms (--forms, comma-separated; the default: all that can run here):
   torch       PyTorch eager, attention by F.scaled_dot_product_attention, all threads
   torch_ddp   PyTorch DistributedDataParallel on gloo, two processes, one thread each
   torch_compile  torch.compile of the eager model, all threads
+With --gpu (one GPU, the shape gpt2 and a batch of 8 unless given) the forms are:
+  gpu         examples/train_gpt_gpu: bf16 activations, fp32 master weights
+  torch_gpu   PyTorch eager on the GPU, autocast to bf16, SDPA (flash attention), fused AdamW
+  torch_gpu_compile  torch.compile of that model (minutes of compiling at GPT-2's size)
+and the table gives tokens/s and each form against the best PyTorch one (no ceiling).
 The PyTorch forms run where `import torch` works, and are the model train_gpt trains:
 token + position embedding, pre-LN blocks (fused qkv, causal attention, GELU tanh MLP),
 tied lm_head, AdamW (0.9, 0.95, eps 1e-8, weight decay 0.1 on matrices), clipping at 1.
@@ -33,6 +39,7 @@ best round counts: other work on the machine only lowers it), divided by FLOPs p
 Both rates are printed, and ours as a fraction of PyTorch's.
 """
 import argparse
+import contextlib
 import os
 import platform
 import re
@@ -44,15 +51,19 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN_GPT = os.path.join(HERE, "train_gpt")
+TRAIN_GPT_GPU = os.path.join(HERE, "train_gpt_gpu")
 SHAPES = {  # layers, heads, dim, ctx
     "bench": (4, 4, 128, 128),
     "large": (6, 6, 384, 256),
+    "gpt2": (12, 12, 768, 1024),
 }
 VOCAB = 256
+GPT2_VOCAB = 50304  # GPT-2's 50257 padded to a multiple of 128
 ALL_FORMS = ["ddp2", "ddp1", "ddp4", "torch", "torch_ddp", "torch_compile"]
+GPU_FORMS = ["gpu", "torch_gpu", "torch_gpu_compile"]
 
 
-def flops_per_token(L, C, T, V=VOCAB):
+def flops_per_token(L, C, T, V):
     return 6 * (L * 12 * C * C + V * C) + 12 * L * T * C
 
 
@@ -69,8 +80,10 @@ def torch_worker(args):
     import torch.nn as nn
     import torch.nn.functional as F
 
-    L, NH, C, T = args.layers, args.heads, args.dim, args.ctx
+    L, NH, C, T, V = args.layers, args.heads, args.dim, args.ctx, args.vocab
     ddp = args.worker == "torch_ddp"
+    gpu = args.worker.startswith("torch_gpu")
+    dev = "cuda" if gpu else "cpu"
     if ddp:
         import torch.distributed as dist
         torch.set_num_threads(1)
@@ -99,7 +112,7 @@ def torch_worker(args):
     class GPT(nn.Module):
         def __init__(self):
             super().__init__()
-            self.wte, self.wpe = nn.Embedding(VOCAB, C), nn.Embedding(T, C)
+            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
             self.h = nn.ModuleList(Block() for _ in range(L))
             self.ln_f = nn.LayerNorm(C)
             for name, p in self.named_parameters():
@@ -110,35 +123,38 @@ def torch_worker(args):
                     nn.init.zeros_(p)
 
         def forward(self, idx, targets):
-            x = self.wte(idx) + self.wpe(torch.arange(T))
+            x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
             for block in self.h:
                 x = block(x)
             logits = self.ln_f(x) @ self.wte.weight.t()  # tied lm_head
-            return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
+            return F.cross_entropy(logits.view(-1, V).float(), targets.view(-1))
 
-    model = GPT()
+    model = GPT().to(dev)
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() != 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if gpu else {}))
     if ddp:
         model = nn.parallel.DistributedDataParallel(model)
     step_fn = model
-    if args.worker == "torch_compile":
+    if args.worker in ("torch_compile", "torch_gpu_compile"):
         step_fn = torch.compile(model)
     batch = args.batch // world
-    data = torch.randint(0, VOCAB, (batch * (args.steps + 1), T + 1), generator=torch.Generator().manual_seed(rank))
+    data = torch.randint(0, V, (batch * (args.steps + 1), T + 1), generator=torch.Generator().manual_seed(rank))
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if gpu else contextlib.nullcontext()
     times = []
     for step in range(args.steps):
-        x = data[step * batch:(step + 1) * batch]
+        x = data[step * batch:(step + 1) * batch].to(dev)
         t0 = time.perf_counter()
-        loss = step_fn(x[:, :-1].contiguous(), x[:, 1:].contiguous())
+        with autocast:
+            loss = step_fn(x[:, :-1].contiguous(), x[:, 1:].contiguous())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if ddp:
             dist.all_reduce(loss)  # what train_gpt does: the loss averaged over ranks, every step
+        loss.item()  # the step's end, as train_gpt prints each step's loss (on a GPU: its kernels done)
         times.append(time.perf_counter() - t0)
     timed = times[args.warmup:]
     if rank == 0:
@@ -151,7 +167,7 @@ def torch_worker(args):
 def torch_run(form, args, L, NH, C, T):
     base = [sys.executable, os.path.abspath(__file__), "--worker", form, "--layers", str(L), "--heads", str(NH),
             "--dim", str(C), "--ctx", str(T), "--batch", str(args.batch), "--steps", str(args.steps),
-            "--warmup", str(args.warmup), "--threads", str(args.threads)]
+            "--warmup", str(args.warmup), "--threads", str(args.threads), "--vocab", str(args.vocab)]
     if form != "torch_ddp":
         out = subprocess.run(base, capture_output=True, text=True, timeout=args.timeout)
         return parse_torch(out)
@@ -177,10 +193,13 @@ def parse_torch(out):
 
 # ---- train_gpt ----------------------------------------------------------------------------
 def ddp_run(form, args, L, NH, C, T):
-    nproc = {"ddp1": 1, "ddp2": 2, "ddp4": 4}[form]
-    cmd = [TRAIN_GPT, "--nproc", str(nproc), "--batch-size", str(args.batch // nproc), "--layers", str(L),
-           "--heads", str(NH), "--dim", str(C), "--ctx", str(T), "--steps", str(args.steps), "--val-every", "0",
-           "--sample-len", "0"]
+    if form == "gpu":
+        cmd = [TRAIN_GPT_GPU, "--batch-size", str(args.batch), "--vocab", str(args.vocab)]
+    else:
+        nproc = {"ddp1": 1, "ddp2": 2, "ddp4": 4}[form]
+        cmd = [TRAIN_GPT, "--nproc", str(nproc), "--batch-size", str(args.batch // nproc)]
+    cmd += ["--layers", str(L), "--heads", str(NH), "--dim", str(C), "--ctx", str(T), "--steps", str(args.steps),
+            "--val-every", "0", "--sample-len", "0"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     rates = [float(r) for r in re.findall(r"^step .*\| ([0-9.]+) tok/s", out.stdout, re.M)]
     if out.returncode or len(rates) != args.steps:
@@ -190,12 +209,16 @@ def ddp_run(form, args, L, NH, C, T):
 
 
 def command_of(form, args):
+    if form == "gpu":
+        return "train_gpt_gpu --batch-size %d" % args.batch
     if form.startswith("ddp"):
         n = {"ddp1": 1, "ddp2": 2, "ddp4": 4}[form]
         return "train_gpt --nproc %d --batch-size %d" % (n, args.batch // n)
     return {"torch": "PyTorch eager, SDPA, %d threads" % args.threads,
             "torch_ddp": "PyTorch DDP (gloo), 2 processes x 1 thread",
-            "torch_compile": "PyTorch torch.compile, %d threads" % args.threads}[form]
+            "torch_compile": "PyTorch torch.compile, %d threads" % args.threads,
+            "torch_gpu": "PyTorch eager, bf16 autocast, SDPA, fused AdamW",
+            "torch_gpu_compile": "PyTorch torch.compile, bf16 autocast, fused AdamW"}[form]
 
 
 # ---- the matmul ceiling -------------------------------------------------------------------
@@ -212,7 +235,7 @@ def torch_matmul(args):
     torch.set_num_threads(args.threads)
     M = args.batch * args.ctx
     print("PyTorch %s" % torch.__version__)
-    for oc, ic in matmul_shapes(args.dim, args.vocab):
+    for oc, ic in matmul_shapes(args.dim, args.vocab or VOCAB):
         x, w, dy = torch.randn(M, ic), torch.randn(oc, ic), torch.randn(M, oc)
         rates = []
         for product in (lambda: x @ w.t(), lambda: dy @ w, lambda: dy.t() @ x):
@@ -270,25 +293,36 @@ def cpu_summary():
     return "; ".join(parts)
 
 
+def gpu_summary():
+    """'NVIDIA H200, driver 580.159.04, 143771 MiB' from nvidia-smi, or why not"""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "no nvidia-smi (%s)" % e
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "nvidia-smi failed"
+
+
 def torch_importable():
     return subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shape", choices=sorted(SHAPES), default="bench")
+    ap.add_argument("--gpu", action="store_true", help="train_gpt_gpu against PyTorch on one GPU")
+    ap.add_argument("--shape", choices=sorted(SHAPES))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3, help="first steps of each run not timed")
-    ap.add_argument("--batch", type=int, default=16, help="global batch, sequences")
-    ap.add_argument("--forms", default="", help="comma-separated, of " + ",".join(ALL_FORMS))
+    ap.add_argument("--batch", type=int, help="global batch, sequences (default 16; 8 with --gpu)")
+    ap.add_argument("--forms", default="", help="comma-separated, of " + ",".join(ALL_FORMS + GPU_FORMS))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--layers", type=int)  # the rest: a PyTorch worker's own flags
     ap.add_argument("--heads", type=int)
     ap.add_argument("--dim", type=int)
     ap.add_argument("--ctx", type=int)
-    ap.add_argument("--vocab", type=int, default=VOCAB)
+    ap.add_argument("--vocab", type=int)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--torch-matmul", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -296,39 +330,50 @@ def main():
         return torch_worker(args)
     if args.torch_matmul:
         return torch_matmul(args)
+    args.shape = args.shape or ("gpt2" if args.gpu else "bench")
+    args.batch = args.batch or (8 if args.gpu else 16)
+    args.vocab = args.vocab or (GPT2_VOCAB if args.shape == "gpt2" else VOCAB)
     if args.steps <= args.warmup or args.rounds < 1 or args.batch % 4:
         ap.error("need --steps > --warmup, --rounds >= 1, and a --batch that 1, 2 and 4 ranks divide")
-    if not os.access(TRAIN_GPT, os.X_OK):
-        sys.exit("bench_train_gpt.py: %s is not built (make examples/train_gpt)" % TRAIN_GPT)
+    binary = TRAIN_GPT_GPU if args.gpu else TRAIN_GPT
+    if not os.access(binary, os.X_OK):
+        sys.exit("bench_train_gpt.py: %s is not built (make %s)" % (binary, os.path.relpath(binary, os.getcwd())))
     L, NH, C, T = SHAPES[args.shape]
+    known = GPU_FORMS if args.gpu else ALL_FORMS
     for f in args.forms.split(","):
-        if f and f not in ALL_FORMS:
-            ap.error("unknown form '%s' (of %s)" % (f, ",".join(ALL_FORMS)))
+        if f and f not in known:
+            ap.error("unknown form '%s' (of %s%s)" % (f, ",".join(known), "" if args.gpu else "; --gpu for the GPU's"))
     have_torch = torch_importable()
-    forms = [f for f in args.forms.split(",") if f] or [f for f in ALL_FORMS if have_torch or f.startswith("ddp")]
+    forms = [f for f in args.forms.split(",") if f] or [f for f in known if have_torch or not f.startswith("torch")]
     for f in forms:
         if f.startswith("torch") and not have_torch:
             ap.error("form %s needs PyTorch (import torch fails for %s)" % (f, sys.executable))
     if not have_torch:
         print("note: no PyTorch for %s: train_gpt alone (pip install torch for the comparison)" % sys.executable)
 
-    fpt = flops_per_token(L, C, T)
+    fpt = flops_per_token(L, C, T, args.vocab)
     cpu = cpu_summary()
     print("cpu: " + cpu)
+    if args.gpu:
+        cpu = gpu_summary()
+        print("gpu: " + cpu)
     print("shape %s: %d layers, %d heads, dim %d, ctx %d, vocab %d; global batch %d; %d steps per run, the first %d "
-          "not timed; %d rounds" % (args.shape, L, NH, C, T, VOCAB, args.batch, args.steps, args.warmup, args.rounds))
+          "not timed; %d rounds" % (args.shape, L, NH, C, T, args.vocab, args.batch, args.steps, args.warmup, args.rounds))
     results, ceilings = {f: [] for f in forms}, []
     for r in range(args.rounds):
-        ceilings += ceiling(args, C, T)
+        if not args.gpu:
+            ceilings += ceiling(args, C, T)
         for f in forms:
             try:
-                tps = ddp_run(f, args, L, NH, C, T) if f.startswith("ddp") else torch_run(f, args, L, NH, C, T)
+                tps = torch_run(f, args, L, NH, C, T) if f.startswith("torch") else ddp_run(f, args, L, NH, C, T)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 sys.exit("bench_train_gpt.py: %s failed: %s" % (f, e))
             results[f].append(tps)
             print("round %d %-14s %9.0f tokens/s" % (r + 1, f, tps), flush=True)
 
     gflops, source = max(ceilings) if ceilings else (0.0, "nothing measured")
+    if args.gpu:
+        print("\n%.1f GFLOP per token (6 N + 12 L T C)" % (fpt / 1e9))
     best = {}
     for rate, what in ceilings:
         best[what] = max(rate, best.get(what, 0.0))
@@ -337,15 +382,19 @@ def main():
     ours = best.pop("ddp_kernels.cuh matmul", 0.0)
     for what, rate in best.items():
         print("ddp_kernels.cuh matmul at %.0f%% of %s" % (100 * ours / rate, what))
-    print("\n%.2f MFLOP per token; matmul ceiling %.1f GFLOP/s (%s, best of %d rounds) = %.0f tokens/s" %
-          (fpt / 1e6, gflops, source, args.rounds, gflops * 1e9 / fpt if gflops else 0))
+    if not args.gpu:
+        print("\n%.2f MFLOP per token; matmul ceiling %.1f GFLOP/s (%s, best of %d rounds) = %.0f tokens/s" %
+              (fpt / 1e6, gflops, source, args.rounds, gflops * 1e9 / fpt if gflops else 0))
     med = {f: statistics.median(v) for f, v in results.items()}
     best_torch = max((med[f] for f in forms if f.startswith("torch")), default=0)
     print("\non %s:" % cpu)
-    print("| | tokens/s, median (min-max) | of the matmul ceiling |%s" % (" vs best PyTorch |" if best_torch else ""))
+    print("| | tokens/s, median (min-max) | %s |%s" % ("TFLOP/s" if args.gpu else "of the matmul ceiling",
+                                                      " vs best PyTorch |" if best_torch else ""))
     print("|---|---:|---:|%s" % ("---:|" if best_torch else ""))
     for f in forms:
         frac = "%.0f%%" % (100 * med[f] * fpt / (gflops * 1e9)) if gflops else "-"
+        if args.gpu:
+            frac = "%.1f" % (med[f] * fpt / 1e12)
         vs = " %.2fx |" % (med[f] / best_torch) if best_torch else ""
         print("| %s | %.0f (%.0f-%.0f) | %s |%s" % (command_of(f, args), med[f], min(results[f]),
                                                    max(results[f]), frac, vs))

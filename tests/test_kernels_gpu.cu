@@ -364,8 +364,24 @@ template <typename F> static void t_attention_bwd(const Shape &s, Result *r)
     WORST(got[0], gx);
 }
 
+/* The same through the streaming kernels, which attention uses where a head's T x T
+   scores would not fit DDP_KERNELS_ATT_SCRATCH (the shapes here take the products). */
+template <typename F> static void t_attention_fwd_streaming(const Shape &s, Result *r)
+{
+    g_ctx.attention_streaming = 1;
+    t_attention_fwd<F>(s, r);
+    g_ctx.attention_streaming = 0;
+}
+
+template <typename F> static void t_attention_bwd_streaming(const Shape &s, Result *r)
+{
+    g_ctx.attention_streaming = 1;
+    t_attention_bwd<F>(s, r);
+    g_ctx.attention_streaming = 0;
+}
+
 /* More heads than grid.y allows (B*NH = 70000 > 65535), head size 4, T = 3: the
-   grid puts heads in x. */
+   streaming kernels' grid puts heads in x; the products take them in groups of 32768. */
 template <typename F> static void t_attention_many_heads(const Shape &, Result *r)
 {
     Bufs m;
@@ -385,6 +401,13 @@ template <typename F> static void t_attention_many_heads(const Shape &, Result *
     CK(ddp_attention_backward_gpu(&g_ctx, dgx, dgout, dx, dout_ref, dlse_ref, B, T, C, NH, 0));
     ddp_attention_backward_cpu(gx.data(), gout.data(), x.data(), out.data(), lse.data(), B, T, C, NH);
     CK(down(got, dgx, gx.size())); WORST(got, gx);
+}
+
+template <typename F> static void t_attention_many_heads_streaming(const Shape &s, Result *r)
+{
+    g_ctx.attention_streaming = 1;
+    t_attention_many_heads<F>(s, r);
+    g_ctx.attention_streaming = 0;
 }
 
 template <typename F> static void t_gelu_fwd(const Shape &s, Result *r)
@@ -526,6 +549,8 @@ static const Check checks[] = {
     CASE("layernorm.forward", t_layernorm_fwd),  CASE("layernorm.backward", t_layernorm_bwd),
     CASE("matmul.forward", t_matmul_fwd),        CASE("matmul.backward", t_matmul_bwd),
     CASE("attention.forward", t_attention_fwd),  CASE("attention.backward", t_attention_bwd),
+    CASE("attention.forward.streaming", t_attention_fwd_streaming),
+    CASE("attention.backward.streaming", t_attention_bwd_streaming),
     CASE("gelu.forward", t_gelu_fwd),            CASE("gelu.backward", t_gelu_bwd),
     CASE("residual.forward", t_residual_fwd),    CASE("residual.backward", t_residual_bwd),
     CASE("crossentropy", t_crossentropy),        CASE("adamw", t_adamw),
@@ -534,6 +559,7 @@ static const Check checks[] = {
 /* checks with their own shapes, run once */
 static const Check once[] = {
     CASE("matmul.vocab50257", t_matmul_vocab), CASE("attention.many_heads", t_attention_many_heads),
+    CASE("attention.many_heads.streaming", t_attention_many_heads_streaming),
 };
 /* the checks whose backward runs twice, for the determinism lines */
 static bool reruns(const char *name)

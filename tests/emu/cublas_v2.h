@@ -1,7 +1,8 @@
 /* tests/emu/cublas_v2.h - cuBLAS for the CUDA emulator: handles, cublasSetStream and
    cublasGemmEx (column-major, transposes, alpha/beta, leading dimensions; fp32, bf16
    and fp16 operands with fp32 accumulation, TF32 rounding of fp32 inputs under
-   CUBLAS_COMPUTE_32F_FAST_TF32). Every operand's extent, from its leading dimension
+   CUBLAS_COMPUTE_32F_FAST_TF32) and cublasGemmStridedBatchedEx (the same, once per
+   batch entry at its strides). Every operand's extent, from its leading dimension
    and transpose, must lie in device memory of the handle's device; the product runs
    on the handle's stream (tests/emu/emu_blas.cpp). Nothing else of cuBLAS is here. */
 #ifndef EMU_CUBLAS_V2_H
@@ -45,4 +46,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             const void *alpha, const void *A, cudaDataType_t Atype, int lda, const void *B,
                             cudaDataType_t Btype, int ldb, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
                             cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void *alpha, const void *A, cudaDataType_t Atype,
+                                          int lda, long long strideA, const void *B, cudaDataType_t Btype, int ldb,
+                                          long long strideB, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo);
 #endif

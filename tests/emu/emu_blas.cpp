@@ -256,15 +256,13 @@ const char *cublasGetStatusName(cublasStatus_t s)
     }
 }
 
-cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-                            const void *alpha, const void *A, cudaDataType_t Atype, int lda, const void *B,
-                            cudaDataType_t Btype, int ldb, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
-                            cublasComputeType_t compute, cublasGemmAlgo_t)
+namespace {
+/* the product of cublasGemmEx's arguments (alpha and beta fp32, D = C) */
+gemm blas_gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const void *alpha, const void *A,
+               cudaDataType_t Atype, int lda, const void *B, cudaDataType_t Btype, int ldb, const void *beta, void *C,
+               cudaDataType_t Ctype, int ldc, cublasComputeType_t compute)
 {
-    blas_handle *h = checked<blas_handle>(handle, BLAS_HANDLE, "cublasGemmEx", "cuBLAS handle");
     gemm g;
-    if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_TF32 && compute != CUBLAS_COMPUTE_32F_PEDANTIC)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
     g.ta = transa != CUBLAS_OP_N, g.tb = transb != CUBLAS_OP_N;
     g.tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32 && Atype == CUDA_R_32F;
     g.m = m, g.n = n, g.k = k;
@@ -272,7 +270,47 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
     g.tA = Atype, g.tB = Btype, g.tC = Ctype, g.tD = Ctype, g.tbias = Ctype;
     g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.ldd = ldc;
     g.alpha = *(const float *)alpha, g.beta = *(const float *)beta;
-    return submit("cublasGemmEx", h->device, h->stream, g);
+    return g;
+}
+
+bool blas_compute_ok(cublasComputeType_t c)
+{
+    return c == CUBLAS_COMPUTE_32F || c == CUBLAS_COMPUTE_32F_FAST_TF32 || c == CUBLAS_COMPUTE_32F_PEDANTIC;
+}
+} // namespace
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType_t Atype, int lda, const void *B,
+                            cudaDataType_t Btype, int ldb, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t)
+{
+    blas_handle *h = checked<blas_handle>(handle, BLAS_HANDLE, "cublasGemmEx", "cuBLAS handle");
+    if (!blas_compute_ok(compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return submit("cublasGemmEx", h->device, h->stream,
+                  blas_gemm(transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc, compute));
+}
+
+/* each batch entry checked and queued as a product of its own */
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void *alpha, const void *A, cudaDataType_t Atype,
+                                          int lda, long long strideA, const void *B, cudaDataType_t Btype, int ldb,
+                                          long long strideB, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t compute, cublasGemmAlgo_t)
+{
+    const char *call = "cublasGemmStridedBatchedEx";
+    blas_handle *h = checked<blas_handle>(handle, BLAS_HANDLE, call, "cuBLAS handle");
+    if (!blas_compute_ok(compute) || !type_size(Atype) || !type_size(Btype) || !type_size(Ctype))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (batchCount < 0 || strideA < 0 || strideB < 0 || strideC < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int i = 0; i < batchCount; i++) {
+        const cublasStatus_t s = submit(
+            call, h->device, h->stream,
+            blas_gemm(transa, transb, m, n, k, alpha, (const char *)A + (size_t)i * strideA * type_size(Atype), Atype, lda,
+                      (const char *)B + (size_t)i * strideB * type_size(Btype), Btype, ldb, beta,
+                      (char *)C + (size_t)i * strideC * type_size(Ctype), Ctype, ldc, compute));
+        if (s != CUBLAS_STATUS_SUCCESS) return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 /* ---- cuBLASLt ---- */

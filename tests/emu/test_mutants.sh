@@ -25,6 +25,14 @@ mutant host_array_to_kernel $K '<<<1, 1024, 0, stream>>>((int *)n_valid, targets
   tests/test_kernels_gpu crossentropy '^emu: launch of ddp__count_valid_kernel .*pointer argument 1 of 2 .*host memory'
 mutant accumulate_overwritten $K '            gv[k] += (dv[k] * wv[k] - dn_mean' '            gv[k] = (dv[k] * wv[k] - dn_mean' \
   tests/test_kernels_gpu layernorm.backward '^FAIL kernels_gpu\.layernorm\.backward'
+# attention by products: a softmax that lets each query see later keys, and dq
+# written over dinp instead of added to it
+mutant products_unmasked $K 'p[j] = ddp__to<F>(j <= t ? expf(s[j] * scale - m) * inv : 0.0f);' \
+  'p[j] = ddp__to<F>(expf(s[j] * scale - m) * inv);' \
+  tests/test_kernels_gpu attention.forward.fp32 '^FAIL kernels_gpu\.attention\.forward\.fp32\.odd'
+mutant products_dq_overwritten $K '(dinp, (const float *)dq, C3, h0, g, T, NH, hs, 1);' \
+  '(dinp, (const float *)dq, C3, h0, g, T, NH, hs, 0);' \
+  tests/test_kernels_gpu attention.backward.fp32 '^FAIL kernels_gpu\.attention\.backward\.fp32\.odd'
 
 # a row index in 32 bits: at GPT-2's training shape the last row of logits starts past 2^31
 MUTANT_ENV="DDP_EMU_SAMPLE=1 DDP_EMU_FILL_LIMIT=16777216" mutant int_index_overflow $K '    const long row = blockIdx.x;' \
