@@ -2321,6 +2321,15 @@ static inline cudaError_t ddp__att_product(ddp_kernels_ctx *ctx, bool ta, bool t
     return ddp__lt_error(ctx, s, "attention product", m, n, k);
 }
 
+/* Scratch bytes per head of a group: the forward's scores (fp32), p, the q, k, v panels
+   and out (fp32); the backward's scores and dp (fp32), p, ds, the q, k, v, dout panels
+   and dq, dk, dv (fp32). The pieces are carved in that order. */
+template <typename F> static inline size_t ddp__att_head_bytes(int T, int hs, bool backward)
+{
+    const size_t TT = (size_t)T * T, Th = (size_t)T * hs;
+    return backward ? TT * (8 + 2 * sizeof(F)) + Th * (4 * sizeof(F) + 12) : TT * (4 + sizeof(F)) + Th * (3 * sizeof(F) + 4);
+}
+
 /* Heads per group for the products (bytes_per_head of scratch each), 0 when not even
    one head's fits DDP_KERNELS_ATT_SCRATCH (or the caller asked for the streaming kernels). */
 static inline long ddp__att_group(const ddp_kernels_ctx *ctx, long heads, size_t bytes_per_head)
@@ -2346,8 +2355,7 @@ static inline cudaError_t ddp__attention_forward_products(ddp_kernels_ctx *ctx, 
     const long heads = (long)B * NH, TT = (long)T * T, Th = (long)T * hs;
     const float scale = 1.0f / sqrtf((float)hs);
     void *base, *S, *P, *q, *k, *v, *o;
-    DDP__TRY(ddp__scratch(ctx, (size_t)group * (TT * (4 + sizeof(F)) + Th * (3 * sizeof(F) + 4)) + 6 * 256, stream,
-                          &base));
+    DDP__TRY(ddp__scratch(ctx, (size_t)group * ddp__att_head_bytes<F>(T, hs, false) + 6 * 256, stream, &base));
     char *at = (char *)base;
     at = ddp__att_carve(at, &S, (size_t)group * TT * 4);
     at = ddp__att_carve(at, &P, (size_t)group * TT * sizeof(F));
@@ -2357,7 +2365,7 @@ static inline cudaError_t ddp__attention_forward_products(ddp_kernels_ctx *ctx, 
     ddp__att_carve(at, &o, (size_t)group * Th * 4);
     for (long h0 = 0; h0 < heads; h0 += group) {
         const long g = heads - h0 < group ? heads - h0 : group;
-        const unsigned blocks = ddp__blocks((size_t)(g * Th), 256) < 65536 ? ddp__blocks((size_t)(g * Th), 256) : 65535;
+        const unsigned blocks = ddp__blocks((size_t)(g * Th), 256); /* grid-stride kernels */
         ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)q, inp, C3, h0, g, T, NH, hs);
         ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)k, inp + C, C3, h0, g, T, NH, hs);
         ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)v, inp + 2 * C, C3, h0, g, T, NH, hs);
@@ -2386,8 +2394,8 @@ static inline cudaError_t ddp__attention_backward_products(ddp_kernels_ctx *ctx,
     const long heads = (long)B * NH, TT = (long)T * T, Th = (long)T * hs;
     const float scale = 1.0f / sqrtf((float)hs);
     void *base, *Dd, *S, *dP, *P, *dS, *q, *k, *v, *g_o, *dq, *dk, *dv;
-    DDP__TRY(ddp__scratch(ctx, (size_t)heads * T * 4 + (size_t)group * (TT * (8 + 2 * sizeof(F)) + Th * (4 * sizeof(F) + 12)) +
-                                   13 * 256, stream, &base));
+    DDP__TRY(ddp__scratch(ctx, (size_t)heads * T * 4 + (size_t)group * ddp__att_head_bytes<F>(T, hs, true) + 13 * 256,
+                          stream, &base));
     char *at = (char *)base;
     at = ddp__att_carve(at, &Dd, (size_t)heads * T * 4);
     at = ddp__att_carve(at, &S, (size_t)group * TT * 4);
@@ -2406,8 +2414,7 @@ static inline cudaError_t ddp__attention_backward_products(ddp_kernels_ctx *ctx,
     DDP__TRY(cudaGetLastError());
     for (long h0 = 0; h0 < heads; h0 += group) {
         const long g = heads - h0 < group ? heads - h0 : group;
-        const unsigned blocks = ddp__blocks((size_t)(g * Th), 256) < 65536 ? ddp__blocks((size_t)(g * Th), 256) : 65535;
-        const unsigned eblocks = ddp__blocks((size_t)(g * TT), 256) < 65536 ? ddp__blocks((size_t)(g * TT), 256) : 65535;
+        const unsigned blocks = ddp__blocks((size_t)(g * Th), 256); /* grid-stride kernels */
         ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)q, inp, C3, h0, g, T, NH, hs);
         ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)k, inp + C, C3, h0, g, T, NH, hs);
         ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)v, inp + 2 * C, C3, h0, g, T, NH, hs);
@@ -2418,7 +2425,7 @@ static inline cudaError_t ddp__attention_backward_products(ddp_kernels_ctx *ctx,
                                      CUDA_R_32F, TT, g, stream));
         DDP__TRY(ddp__att_product<F>(ctx, true, false, T, T, hs, (const F *)v, hs, Th, (const F *)g_o, hs, Th, dP,
                                      CUDA_R_32F, TT, g, stream));
-        ddp__att_softmax_backward_kernel<<<eblocks, 256, 0, stream>>>((F *)P, (F *)dS, (const float *)S,
+        ddp__att_softmax_backward_kernel<<<ddp__blocks((size_t)(g * TT), 256), 256, 0, stream>>>((F *)P, (F *)dS, (const float *)S,
                                                                      (const float *)dP, lse, (const float *)Dd, h0, g,
                                                                      T, scale);
         DDP__TRY(cudaGetLastError());
@@ -2446,7 +2453,7 @@ static inline cudaError_t ddp_attention_forward_gpu(ddp_kernels_ctx *ctx, F *out
     DDP__TRY(ddp__att_check(ctx, B, T, C, NH, &grid));
     const int hs = C / NH;
     if (B * T == 0) return cudaSuccess;
-    const long group = ddp__att_group(ctx, (long)B * NH, (size_t)T * T * (4 + sizeof(F)) + (size_t)T * hs * (3 * sizeof(F) + 4));
+    const long group = ddp__att_group(ctx, (long)B * NH, ddp__att_head_bytes<F>(T, hs, false));
     if (group) return ddp__attention_forward_products(ctx, out, lse, inp, B, T, C, NH, group, stream);
     if (hs <= 32) return ddp__attention_forward<F, 32>(out, lse, inp, T, C, NH, grid, stream);
     if (hs <= 64) return ddp__attention_forward<F, 64>(out, lse, inp, T, C, NH, grid, stream);
@@ -2464,7 +2471,7 @@ static inline cudaError_t ddp_attention_backward_gpu(ddp_kernels_ctx *ctx, typen
     DDP__TRY(ddp__att_check(ctx, B, T, C, NH, &grid));
     const int hs = C / NH;
     if (B * T == 0 || !dinp) return cudaSuccess;
-    const long group = ddp__att_group(ctx, (long)B * NH, (size_t)T * T * (8 + 2 * sizeof(F)) + (size_t)T * hs * (4 * sizeof(F) + 12));
+    const long group = ddp__att_group(ctx, (long)B * NH, ddp__att_head_bytes<F>(T, hs, true));
     if (group) return ddp__attention_backward_products(ctx, dinp, dout, inp, out, lse, B, T, C, NH, group, stream);
     void *Dd;
     DDP__TRY(ddp__scratch(ctx, (size_t)B * NH * T * sizeof(float), stream, &Dd));

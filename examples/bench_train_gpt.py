@@ -352,11 +352,11 @@ def main():
         print("note: no PyTorch for %s: train_gpt alone (pip install torch for the comparison)" % sys.executable)
 
     fpt = flops_per_token(L, C, T, args.vocab)
-    cpu = cpu_summary()
-    print("cpu: " + cpu)
+    where = cpu_summary()  # what the table's numbers come from
+    print("cpu: " + where)
     if args.gpu:
-        cpu = gpu_summary()
-        print("gpu: " + cpu)
+        where = gpu_summary()
+        print("gpu: " + where)
     print("shape %s: %d layers, %d heads, dim %d, ctx %d, vocab %d; global batch %d; %d steps per run, the first %d "
           "not timed; %d rounds" % (args.shape, L, NH, C, T, args.vocab, args.batch, args.steps, args.warmup, args.rounds))
     results, ceilings = {f: [] for f in forms}, []
@@ -387,7 +387,7 @@ def main():
               (fpt / 1e6, gflops, source, args.rounds, gflops * 1e9 / fpt if gflops else 0))
     med = {f: statistics.median(v) for f, v in results.items()}
     best_torch = max((med[f] for f in forms if f.startswith("torch")), default=0)
-    print("\non %s:" % cpu)
+    print("\non %s:" % where)
     print("| | tokens/s, median (min-max) | %s |%s" % ("TFLOP/s" if args.gpu else "of the matmul ceiling",
                                                       " vs best PyTorch |" if best_torch else ""))
     print("|---|---:|---:|%s" % ("---:|" if best_torch else ""))
