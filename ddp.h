@@ -2867,7 +2867,7 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
     r = ddp__store_barrier(ctx, "mapped", "waiting for every rank to map the shared memory");
     if (ctx->rank == 0 || r == DDP_OK) shm_unlink(name);
     if (r != DDP_OK) return r;
-    cpu->spin = sysconf(_SC_NPROCESSORS_ONLN) >= ctx->world_size;
+    cpu->spin = ddp__cores_allowed() >= ctx->world_size; /* the cores it may use (taskset, a cpuset), not the machine's */
     return DDP_OK;
 }
 

@@ -375,9 +375,17 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
    chain of multiply-adds in ascending k, started from init (bias, zero, or c itself)
    and stored in fp32 between panels, so its bits do not depend on the blocking, on
    which other rows are in the batch, or on how many threads share the tasks. */
-#ifdef __AVX512F__ /* rows of a register tile: 8 accumulators of 16 lanes, of 32 registers */
-#define DDP__MR 8
-#define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) /* X(i) for each row of a tile */
+#if (defined(__AVX512F__) && !defined(__CUDACC__)) || defined(DDP__AVX512_STANDIN)
+/* 16 accumulators of 16 lanes, each row's a broadcast from memory into its multiply-add:
+   in intrinsics, as gcc's own vectorization of the C tile below used 8-wide registers
+   under -march=native on Xeons that prefer them (under half of MKL's rate there). The
+   standin is tests/emu/avx512.h: the same tile on any CPU, for the tests. */
+#ifndef DDP__AVX512_STANDIN
+#include <immintrin.h>
+#endif
+#define DDP__MR 16
+#define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define DDP__AVX512_TILE
 #elif defined(__AVX2__) && defined(__FMA__) && !defined(__CUDACC__)
 /* 12 accumulators + 2 panel loads + 1 broadcast: 15 of 16 AVX registers, which gcc
    keeps only when the loop is written in intrinsics (from C it loads the 6 broadcasts
@@ -414,17 +422,23 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 
 /* c[i*ldc + j] for i < mv, j < nv: = bias[j] (0 if NULL) + sum_k a(i,k) bp[k*ldb + j]
    when start, else += that sum; with cs, that result is added to cs[i*DDP__NR + j]
-   (double: a task's sums side by side) instead of stored in c. a(i,k) = a[i*am + k*ak];
-   rows past mv repeat row mv-1 and columns past nv are read (all DDP__NR of each row of
-   bp) but not stored. The rows are unrolled by hand: gcc keeps the tile in registers
-   only when every index into it is a constant. */
+   (double: a task's sums side by side) instead of stored in c. a(i,k) = a[i*am + k*ak]
+   for the ra (>= mv) rows that may be read, rows past them repeating row ra-1; rows past
+   mv and columns past nv are computed (all DDP__NR of each row of bp) but not stored.
+   The rows are unrolled by hand: gcc keeps the tile in registers only when every index
+   into it is a constant. */
 static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const float *a, size_t am, size_t ak,
-                                  const float *bp, size_t ldb, int kc, int start, const float *bias, double *cs)
+                                  int ra, const float *bp, size_t ldb, int kc, int start, const float *bias, double *cs)
 {
     float acc[DDP__MR][DDP__NR], edge[DDP__MR][DDP__NR];
     const float *ar[DDP__MR];
     const int full = mv == DDP__MR && nv == DDP__NR;
-    for (int i = 0; i < DDP__MR; i++) ar[i] = a + (size_t)(i < mv ? i : mv - 1) * am;
+    for (int i = 0; i < DDP__MR; i++) ar[i] = a + (size_t)(i < ra ? i : ra - 1) * am;
+#ifdef DDP__AVX512_TILE
+    if (full) /* a whole tile starts and ends in registers: no zmm load of what narrower stores just wrote */
+        ;
+    else
+#endif
     if (start) {
         float b0[DDP__NR];
         for (int j = 0; j < DDP__NR; j++) b0[j] = bias && j < nv ? bias[j] : 0.0f;
@@ -439,7 +453,59 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
         for (int i = 0; i < DDP__MR; i++)
             for (int j = 0; j < DDP__NR; j++) acc[i][j] = edge[i][j];
     }
-#ifdef DDP__AVX2_TILE
+#ifdef DDP__AVX512_TILE
+    { /* each row: one multiply-add, its a broadcast from memory */
+        __m512 v[DDP__MR];
+        if (full && start) {
+            const __m512 b0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+#define DDP__VLOAD(i) v[i] = b0;
+            DDP__TILE_ROWS(DDP__VLOAD)
+#undef DDP__VLOAD
+        } else if (full) {
+#define DDP__VLOAD(i) v[i] = _mm512_loadu_ps(c + (i) * ldc);
+            DDP__TILE_ROWS(DDP__VLOAD)
+#undef DDP__VLOAD
+        } else {
+#define DDP__VLOAD(i) v[i] = _mm512_loadu_ps(acc[i]);
+            DDP__TILE_ROWS(DDP__VLOAD)
+#undef DDP__VLOAD
+        }
+        if (ra == DDP__MR && am == 1) /* the rows side by side (a packed): one pointer */
+            for (int k = 0; k < kc; k++) {
+                const __m512 b0 = _mm512_loadu_ps(bp + k * ldb);
+                const float *x = a + k * ak;
+#define DDP__VMADD(i) v[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i]), b0, v[i]);
+                DDP__TILE_ROWS(DDP__VMADD)
+#undef DDP__VMADD
+            }
+        else if (ra == DDP__MR) { /* rows am apart: four pointers, each for four rows (row + 0, 1, 2, 3 am) */
+            const float *x[4] = {a, a + 4 * am, a + 8 * am, a + 12 * am};
+            const size_t am3 = 3 * am;
+            for (int k = 0; k < kc; k++) {
+                const __m512 b0 = _mm512_loadu_ps(bp + k * ldb);
+#define DDP__VMADD(i) v[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[(i) / 4][(i) % 4 == 3 ? am3 : (i) % 4 * am]), b0, v[i]);
+                DDP__TILE_ROWS(DDP__VMADD)
+#undef DDP__VMADD
+                x[0] += ak; x[1] += ak; x[2] += ak; x[3] += ak;
+            }
+        } else
+            for (int k = 0; k < kc; k++) {
+                const __m512 b0 = _mm512_loadu_ps(bp + k * ldb);
+#define DDP__VMADD(i) v[i] = _mm512_fmadd_ps(_mm512_set1_ps(*ar[i]), b0, v[i]); ar[i] += ak;
+                DDP__TILE_ROWS(DDP__VMADD)
+#undef DDP__VMADD
+            }
+        if (full && !cs) {
+#define DDP__VSTORE(i) _mm512_storeu_ps(c + (i) * ldc, v[i]);
+            DDP__TILE_ROWS(DDP__VSTORE)
+#undef DDP__VSTORE
+            return;
+        }
+#define DDP__VSTORE(i) _mm512_storeu_ps(acc[i], v[i]);
+        DDP__TILE_ROWS(DDP__VSTORE)
+#undef DDP__VSTORE
+    }
+#elif defined(DDP__AVX2_TILE)
     { /* each row: one broadcast, then its two multiply-adds */
         __m256 lo[DDP__MR], hi[DDP__MR];
 #define DDP__VLOAD(i) lo[i] = _mm256_loadu_ps(acc[i]); hi[i] = _mm256_loadu_ps(acc[i] + 8);
@@ -622,11 +688,12 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                     DDP__PREFETCH_W(c + (size_t)i * N + n0);
                     DDP__PREFETCH_W(c + (size_t)i * N + n0 + nv - 1);
                 }
+                const int mv = m1 - m < DDP__MR ? m1 - m : DDP__MR; /* rows stored; packed a has all DDP__MR */
                 ddp__gemm_tile(csum ? part + (size_t)(m - m0) * DDP__NR : c + (size_t)m * N + n0,
-                               csum ? DDP__NR : (size_t)N, m1 - m < DDP__MR ? m1 - m : DDP__MR, nv,
+                               csum ? DDP__NR : (size_t)N, mv, nv,
                                apk ? apk + ((size_t)(m / DDP__MR) * K + k0) * DDP__MR : a + (size_t)m * am + (size_t)k0 * ak,
-                               apk ? 1 : am, apk ? DDP__MR : ak, bp, DDP__NR, kc, start, bias ? bias + n0 : NULL,
-                               flush ? loc + (size_t)(m - m0) * DDP__NR : NULL);
+                               apk ? 1 : am, apk ? DDP__MR : ak, apk ? DDP__MR : mv, bp, DDP__NR, kc, start,
+                               bias ? bias + n0 : NULL, flush ? loc + (size_t)(m - m0) * DDP__NR : NULL);
             }
         }
         if (csum)
@@ -834,8 +901,8 @@ static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t
     for (int i = 0; i < m; i += DDP__MR)
         for (int p = 0; p * 16 < n; p++)
             ddp__gemm_tile(c + (size_t)i * ldc + p * 16, ldc, m - i < DDP__MR ? m - i : DDP__MR,
-                           n - p * 16 < 16 ? n - p * 16 : 16, a + (size_t)i * am, am, ak, bp + p * stride, ldb, kc,
-                           start, NULL, NULL);
+                           n - p * 16 < 16 ? n - p * 16 : 16, a + (size_t)i * am, am, ak,
+                           m - i < DDP__MR ? m - i : DDP__MR, bp + p * stride, ldb, kc, start, NULL, NULL);
 }
 
 /* out (B,T,C); lse (B,NH,T) log-sum-exp of each softmax row, saved for backward;

@@ -289,8 +289,16 @@ def cpu_summary():
             caches.append("L%s%s %s" % (level, "d" if kind == "Data" else "", size))
     if caches:
         parts.append(", ".join(caches) + " per core")
-    parts.append("%d cores" % os.cpu_count())
+    parts.append("%d cores" % cores())
     return "; ".join(parts)
+
+
+def cores():
+    """the cores this process may run on (taskset, a cgroup's cpuset), as train_gpt counts them"""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def gpu_summary():
@@ -316,7 +324,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="first steps of each run not timed")
     ap.add_argument("--batch", type=int, help="global batch, sequences (default 16; 8 with --gpu)")
     ap.add_argument("--forms", default="", help="comma-separated, of " + ",".join(ALL_FORMS + GPU_FORMS))
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--threads", type=int, default=cores(), help="default: the cores this process may run on")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--layers", type=int)  # the rest: a PyTorch worker's own flags
     ap.add_argument("--heads", type=int)
