@@ -434,8 +434,8 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
     const float *ar[DDP__MR];
     const int full = mv == DDP__MR && nv == DDP__NR;
     for (int i = 0; i < DDP__MR; i++) ar[i] = a + (size_t)(i < ra ? i : ra - 1) * am;
-#ifdef DDP__AVX512_TILE
-    if (full) /* a whole tile starts and ends in registers: no zmm load of what narrower stores just wrote */
+#if defined(DDP__AVX512_TILE) || defined(DDP__AVX2_TILE)
+    if (full) /* a whole tile starts and ends in registers (no vector load of what narrower stores just wrote) */
         ;
     else
 #endif
@@ -508,9 +508,21 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
 #elif defined(DDP__AVX2_TILE)
     { /* each row: one broadcast, then its two multiply-adds */
         __m256 lo[DDP__MR], hi[DDP__MR];
-#define DDP__VLOAD(i) lo[i] = _mm256_loadu_ps(acc[i]); hi[i] = _mm256_loadu_ps(acc[i] + 8);
-        DDP__TILE_ROWS(DDP__VLOAD)
+        if (full && start) {
+            const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+            const __m256 b1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+#define DDP__VLOAD(i) lo[i] = b0; hi[i] = b1;
+            DDP__TILE_ROWS(DDP__VLOAD)
 #undef DDP__VLOAD
+        } else if (full) {
+#define DDP__VLOAD(i) lo[i] = _mm256_loadu_ps(c + (i) * ldc); hi[i] = _mm256_loadu_ps(c + (i) * ldc + 8);
+            DDP__TILE_ROWS(DDP__VLOAD)
+#undef DDP__VLOAD
+        } else {
+#define DDP__VLOAD(i) lo[i] = _mm256_loadu_ps(acc[i]); hi[i] = _mm256_loadu_ps(acc[i] + 8);
+            DDP__TILE_ROWS(DDP__VLOAD)
+#undef DDP__VLOAD
+        }
         for (int k = 0; k < kc; k++) {
             const float *b = bp + k * ldb;
             const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
@@ -518,6 +530,12 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
                         lo[i] = _mm256_fmadd_ps(xi, b0, lo[i]); hi[i] = _mm256_fmadd_ps(xi, b1, hi[i]); }
             DDP__TILE_ROWS(DDP__VMADD)
 #undef DDP__VMADD
+        }
+        if (full && !cs) {
+#define DDP__VSTORE(i) _mm256_storeu_ps(c + (i) * ldc, lo[i]); _mm256_storeu_ps(c + (i) * ldc + 8, hi[i]);
+            DDP__TILE_ROWS(DDP__VSTORE)
+#undef DDP__VSTORE
+            return;
         }
 #define DDP__VSTORE(i) _mm256_storeu_ps(acc[i], lo[i]); _mm256_storeu_ps(acc[i] + 8, hi[i]);
         DDP__TILE_ROWS(DDP__VSTORE)
