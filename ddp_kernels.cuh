@@ -110,12 +110,13 @@
      planned once per shape, type, epilogue and alignment and cached in the context
      (DDP_KERNELS_LT_PLANS, round robin); where cuBLASLt has no algorithm (e.g. bf16
      rows of an unpadded 50257 vocabulary) cublasGemmEx does the product and a small
-     kernel adds the bias. CPU: register tiles of 8 rows x 16 columns (5 without
-     AVX-512) over panels of the other operand packed contiguous (once per call,
-     shared by the threads), so gcc vectorizes the inner loop into fused
-     multiply-adds; the weight gradient's transposed operand packed too, tile by
-     tile, and the next tile's output prefetched; each element sums in ascending k
-     whatever the threads, batch or tile shape.
+     kernel adds the bias. CPU: register tiles of 16 rows x 16 columns in AVX-512
+     intrinsics, 6 in AVX2 + FMA ones, else 5 in C that the compiler vectorizes
+     (DDP_KERNELS_CPU_TILE names the one built), over panels of the other operand
+     packed contiguous (once per call, shared by the threads); the weight gradient's
+     transposed operand packed too where its stride is a page, and the next tile's
+     output prefetched; each element sums in ascending k whatever the threads, batch,
+     tile shape or instruction set.
      Build with -O3 -march=native (and -fno-math-errno, so that AdamW's sqrtf
      vectorizes).
    - attention: causal softmax(q k^T / sqrt(hs)) v per head, on the fused qkv
@@ -386,6 +387,7 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #define DDP__MR 16
 #define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 #define DDP__AVX512_TILE
+#define DDP_KERNELS_CPU_TILE "16 x 16, AVX-512" /* what the CPU matmuls run on, for benchmarks' reports */
 #elif defined(__AVX2__) && defined(__FMA__) && !defined(__CUDACC__)
 /* 12 accumulators + 2 panel loads + 1 broadcast: 15 of 16 AVX registers, which gcc
    keeps only when the loop is written in intrinsics (from C it loads the 6 broadcasts
@@ -394,9 +396,11 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #define DDP__MR 6
 #define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define DDP__AVX2_TILE
+#define DDP_KERNELS_CPU_TILE "6 x 16, AVX2 + FMA"
 #else /* 10 accumulators + 5 broadcasts + 1 load fit 16 AVX registers */
 #define DDP__MR 5
 #define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4)
+#define DDP_KERNELS_CPU_TILE "5 x 16, C as the compiler vectorizes it"
 #endif
 #define DDP__NR 16  /* columns of a register tile: two 8-wide vectors or one 16-wide */
 #define DDP__KC 256 /* depth of a panel of b: 16 KB */

@@ -1366,8 +1366,8 @@ static int bench_matmul(const options *o)
         if (have_torch) printf(" %.1f / %.1f / %.1f |\n", theirs[k][0], theirs[k][1], theirs[k][2]);
         else printf(" - |\n");
     }
-    printf("matmul: %.1f GFLOP/s (ddp_kernels.cuh, %d thread%s, %zu rows, dim %d)\n", flops / mine, threads,
-           threads == 1 ? "" : "s", M, C);
+    printf("matmul: %.1f GFLOP/s (ddp_kernels.cuh, %d thread%s, %zu rows, dim %d; register tile %s)\n", flops / mine,
+           threads, threads == 1 ? "" : "s", M, C, DDP_KERNELS_CPU_TILE);
     if (have_torch)
         printf("matmul: %.1f GFLOP/s (%s sgemm, %d thread%s; ddp_kernels.cuh at %.0f%% of it)\n", flops / torch, version,
                threads, threads == 1 ? "" : "s", 100.0 * torch / mine);
