@@ -36,4 +36,23 @@ for arch in native x86-64-v3 x86-64-v4 avx512-standin; do
     echo "SKIP kernels_isa.$arch.runs: this CPU lacks $missing (built only)"
   fi
 done
+# the tiles agree to the bit: three steps of train_gpt on 2 ranks, its AVX2 tile against the
+# AVX-512 one over the standin (both x86-64-v3, so every other loop is the same code), write
+# the same checkpoint byte for byte
+if missing=$(has avx2 fma); then
+  ok=1
+  for t in avx2 standin; do
+    extra=""; [ $t = standin ] && extra="-DDDP__AVX512_STANDIN -include tests/emu/avx512.h"
+    cc -std=c99 -D_GNU_SOURCE -O2 -march=x86-64-v3 -fno-math-errno -fopenmp $extra -I. examples/train_gpt.c \
+       -o "$tmp/g_$t" -lm 2>"$tmp/log" &&
+      "$tmp/g_$t" --steps 3 --nproc 2 --val-every 0 --sample-len 0 --save "$tmp/$t.safetensors" >"$tmp/log" 2>&1 ||
+      { echo "FAIL kernels_isa.tiles_same_bits: $t: $(tail -c 300 "$tmp/log" | tr '\n' ' ')"; ok=0; fail=1; }
+  done
+  if [ $ok = 1 ]; then
+    if cmp -s "$tmp/avx2.safetensors" "$tmp/standin.safetensors"; then echo "PASS kernels_isa.tiles_same_bits"
+    else echo "FAIL kernels_isa.tiles_same_bits: the AVX-512 tile's checkpoint differs from the AVX2 tile's"; fail=1; fi
+  fi
+else
+  echo "SKIP kernels_isa.tiles_same_bits: this CPU lacks $missing"
+fi
 exit $fail
