@@ -2342,6 +2342,18 @@ static __global__ void ddp__att_scatter_kernel(F *dst, const float *src, long ld
     }
 }
 
+/* q, k and v of heads h0 .. h0+heads-1 from inp (B,T,3C) into their (heads,T,hs) panels */
+template <typename F>
+static inline cudaError_t ddp__att_gather_qkv(F *q, F *k, F *v, const F *inp, int C, long h0, long heads, int T, int NH,
+                                              int hs, cudaStream_t stream)
+{
+    const unsigned blocks = ddp__blocks((size_t)(heads * T * hs), 256); /* grid-stride kernels */
+    ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>(q, inp, 3L * C, h0, heads, T, NH, hs);
+    ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>(k, inp + C, 3L * C, h0, heads, T, NH, hs);
+    ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>(v, inp + 2 * C, 3L * C, h0, heads, T, NH, hs);
+    return cudaGetLastError();
+}
+
 /* One warp per score row (head g, query t): p = softmax of the visible scores times
    scale, zeros for keys after t; lse of head h0+g saved as the streaming kernel does. */
 template <typename F>
@@ -2440,7 +2452,7 @@ template <typename F>
 static inline cudaError_t ddp__attention_forward_products(ddp_kernels_ctx *ctx, F *out, float *lse, const F *inp,
                                                           int B, int T, int C, int NH, long group, cudaStream_t stream)
 {
-    const int hs = C / NH, C3 = 3 * C;
+    const int hs = C / NH;
     const long heads = (long)B * NH, TT = (long)T * T, Th = (long)T * hs;
     const float scale = 1.0f / sqrtf((float)hs);
     void *base, *S, *P, *q, *k, *v, *o;
@@ -2455,10 +2467,7 @@ static inline cudaError_t ddp__attention_forward_products(ddp_kernels_ctx *ctx, 
     for (long h0 = 0; h0 < heads; h0 += group) {
         const long g = heads - h0 < group ? heads - h0 : group;
         const unsigned blocks = ddp__blocks((size_t)(g * Th), 256); /* grid-stride kernels */
-        ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)q, inp, C3, h0, g, T, NH, hs);
-        ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)k, inp + C, C3, h0, g, T, NH, hs);
-        ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)v, inp + 2 * C, C3, h0, g, T, NH, hs);
-        DDP__TRY(cudaGetLastError());
+        DDP__TRY(ddp__att_gather_qkv((F *)q, (F *)k, (F *)v, inp, C, h0, g, T, NH, hs, stream));
         /* s (T keys x T queries, column-major) = k^T q per head */
         DDP__TRY(ddp__att_product<F>(ctx, true, false, T, T, hs, (const F *)k, hs, Th, (const F *)q, hs, Th, S,
                                      CUDA_R_32F, TT, g, stream));
@@ -2504,9 +2513,7 @@ static inline cudaError_t ddp__attention_backward_products(ddp_kernels_ctx *ctx,
     for (long h0 = 0; h0 < heads; h0 += group) {
         const long g = heads - h0 < group ? heads - h0 : group;
         const unsigned blocks = ddp__blocks((size_t)(g * Th), 256); /* grid-stride kernels */
-        ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)q, inp, C3, h0, g, T, NH, hs);
-        ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)k, inp + C, C3, h0, g, T, NH, hs);
-        ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)v, inp + 2 * C, C3, h0, g, T, NH, hs);
+        DDP__TRY(ddp__att_gather_qkv((F *)q, (F *)k, (F *)v, inp, C, h0, g, T, NH, hs, stream));
         ddp__att_gather_kernel<<<blocks, 256, 0, stream>>>((F *)g_o, dout, C, h0, g, T, NH, hs);
         DDP__TRY(cudaGetLastError());
         /* s = k^T q and dp = v^T dout (T keys x T queries, column-major) */
