@@ -2,7 +2,8 @@
 # tests/test_bench.sh - the CPU benchmarks run and print what the README's tables take:
 #   train_gpt --bench-matmul (ours and, where python3 imports torch, PyTorch's, or why
 #   not), and examples/bench_train_gpt.py (the train_gpt forms, one short round, the CPU
-#   named; an unknown form is an error). Their numbers are not checked: they measure.
+#   named; an unknown form is an error; a failed PyTorch run is tried once more, aloud).
+#   Their numbers are not checked: they measure.
 # The Makefile builds the example.
 cd "$(dirname "$0")/.." || exit 1
 bin=$PWD/examples/train_gpt
@@ -23,6 +24,14 @@ rc=$?
   grep -q '^| train_gpt --nproc 1 --batch-size 16 | ' bench.txt && grep -q 'matmul ceiling [0-9.]* GFLOP/s' bench.txt &&
   grep -q '^cpu: .*; \(avx\|sve\|asimd\|no AVX2\).*[0-9]* cores$' bench.txt && grep -q '^on .*cores:$' bench.txt
 report "bench_train_gpt.py: a table of the forms, with the matmul ceiling" $? "exit $rc: $(tail -n 6 bench.txt | tr '\n' '|')"
+# a PyTorch form that fails (a stand-in torch package: it imports, it cannot train) gets one
+# more try, said aloud, and a second failure ends the benchmark with the reason
+mkdir -p faketorch/torch && echo '__version__ = "0.0-standin"' >faketorch/torch/__init__.py
+out=$(PYTHONPATH=$PWD/faketorch timeout 300 python3 "$OLDPWD/examples/bench_train_gpt.py" --forms torch --rounds 1 \
+  --steps 3 --warmup 1 2>&1); rc=$?
+[ "$rc" -eq 1 ] && grep -q '^round 1 torch *failed (.*); once more$' <<<"$out" &&
+  grep -q '^bench_train_gpt.py: torch failed twice: exit 1: ' <<<"$out" && grep -q "No module named 'torch.nn'" <<<"$out"
+report "bench_train_gpt.py: a failed PyTorch run gets one more try, then stops the benchmark" $? "exit $rc: $out"
 out=$(python3 "$OLDPWD/examples/bench_train_gpt.py" --forms nosuch 2>&1); rc=$?
 [ "$rc" -eq 2 ] && case $out in *"unknown form 'nosuch'"*) true ;; *) false ;; esac
 report "bench_train_gpt.py: an unknown form is an error" $? "exit $rc: $out"
