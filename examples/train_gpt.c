@@ -310,7 +310,7 @@ static void gpt_init_weights(gpt *g, uint64_t seed)
    sequence's activations are the same bits whatever else is in the batch. With
    targets, the per-token losses go to a->losses; `train` also leaves dlogits (of the
    summed loss: softmax - onehot) in a->logits for the backward pass. */
-static void gpt_forward(gpt *g, int B, int with_targets, int train)
+static void cpu_forward(gpt *g, int B, int with_targets, int train)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
     const size_t BT = (size_t)B * T, BTC = BT * C, LBTC = (size_t)g->B * T * C;
@@ -404,7 +404,7 @@ static void layernorm_backward(gpt *g, float *dinp, const tensor *w, const float
     }
 }
 
-static ddp_result gpt_backward(gpt *g, int B, ddp_grad *sync)
+static ddp_result cpu_backward(gpt *g, int B, ddp_grad *sync)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
     const size_t BTC = (size_t)B * T * C, LBTC = (size_t)g->B * T * C, fsize = sizeof(float);
@@ -660,8 +660,8 @@ static void gpu_grad_desc(const gpu *d, ddp_grad_desc *gd)
     gd->stream = d->stream;
 }
 
-/* gpt_forward on the device, from the host's g->a.tokens (and targets); with targets
-   the per-token losses come back to g->a.losses, as gpt_forward leaves them. */
+/* cpu_forward on the device, from the host's g->a.tokens (and targets); with targets
+   the per-token losses come back to g->a.losses, as cpu_forward leaves them. */
 template <typename F> static void gpu_forward_as(gpt *g, gpu *d, int B, int with_targets, int train)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
@@ -738,7 +738,7 @@ static ddp_result gpu_ready(gpu *d, ddp_grad *sync, const tensor *first, const t
     return allreduce_tensors(sync, first, last);
 }
 
-/* gpt_backward on the device, a layer at a time over the whole micro-batch: each
+/* cpu_backward on the device, a layer at a time over the whole micro-batch: each
    layer's parameter gradients are added into d->grads in place, and the region is
    handed to ddp_grad_ready as soon as the layer is done, in the CPU path's order.
    gpu_ready() records the point in the stream: NCCL reduces the bucket after the
@@ -908,6 +908,17 @@ static int device_info(void)
     return 1;
 }
 #endif
+
+/* The passes on whichever device trains (dev NULL: the CPU), chosen here and nowhere else */
+static void forward(gpt *g, gpu *dev, int B, int with_targets, int train)
+{
+    if (dev) gpu_forward(g, dev, B, with_targets, train);
+    else cpu_forward(g, B, with_targets, train);
+}
+static ddp_result backward(gpt *g, gpu *dev, int B, ddp_grad *sync)
+{
+    return dev ? gpu_backward(g, dev, B, sync) : cpu_backward(g, B, sync);
+}
 
 /* ---- data ---------------------------------------------------------------------------
    A token stream, split: the first 90% trains, the last 10% validates. Window i of a
@@ -1460,8 +1471,7 @@ static int evaluate(trainer *t, double *loss, char *err, size_t errsize)
         ddp_batch bt = ddp_sampler_batch(&t->val, 0, b);
         if (!bt.num_real) continue;
         fill_batch(g, t->data.tokens + t->data.n_train, g->cfg.ctx, bt.indices, (int)bt.num_real);
-        if (t->dev) gpu_forward(g, t->dev, (int)bt.num_real, 1, 0);
-        else gpt_forward(g, (int)bt.num_real, 1, 0);
+        forward(g, t->dev, (int)bt.num_real, 1, 0);
         for (i = 0; i < bt.num_real * (size_t)g->cfg.ctx; i++) ddp_metric_add(&m, g->a.losses[i], 1);
     }
     if ((r = ddp_metric_reduce(&t->ctx, &m, 1)) != DDP_OK) return ddp_reason(t, "ddp_metric_reduce", r, err, errsize);
@@ -1517,12 +1527,11 @@ static int train_step(trainer *t, int step, step_stats *st, char *err, size_t er
             return ddp_reason(t, "ddp_grad_no_sync", r, err, errsize);
         fill_batch(g, t->data.tokens, o->stride, bt.indices, (int)bt.count);
         span(&t->ctx, "forward");
-        if (t->dev) gpu_forward(g, t->dev, (int)bt.count, 1, 1);
-        else gpt_forward(g, (int)bt.count, 1, 1);
+        forward(g, t->dev, (int)bt.count, 1, 1);
         ddp_trace_end(&t->ctx);
         for (i = 0; i < bt.count * (size_t)g->cfg.ctx; i++) ddp_metric_add(&loss, g->a.losses[i], 1);
         span(&t->ctx, "backward");
-        r = t->dev ? gpu_backward(g, t->dev, (int)bt.count, &t->sync) : gpt_backward(g, (int)bt.count, &t->sync);
+        r = backward(g, t->dev, (int)bt.count, &t->sync);
         ddp_trace_end(&t->ctx);
         if (r != DDP_OK) return ddp_reason(t, "ddp_grad_ready", r, err, errsize);
         if ((r = ddp_grad_finish(&t->sync)) != DDP_OK) return ddp_reason(t, "ddp_grad_finish", r, err, errsize);
@@ -1622,13 +1631,8 @@ static void generate(gpt *g, gpu *dev, const options *o)
         int start = n > T ? n - T : 0, len = n - start, next, banned = -1;
         const float *logits;
         for (i = 0; i < T; i++) g->a.tokens[i] = i < len ? seq[start + i] : 0;
-        if (dev) { /* the device's forward; only the row we sample from comes back */
-            gpu_forward(g, dev, 1, 0, 0);
-            logits = gpu_logits_to_host(g, dev, len - 1);
-        } else {
-            gpt_forward(g, 1, 0, 0);
-            logits = g->a.logits + (size_t)(len - 1) * V;
-        }
+        forward(g, dev, 1, 0, 0); /* on a device only the row we sample from comes back */
+        logits = dev ? gpu_logits_to_host(g, dev, len - 1) : g->a.logits + (size_t)(len - 1) * V;
         if (bytes && n >= 3 && seq[n - 1] == seq[n - 2] && seq[n - 2] == seq[n - 3] && !isalnum(seq[n - 1]))
             banned = seq[n - 1];
         next = sample_token(logits, V, o->temperature, o->top_k, banned, scratch, &rng);
