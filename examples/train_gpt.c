@@ -660,8 +660,8 @@ static void gpu_grad_desc(const gpu *d, ddp_grad_desc *gd)
     gd->stream = d->stream;
 }
 
-/* cpu_forward on the device, from the host's g->a.tokens (and targets); with targets
-   the per-token losses come back to g->a.losses, as cpu_forward leaves them. */
+/* The forward on the device (cpu_forward's twin), from the host's g->a.tokens (and
+   targets); with targets the per-token losses come back to g->a.losses, as on the CPU. */
 template <typename F> static void gpu_forward_as(gpt *g, gpu *d, int B, int with_targets, int train)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
@@ -738,11 +738,11 @@ static ddp_result gpu_ready(gpu *d, ddp_grad *sync, const tensor *first, const t
     return allreduce_tensors(sync, first, last);
 }
 
-/* cpu_backward on the device, a layer at a time over the whole micro-batch: each
-   layer's parameter gradients are added into d->grads in place, and the region is
-   handed to ddp_grad_ready as soon as the layer is done, in the CPU path's order.
-   gpu_ready() records the point in the stream: NCCL reduces the bucket after the
-   kernels queued so far, while the layers below run. */
+/* The backward on the device (cpu_backward's twin), a layer at a time over the whole
+   micro-batch: each layer's parameter gradients are added into d->grads in place, and
+   the region is handed to ddp_grad_ready as soon as the layer is done, in the CPU
+   path's order. gpu_ready() records the point in the stream: NCCL reduces the bucket
+   after the kernels queued so far, while the layers below run. */
 template <typename F> static ddp_result gpu_backward_as(gpt *g, gpu *d, int B, ddp_grad *sync)
 {
     const int L = g->cfg.layers, C = g->cfg.dim, T = g->cfg.ctx, V = g->cfg.vocab, NH = g->cfg.heads;
