@@ -870,9 +870,10 @@ static int ddp__read_all(int fd, void *buf, size_t n, int64_t deadline)
 
 /* ---- >>tables --------------------------------------------------------------------------
    Collective kinds: enum, name, and which buffers a rank passes, in elements per
-   `count`: send (0: none), recv (W: world_size blocks). DESTROY is ddp_destroy's
-   meeting: every backend treats it as a barrier, and a rank that meets a DESTROY
-   where it expected a collective knows its peer left. */
+   `count`: send (0: none), recv (W: world_size blocks; 0: none, a meeting that moves
+   no data whatever its count). DESTROY is ddp_destroy's meeting: every backend treats
+   it as a barrier, and a rank that meets a DESTROY where it expected a collective
+   knows its peer left. */
 #define DDP__COLLS(X)                                  \
     X(DDP__ALL_REDUCE, "all_reduce", 1, 1)             \
     X(DDP__BROADCAST, "broadcast", 0, 1)               \
@@ -892,6 +893,8 @@ static const struct { const char *name; int send, recv; } ddp__colls[] = {
 #undef DDP__COLL_ROW
 };
 DDP__STATIC_ASSERT(coll_table, sizeof ddp__colls / sizeof ddp__colls[0] == DDP__COLL_COUNT);
+/* a collective that carries data; the others (receiving nothing) are meetings */
+static int ddp__coll_moves_data(int kind) { return ddp__colls[kind].recv != 0; }
 
 static const struct { const char *name; size_t size; } ddp__dtypes[] = {
 #define DDP__DTYPE_ROW(e, name, T, A, nccl, load, store) {name, sizeof(T)},
@@ -925,17 +928,17 @@ static ddp__fp ddp__fingerprint(const ddp__coll *c)
     memset(&f, 0, sizeof f); /* padding too: fingerprints are compared as bytes */
     f.seq = c->seq; f.count = c->count; f.kind = c->kind;
     /* what a kind does not use cannot disagree */
-    f.dtype = c->kind < DDP__BARRIER ? c->dtype : 0;
+    f.dtype = ddp__coll_moves_data(c->kind) ? c->dtype : 0;
     f.op = c->kind == DDP__ALL_REDUCE || c->kind == DDP__REDUCE_SCATTER ? c->op : 0;
     f.root = c->kind == DDP__BROADCAST ? c->root : 0;
-    if (c->kind >= DDP__BARRIER) f.count = 0;
+    if (!ddp__coll_moves_data(c->kind)) f.count = 0;
     return f;
 }
 
 /* "100 x f32 sum" */
 static void ddp__fp_args(char *out, size_t n, const ddp__fp *f)
 {
-    if ((unsigned)f->kind >= DDP__COLL_COUNT || f->kind >= DDP__BARRIER) { out[0] = 0; return; }
+    if ((unsigned)f->kind >= DDP__COLL_COUNT || !ddp__coll_moves_data(f->kind)) { out[0] = 0; return; }
     snprintf(out, n, "%llu x %s%s%s", (unsigned long long)f->count,
              (unsigned)f->dtype < DDP_DTYPE_COUNT ? ddp__dtypes[f->dtype].name : "?",
              f->kind == DDP__ALL_REDUCE || f->kind == DDP__REDUCE_SCATTER ? " " : "",
@@ -2669,7 +2672,7 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
     mine = ddp__slot(ctx, me);
     result = ddp__slot(ctx, W);
     cpu->shm->now[me] = ddp__fingerprint(c);
-    if (c->kind >= DDP__BARRIER || c->count == 0) return ddp__shm_meet(ctx, c);
+    if (!ddp__coll_moves_data(c->kind) || c->count == 0) return ddp__shm_meet(ctx, c);
     switch (c->kind) {
     case DDP__ALL_REDUCE:
         for (off = 0; off < c->count && res == DDP_OK; off += n) {
@@ -3306,7 +3309,7 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
     ncclResult_t nr = ncclSuccess;
     ddp_result r;
     if ((r = ddp__nccl_alive(ctx, name, c->seq)) != DDP_OK) return r;
-    if (c->kind >= DDP__BARRIER) /* a host meeting: the store serves */
+    if (!ddp__coll_moves_data(c->kind)) /* a host meeting: the store serves */
         return ctx->world_size > 1 ? ddp__store_barrier(ctx, c->kind == DDP__BARRIER ? "barrier" : "destroy",
                                                         c->kind == DDP__BARRIER ? "in ddp_barrier" : "in ddp_destroy")
                                    : DDP_OK;
@@ -3749,7 +3752,8 @@ static ddp_result ddp__mpi_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
     ddp_result res;
     (void)stream;
     (void)work;
-    if ((res = ddp__mpi_agree(ctx, c)) != DDP_OK || c->kind >= DDP__BARRIER) return res; /* that was the meeting */
+    if ((res = ddp__mpi_agree(ctx, c)) != DDP_OK || !ddp__coll_moves_data(c->kind))
+        return res; /* that was the meeting */
     per = DDP__MPI_PIECE / es;
     switch (c->kind) {
     case DDP__BROADCAST:
@@ -4071,7 +4075,7 @@ static void ddp__trace_name(char *out, size_t n, const char *prefix, const ddp__
 {
     double bytes = (double)c->count * (double)ddp_dtype_size((ddp_dtype)c->dtype);
     char size[24] = "";
-    if (c->kind < DDP__BARRIER)
+    if (ddp__coll_moves_data(c->kind))
         snprintf(size, sizeof size, bytes >= 1e6 ? " %.1f MB" : bytes >= 1e3 ? " %.1f KB" : " %.0f B",
                  bytes >= 1e6 ? bytes / 1e6 : bytes >= 1e3 ? bytes / 1e3 : bytes);
     if (c->bucket) snprintf(out, n, "%sbucket %d %s%s", prefix, (int)c->bucket - 1, ddp__colls[c->kind].name, size);
@@ -4356,7 +4360,7 @@ static ddp_result ddp__refuse(ddp_ctx *ctx, const char *what)
 static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
 {
     const char *name = ddp__colls[c->kind].name;
-    int needs_data = c->kind < DDP__BARRIER && c->count > 0;
+    int needs_data = ddp__coll_moves_data(c->kind) && c->count > 0;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
     if (ctx->st->broken)
         return ddp__refuse(ctx, name);
