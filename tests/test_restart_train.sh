@@ -54,14 +54,17 @@ children() {
   done
 }
 rank_of() { tr '\0' '\n' 2>/dev/null <"/proc/$1/environ" | sed -n 's/^RANK=//p'; }
-saving() { # pid file: the size of file (or file.tmp) if the process has it open for writing (a save)
+# saving pid file: the size of file (or file.tmp) if the process has it open for writing (a
+# save). The files are matched with test's -ef, a builtin: a poll starts no process until it
+# finds one (a readlink per descriptor made each poll cost more than a small model's save
+# lasts, and 6 runs could pass without catching one)
+saving() {
   local fd flags
   for fd in /proc/"$1"/fd/*; do
-    case $(readlink "$fd" 2>/dev/null) in
-      "$PWD/$2" | "$PWD/$2.tmp")
-        flags=$(sed -n 's/^flags:[[:space:]]*//p' "/proc/$1/fdinfo/${fd##*/}" 2>/dev/null)
-        [ -n "$flags" ] && [ $((8#$flags & 3)) -ne 0 ] && stat -L -c %s "$fd" 2>/dev/null && return 0 ;;
-    esac
+    if [ "$fd" -ef "$PWD/$2" ] || [ "$fd" -ef "$PWD/$2.tmp" ]; then
+      flags=$(sed -n 's/^flags:[[:space:]]*//p' "/proc/$1/fdinfo/${fd##*/}" 2>/dev/null)
+      [ -n "$flags" ] && [ $((8#$flags & 3)) -ne 0 ] && stat -L -c %s "$fd" 2>/dev/null && return 0
+    fi
   done
   return 1
 }
