@@ -180,7 +180,9 @@
         by side), the matmul's operands packed once per call (b always, a where strided
         by a page or more), a 6-row tile under AVX2 (intrinsics); new last bits from
         layernorm's vectorized sums
-        and the forward attention's 128-key blocks.
+        and the forward attention's 128-key blocks; exp (softmax, gelu) and gelu's
+        argument in fused multiply-adds where the CPU has them, exp's polynomial in
+        pairs (gelu 25% faster on Zen 1), new last bits there too.
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
 #ifndef DDP_KERNELS_CUH
@@ -206,6 +208,13 @@
 
 // >>helpers cpu
 /* ---- helpers: dot, axpy, exp -------------------------------------------- */
+/* fmaf where the hardware has it (one rounding and the full multiply-add rate), else a*b+c */
+#ifdef FP_FAST_FMAF
+#define DDP__FMA(a, b, c) fmaf(a, b, c)
+#else
+#define DDP__FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
 /* Dot product with eight independent partial sums, so the compiler can vectorize it
    without -ffast-math. */
 static inline float ddp__dot(const float *a, const float *b, int n)
@@ -233,14 +242,16 @@ static inline float ddp__exp(float a)
     /* adding 1.5*2^23 rounds a/ln2 to an integer n held in the low mantissa bits of t */
     const float t = a * 1.44269504088896341f + 12582912.0f, n = t - 12582912.0f;
     const float r = (a - n * 0.693359375f) - n * -2.12194440e-4f; /* ln2 split: n*hi exact */
-    const float p = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
-                       + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f);
+    const float r2 = r * r; /* the polynomial in pairs (Estrin): a chain of 3 multiply-adds, not 6 */
+    const float p = DDP__FMA(DDP__FMA(DDP__FMA(1.9875691500e-4f, r, 1.3981999507e-3f), r2,
+                                      DDP__FMA(8.3334519073e-3f, r, 4.1665795894e-2f)),
+                             r2, DDP__FMA(1.6666665459e-1f, r, 5.0000001201e-1f));
     uint32_t bits;
     float two_n;
     memcpy(&bits, &t, 4);
     bits = (bits - 0x4B400000u + 127u) << 23; /* unsigned: no overflow even for NaN */
     memcpy(&two_n, &bits, 4);
-    return (p * (r * r) + r + 1.0f) * two_n;
+    return (DDP__FMA(p, r2, r) + 1.0f) * two_n;
 }
 
 // >>embedding cpu
@@ -415,13 +426,6 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #else
 #define DDP__HOT inline
 #define DDP__PREFETCH_W(p) ((void)(p))
-#endif
-
-/* fmaf where the hardware has it (one rounding and the full multiply-add rate), else a*b+c */
-#ifdef FP_FAST_FMAF
-#define DDP__FMA(a, b, c) fmaf(a, b, c)
-#else
-#define DDP__FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
 /* c[i*ldc + j] for i < mv, j < nv: = bias[j] (0 if NULL) + sum_k a(i,k) bp[k*ldb + j]
@@ -1147,9 +1151,9 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
    select in the same loop makes gcc branch instead of vectorizing. NaN propagates. */
 #define DDP__GELU_BLOCK 256
 
-static inline float ddp__gelu_exp(float x) /* exp(-2u), for |x| <= 9 */
+static inline float ddp__gelu_exp(float x) /* exp(-2u) = exp(x (-2 sqrt(2/pi) - 2 sqrt(2/pi) 0.044715 x^2)), |x| <= 9 */
 {
-    return ddp__exp(-2.0f * DDP__GELU_S * (x + 0.044715f * x * x * x));
+    return ddp__exp(x * DDP__FMA(-2.0f * DDP__GELU_S * 0.044715f, x * x, -2.0f * DDP__GELU_S));
 }
 
 /* out (N) = gelu(inp (N)); out may be inp. */
@@ -1175,7 +1179,7 @@ static inline void ddp_gelu_backward_cpu(float *dinp, const float *inp, const fl
         float g[DDP__GELU_BLOCK];
         for (int j = 0; j < n; j++) {
             float e = ddp__gelu_exp(x[j]), s = 1.0f / (1.0f + e);
-            float du = DDP__GELU_S * (1.0f + 3.0f * 0.044715f * x[j] * x[j]);
+            float du = DDP__FMA(DDP__GELU_S * 3.0f * 0.044715f, x[j] * x[j], DDP__GELU_S);
             g[j] = s + 2.0f * x[j] * du * s * (e * s);
         }
         for (int j = 0; j < n; j++)
