@@ -240,8 +240,8 @@ static inline void ddp__axpy(float *y, float a, const float *x, int n)
 static inline float ddp__exp(float a)
 {
     /* adding 1.5*2^23 rounds a/ln2 to an integer n held in the low mantissa bits of t */
-    const float t = a * 1.44269504088896341f + 12582912.0f, n = t - 12582912.0f;
-    const float r = (a - n * 0.693359375f) - n * -2.12194440e-4f; /* ln2 split: n*hi exact */
+    const float t = DDP__FMA(a, 1.44269504088896341f, 12582912.0f), n = t - 12582912.0f;
+    const float r = DDP__FMA(-n, -2.12194440e-4f, DDP__FMA(-n, 0.693359375f, a)); /* ln2 split: n*hi exact */
     const float r2 = r * r; /* the polynomial in pairs (Estrin): a chain of 3 multiply-adds, not 6 */
     const float p = DDP__FMA(DDP__FMA(DDP__FMA(1.9875691500e-4f, r, 1.3981999507e-3f), r2,
                                       DDP__FMA(8.3334519073e-3f, r, 4.1665795894e-2f)),
