@@ -1486,10 +1486,14 @@ static int evaluate(trainer *t, double *loss, char *err, size_t errsize)
 static float cpu_step(gpt *g, float lr, float weight_decay, float clip, int step, double tokens)
 {
     float norm = 0.0f, *grads = g->grads;
-    const double *sum = g->grad_sum;
+    double *sum = g->grad_sum;
+    const double per_token = 1.0 / tokens; /* a multiply: a division per parameter cost 2 ms a step */
     size_t i, n = g->num_params;
     int l;
-    for (i = 0; i < n; i++) grads[i] = (float)(sum[i] / tokens); /* locals: so that gcc vectorizes it */
+    for (i = 0; i < n; i++) { /* locals: so that gcc vectorizes it; the sums zeroed as read (no second pass) */
+        grads[i] = (float)(sum[i] * per_token);
+        sum[i] = 0.0;
+    }
     ddp_global_norm_cpu(&norm, grads, n);
     if (clip > 0) ddp_clip_by_norm_cpu(grads, n, clip, &norm);
     for (l = 0; l < g->num_tensors; l++) {
@@ -1498,7 +1502,6 @@ static float cpu_step(gpt *g, float lr, float weight_decay, float clip, int step
                              ADAMW_BETAS_EPS, weight_decay_of(t, weight_decay), step + 1);
     }
     memset(grads, 0, n * sizeof(float)); /* the backward pass accumulates into both */
-    memset(g->grad_sum, 0, n * sizeof(double));
     return norm;
 }
 
