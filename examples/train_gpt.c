@@ -1487,10 +1487,10 @@ static float cpu_step(gpt *g, float lr, float weight_decay, float clip, int step
 {
     float norm = 0.0f, *grads = g->grads;
     double *sum = g->grad_sum;
-    const double per_token = 1.0 / tokens; /* a multiply: a division per parameter cost 2 ms a step */
+    const double per_token = 1.0 / tokens; /* a multiply per parameter, not a division */
     size_t i, n = g->num_params;
     int l;
-    for (i = 0; i < n; i++) { /* locals: so that gcc vectorizes it; the sums zeroed as read (no second pass) */
+    for (i = 0; i < n; i++) { /* the sums zeroed as they are read, for the next step: no second pass */
         grads[i] = (float)(sum[i] * per_token);
         sum[i] = 0.0;
     }
@@ -1501,7 +1501,7 @@ static float cpu_step(gpt *g, float lr, float weight_decay, float clip, int step
         ddp_adamw_update_cpu(param(g, t), param_grad(g, t), g->m + t->offset, g->v + t->offset, t->numel, lr,
                              ADAMW_BETAS_EPS, weight_decay_of(t, weight_decay), step + 1);
     }
-    memset(grads, 0, n * sizeof(float)); /* the backward pass accumulates into both */
+    memset(grads, 0, n * sizeof(float)); /* the backward pass accumulates into it, as into the sums */
     return norm;
 }
 
