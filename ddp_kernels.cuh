@@ -183,7 +183,8 @@
         and the forward attention's 128-key blocks; exp (softmax, gelu) and gelu's
         argument in fused multiply-adds where the CPU has them, exp's polynomial in
         pairs (gelu 25% faster on Zen 1), new last bits there too; AdamW's bias
-        corrections as reciprocals (one division per element, both twins).
+        corrections as reciprocals (one division per element, both twins); CPU
+        attention in blocks of 48 queries (whole register tiles, the same bits).
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
 #ifndef DDP_KERNELS_CUH
