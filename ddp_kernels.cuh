@@ -1147,6 +1147,7 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
 // >>gelu cpu
 /* ---- gelu --------------------------------------------------------------- */
 #define DDP__GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+#define DDP__GELU_C 0.044715f /* the cubic term's coefficient */
 
 /* gelu(x) = 0.5 x (1 + tanh(u)) = x s and gelu'(x) = s + 2 x u' s (1 - s), with
    s = 1 / (1 + e), e = exp(-2u), u = sqrt(2/pi) (x + 0.044715 x^3); 1 - s is taken as
@@ -1156,9 +1157,9 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
    select in the same loop makes gcc branch instead of vectorizing. NaN propagates. */
 #define DDP__GELU_BLOCK 256
 
-static inline float ddp__gelu_exp(float x) /* exp(-2u) = exp(x (-2 sqrt(2/pi) - 2 sqrt(2/pi) 0.044715 x^2)), |x| <= 9 */
+static inline float ddp__gelu_exp(float x) /* exp(-2u) = exp(x (-2 S C x^2 - 2 S)), S and C above; |x| <= 9 */
 {
-    return ddp__exp(x * DDP__FMA(-2.0f * DDP__GELU_S * 0.044715f, x * x, -2.0f * DDP__GELU_S));
+    return ddp__exp(x * DDP__FMA(-2.0f * DDP__GELU_S * DDP__GELU_C, x * x, -2.0f * DDP__GELU_S));
 }
 
 /* out (N) = gelu(inp (N)); out may be inp. */
@@ -1184,7 +1185,7 @@ static inline void ddp_gelu_backward_cpu(float *dinp, const float *inp, const fl
         float g[DDP__GELU_BLOCK];
         for (int j = 0; j < n; j++) {
             float e = ddp__gelu_exp(x[j]), s = 1.0f / (1.0f + e);
-            float du = DDP__FMA(DDP__GELU_S * 3.0f * 0.044715f, x[j] * x[j], DDP__GELU_S);
+            float du = DDP__FMA(DDP__GELU_S * 3.0f * DDP__GELU_C, x[j] * x[j], DDP__GELU_S);
             g[j] = s + 2.0f * x[j] * du * s * (e * s);
         }
         for (int j = 0; j < n; j++)
@@ -2593,13 +2594,13 @@ static inline cudaError_t ddp_attention_backward_gpu(ddp_kernels_ctx *ctx, typen
 /* ---- gelu --------------------------------------------------------------- */
 static __device__ __forceinline__ float ddp__gelu(float x)
 {
-    return 0.5f * x * (1.0f + tanhf(DDP__GELU_S * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.0f + tanhf(DDP__GELU_S * (x + DDP__GELU_C * x * x * x)));
 }
 
 static __device__ __forceinline__ float ddp__gelu_grad(float x)
 {
-    const float th = tanhf(DDP__GELU_S * (x + 0.044715f * x * x * x));
-    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * DDP__GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+    const float th = tanhf(DDP__GELU_S * (x + DDP__GELU_C * x * x * x));
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * DDP__GELU_S * (1.0f + 3.0f * DDP__GELU_C * x * x);
 }
 
 template <typename F>
