@@ -1065,6 +1065,7 @@ static void fill_batch(gpt *g, const int *split, int stride, const size_t *windo
 typedef struct options {
     config cfg;
     const char *data, *log, *save, *resume, *prompt, *trace, *compare[3];
+    const char *launcher; /* --max-restarts, --local-rank: read by ddp_launch and ddp_init */
     int batch_size, grad_accum, steps, stop_after, warmup, val_every, save_every, sample_len, bucket_kb, nproc;
     int bench_no_sync, bench_matmul, device_info;
     int resume_auto; /* --resume auto: continue --save's file when it belongs to this run */
@@ -1074,38 +1075,66 @@ typedef struct options {
     uint64_t seed;
 } options;
 
-static const char usage[] =
-    "usage: train_gpt [--nproc N] [flags]\n"
-    "  model:    --layers 4 --heads 4 --dim 128 --ctx 64 --vocab 256\n"
-    "  data:     --data FILE (text as bytes, llm.c .bin shard, nanoGPT uint16 .bin;\n"
-    "            default: examples/train_gpt.txt, a short story in plain words)\n"
-    "            --stride S (training windows start every S tokens; default 1 for data\n"
-    "            up to 1M tokens, else --ctx; validation windows never overlap)\n"
-    "  batch:    --batch-size 16 (sequences per rank per micro-step) --grad-accum 1\n"
-    "  schedule: --steps 150 --lr 3e-3 --warmup 40 --min-lr-frac 0.1 (cosine)\n"
-    "            --stop-after N (end this run after step N; --resume goes on)\n"
-    "            --weight-decay 0.1 --clip 1.0 (0: off) --seed 0\n"
-    "  output:   --val-every 50 (0: off) --log FILE.jsonl --save FILE.safetensors\n"
-    "            --save-every K --resume FILE.safetensors, or --resume auto (continue --save's\n"
-    "            file when it exists and belongs to this run: model, data, seed, batch, schedule)\n"
-    "            --trace FILE.json (where the time goes, per rank: open it in ui.perfetto.dev)\n"
-    "  restarts: --max-restarts N (with --nproc: start the job again after a failure, up to\n"
-    "            N times; with --save-every and --resume auto it goes on where it was saved)\n"
-    "  sample:   --prompt \"The \" --sample-len 300 (at most; ends at a sentence past half)\n"
-    "            --temperature 0.7 (0: greedy) --top-k 10 (0: all)\n"
-    "  sync:     --bucket-kb N (gradient bucket size; default 1024 on the CPU, 25600 on GPUs,\n"
-    "            where NCCL wants few large messages: PyTorch's 25 MiB)\n"
-    "            --bench-no-sync (benchmark only: no gradient all-reduce; ranks diverge)\n"
-    "  compare:  train_gpt --compare A.safetensors B.safetensors [PREFIX] (max relative difference,\n"
-    "            of the tensors whose names start with PREFIX, e.g. opt.m.)\n"
-    "  --device-info: says whether this build trains on a GPU here, or why not (exit 0: it does)\n"
-    "  --bench-matmul: the CPU matmuls' GFLOP/s at this model's shapes, forward and backward, all\n"
-    "            threads (the ceiling examples/bench_train_gpt.py measures against)\n"
-    "  device:   the nvcc build (train_gpt_gpu) trains on the GPUs, one per rank, when it\n"
-    "            sees them (NCCL backend); without one, or with DDP_BACKEND=cpu, on the CPU (fp32)\n"
-    "            --dtype bf16 (GPU default: bf16 activations, fp32 master weights) or fp32\n"
-    "            --allreduce fp32 (default) or bf16: the gradients' type on the wire\n";
+/* Every flag, once: X(group in --help ("" hides it), name, kind, field of options,
+   default ("": none, the field stays 0), what --help shows without a default, lowest
+   and highest value of a number, what --help says of it). The defaults are read by
+   the same functions as the command line, and --help prints them as written here. */
+#define FLAGS(X) \
+    X("ranks", "--nproc", int, nproc, "1", "", 1, 256, "processes on this machine, a rank each") \
+    X("model", "--layers", int, cfg.layers, "4", "", 1, 64, "") \
+    X("model", "--heads", int, cfg.heads, "4", "", 1, 64, "") \
+    X("model", "--dim", int, cfg.dim, "128", "", 1, 8192, "") \
+    X("model", "--ctx", int, cfg.ctx, "64", "", 1, 8192, "") \
+    X("model", "--vocab", int, cfg.vocab, "256", "", 2, 65536, "") \
+    X("data", "--data", text, data, "", "FILE", 0, 0, "text as bytes, llm.c .bin shard, nanoGPT uint16 .bin; " \
+      "default: examples/train_gpt.txt, a short story in plain words") \
+    X("data", "--stride", int, stride, "", "S", 0, 8192, "training windows start every S tokens; default 1 for " \
+      "data up to 1M tokens, else --ctx; validation windows never overlap") \
+    X("batch", "--batch-size", int, batch_size, "16", "", 1, 65536, "sequences per rank per micro-step") \
+    X("batch", "--grad-accum", int, grad_accum, "1", "", 1, 65536, "micro-steps per step") \
+    X("schedule", "--steps", int, steps, "150", "", 1, 100000000, "") \
+    X("schedule", "--lr", float, lr, "3e-3", "", 1e-9, 10, "") \
+    X("schedule", "--warmup", int, warmup, "40", "", 0, 100000000, "") \
+    X("schedule", "--min-lr-frac", float, min_lr_frac, "0.1", "", 0, 1, "cosine") \
+    X("schedule", "--stop-after", int, stop_after, "", "N", 1, 100000000, "end this run after step N; --resume " \
+      "goes on") \
+    X("schedule", "--weight-decay", float, weight_decay, "0.1", "", 0, 10, "") \
+    X("schedule", "--clip", float, clip, "1.0", "", 0, 1e9, "0: off") \
+    X("schedule", "--seed", seed, seed, "0", "", 0, 0, "") \
+    X("output", "--val-every", int, val_every, "50", "", 0, 100000000, "0: off") \
+    X("output", "--log", text, log, "", "FILE.jsonl", 0, 0, "") \
+    X("output", "--save", text, save, "", "FILE.safetensors", 0, 0, "") \
+    X("output", "--save-every", int, save_every, "", "K", 1, 100000000, "") \
+    X("output", "--resume", text, resume, "", "FILE.safetensors", 0, 0, "or --resume auto: continue --save's " \
+      "file when it exists and belongs to this run: model, data, seed, batch, schedule") \
+    X("output", "--trace", text, trace, "", "FILE.json", 0, 0, "where the time goes, per rank: open it in " \
+      "ui.perfetto.dev") \
+    X("restarts", "--max-restarts", text, launcher, "", "N", 0, 0, "with --nproc: start the job again after a " \
+      "failure, up to N times; with --save-every and --resume auto it goes on where it was saved") \
+    X("", "--max_restarts", text, launcher, "", "N", 0, 0, "") \
+    X("", "--local-rank", text, launcher, "", "N", 0, 0, "") \
+    X("", "--local_rank", text, launcher, "", "N", 0, 0, "") \
+    X("sample", "--prompt", text, prompt, "The ", "", 0, 0, "") \
+    X("sample", "--sample-len", int, sample_len, "300", "", 0, 1000000, "at most; ends at a sentence past half") \
+    X("sample", "--temperature", float, temperature, "0.7", "", 0, 100, "0: greedy") \
+    X("sample", "--top-k", int, top_k, "10", "", 0, 1000000, "0: all") \
+    X("sync", "--bucket-kb", int, bucket_kb, "", "N", 1, 4194304, "gradient bucket size; default 1024 on the " \
+      "CPU, 25600 on GPUs, where NCCL wants few large messages: PyTorch's 25 MiB") \
+    X("sync", "--bench-no-sync", on, bench_no_sync, "", "", 0, 0, "benchmark only: no gradient all-reduce; " \
+      "ranks diverge") \
+    X("device", "--dtype", dtype, bf16, "", "bf16", 0, 0, "the GPU's default: bf16 activations, fp32 master " \
+      "weights; or fp32") \
+    X("device", "--allreduce", dtype, allreduce_bf16, "fp32", "", 0, 0, "or bf16: the gradients' type on the " \
+      "wire") \
+    X("device", "--device-info", on, device_info, "", "", 0, 0, "says whether this build trains on a GPU here, " \
+      "or why not; exit 0: it does") \
+    X("bench", "--bench-matmul", on, bench_matmul, "", "", 0, 0, "the CPU matmuls' GFLOP/s at this model's " \
+      "shapes, forward and backward, all threads: the ceiling examples/bench_train_gpt.py measures against")
 
+/* The kinds of value: each reads v into *out, 1 if it is good; _takes says whether the
+   flag takes a value, _range what a good one is. */
+#define int_takes 1
+#define int_range(lo, hi) "an integer from " #lo " to " #hi
 static int int_flag(const char *v, long lo, long hi, int *out)
 {
     char *end;
@@ -1114,6 +1143,8 @@ static int int_flag(const char *v, long lo, long hi, int *out)
     return end != v && !*end && x >= lo && x <= hi;
 }
 
+#define float_takes 1
+#define float_range(lo, hi) "a number from " #lo " to " #hi
 static int float_flag(const char *v, float lo, float hi, float *out)
 {
     char *end;
@@ -1122,122 +1153,147 @@ static int float_flag(const char *v, float lo, float hi, float *out)
     return end != v && !*end && x >= lo && x <= hi;
 }
 
+#define seed_takes 1
+#define seed_range(lo, hi) "a non-negative integer"
+static int seed_flag(const char *v, int lo, int hi, uint64_t *out)
+{
+    char *end;
+    (void)lo, (void)hi;
+    errno = 0;
+    *out = strtoull(v, &end, 10);
+    return end != v && !*end && *v != '-' && errno == 0;
+}
+
+#define text_takes 1
+#define text_range(lo, hi) "text"
+static int text_flag(const char *v, int lo, int hi, const char **out)
+{
+    (void)lo, (void)hi;
+    *out = v;
+    return 1;
+}
+
+#define dtype_takes 1
+#define dtype_range(lo, hi) "fp32 or bf16"
+static int dtype_flag(const char *v, int lo, int hi, int *bf16)
+{
+    (void)lo, (void)hi;
+    *bf16 = strcmp(v, "bf16") == 0;
+    return *bf16 || strcmp(v, "fp32") == 0;
+}
+
+#define on_takes 0
+#define on_range(lo, hi) "nothing"
+static int on_flag(const char *v, int lo, int hi, int *out)
+{
+    (void)v, (void)lo, (void)hi;
+    *out = 1;
+    return 1;
+}
+
+/* Prints the words of s from column col, a space between them ('~' prints a space that
+   does not break), past column 92 on a new line from column 12; returns the column. */
+static int put_words(const char *s, int col)
+{
+    for (;;) {
+        int n = 0;
+        while (*s == ' ') s++;
+        while (s[n] && s[n] != ' ') n++;
+        if (!n) return col;
+        if (col >= 12 && col + 1 + n > 92) col = printf("\n%12s", "") - 1;
+        else col += printf("%*s", col < 12 ? 12 - col : col > 12, "");
+        for (col += n; n--; s++) putchar(*s == '~' ? ' ' : *s);
+    }
+}
+
+/* --help: the groups in order, each with what it says first and then its flags from FLAGS;
+   a flag with words of its own, and the flag after it, start a line */
+static void print_usage(void)
+{
+    static const char *const groups[][2] = {
+        {"ranks", ""}, {"model", ""}, {"data", ""}, {"batch", ""}, {"schedule", ""}, {"output", ""},
+        {"restarts", ""}, {"sample", ""}, {"sync", ""},
+        {"device", "the nvcc build (train_gpt_gpu) trains on the GPUs, one per rank, when it sees them (NCCL "
+                   "backend); without one, or with DDP_BACKEND=cpu, on the CPU (fp32)"},
+        {"bench", ""},
+        {"compare", "train_gpt --compare A.safetensors B.safetensors [PREFIX] (the largest relative difference "
+                    "of the tensors whose names start with PREFIX, e.g. opt.m.)"}};
+    char word[128];
+    int said = 0; /* the last flag printed had words of its own */
+    printf("usage: train_gpt [--nproc N] [--flag value | --flag=value ...]\n");
+    for (size_t k = 0; k < sizeof groups / sizeof *groups; k++) {
+        int col = put_words(groups[k][1], printf("  %s:", groups[k][0]));
+#define USAGE(group, name, kind, field, def, meta, lo, hi, help) \
+        if (strcmp(group, groups[k][0]) == 0) { \
+            if ((said || *help) && col > 12) col = printf("\n%12s", "") - 1; \
+            said = *help != 0; \
+            const char *shown = sizeof def > 1 ? def : meta; \
+            snprintf(word, sizeof word, strchr(shown, ' ') ? "%s \"%s\"" : *shown ? "%s %s" : "%s", name, shown); \
+            for (char *c = word; *c; c++) *c = *c == ' ' ? '~' : *c; \
+            col = put_words(word, col); \
+            if (*help) col = put_words("(" help ")", col); \
+        }
+        FLAGS(USAGE)
+#undef USAGE
+        putchar('\n');
+    }
+}
+
 /* Returns 1 if the flags are good, 0 with the reason in err, -1 for --help. */
 static int parse_options(int argc, char **argv, options *o, char *err, size_t errsize)
 {
-    int i;
     memset(o, 0, sizeof *o);
-    o->cfg.layers = 4;
-    o->cfg.heads = 4;
-    o->cfg.dim = 128;
-    o->cfg.ctx = 64;
-    o->cfg.vocab = 256;
-    o->batch_size = 16;
-    o->grad_accum = 1;
-    o->steps = 150;
-    o->lr = 3e-3f;
-    o->warmup = 40;
-    o->min_lr_frac = 0.1f;
-    o->weight_decay = 0.1f;
-    o->clip = 1.0f;
-    o->val_every = 50;
-    o->prompt = "The ";
-    o->sample_len = 300;
-    o->temperature = 0.7f;
-    o->top_k = 10;
-    o->nproc = 1;
-    o->bf16 = -1;
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL, *range = NULL;
-        int ok = 1;
+    o->bf16 = -1; /* no --dtype: bf16 on a GPU, fp32 on the CPU */
+#define DEFAULT(group, name, kind, field, def, meta, lo, hi, help) \
+    if (sizeof def > 1 && !kind##_flag(def, lo, hi, &o->field)) { \
+        snprintf(err, errsize, "train_gpt's own default for %s is not %s", name, kind##_range(lo, hi)); \
+        return 0; \
+    }
+    FLAGS(DEFAULT)
+#undef DEFAULT
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '='), *v = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+        const char *range = "";
+        const size_t n = eq ? (size_t)(eq - a) : strlen(a); /* the flag's name: a, or a up to = */
+        int ok = 1, takes = 1;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
-        if (strncmp(a, "--local_rank=", 13) == 0 || strncmp(a, "--local-rank=", 13) == 0 ||
-            strncmp(a, "--max-restarts=", 15) == 0 || strncmp(a, "--max_restarts=", 15) == 0)
-            continue;
-        if (strcmp(a, "--bench-no-sync") == 0) {
-            o->bench_no_sync = 1;
-            continue;
-        }
-        if (strcmp(a, "--device-info") == 0) {
-            o->device_info = 1;
-            continue;
-        }
-        if (strcmp(a, "--bench-matmul") == 0) {
-            o->bench_matmul = 1;
-            continue;
-        }
         if (strncmp(a, "--", 2) != 0) {
             snprintf(err, errsize, "unexpected argument '%s' (train_gpt --help lists the flags)", a);
             return 0;
         }
-        if (!v) {
-            snprintf(err, errsize, "%s needs a value (train_gpt --help lists the flags)", a);
-            return 0;
-        }
-#define INT(flag, field, lo, hi) else if (strcmp(a, flag) == 0) ok = int_flag(v, lo, hi, &o->field), range = "an integer from " #lo " to " #hi
-#define FLT(flag, field, lo, hi) else if (strcmp(a, flag) == 0) ok = float_flag(v, lo, hi, &o->field), range = "a number from " #lo " to " #hi
-        if (strcmp(a, "--local_rank") == 0 || strcmp(a, "--local-rank") == 0 || strcmp(a, "--max-restarts") == 0 ||
-            strcmp(a, "--max_restarts") == 0) {} /* ddp_init's and ddp_launch's */
-        INT("--nproc", nproc, 1, 256);
-        INT("--layers", cfg.layers, 1, 64);
-        INT("--heads", cfg.heads, 1, 64);
-        INT("--dim", cfg.dim, 1, 8192);
-        INT("--ctx", cfg.ctx, 1, 8192);
-        INT("--vocab", cfg.vocab, 2, 65536);
-        INT("--batch-size", batch_size, 1, 65536);
-        INT("--grad-accum", grad_accum, 1, 65536);
-        INT("--steps", steps, 1, 100000000);
-        INT("--stop-after", stop_after, 1, 100000000);
-        INT("--warmup", warmup, 0, 100000000);
-        INT("--val-every", val_every, 0, 100000000);
-        INT("--save-every", save_every, 1, 100000000);
-        INT("--sample-len", sample_len, 0, 1000000);
-        INT("--top-k", top_k, 0, 1000000);
-        INT("--stride", stride, 0, 8192);
-        INT("--bucket-kb", bucket_kb, 1, 4194304);
-        FLT("--lr", lr, 1e-9, 10);
-        FLT("--min-lr-frac", min_lr_frac, 0, 1);
-        FLT("--weight-decay", weight_decay, 0, 10);
-        FLT("--clip", clip, 0, 1e9);
-        FLT("--temperature", temperature, 0, 100);
-        else if (strcmp(a, "--seed") == 0) {
-            char *end;
-            o->seed = strtoull(v, &end, 10);
-            ok = end != v && !*end && *v != '-';
-            range = "a non-negative integer";
-        } else if (strcmp(a, "--data") == 0) o->data = v;
-        else if (strcmp(a, "--log") == 0) o->log = v;
-        else if (strcmp(a, "--save") == 0) o->save = v;
-        else if (strcmp(a, "--trace") == 0) o->trace = v;
-        else if (strcmp(a, "--dtype") == 0 || strcmp(a, "--allreduce") == 0) {
-            const int bf16 = strcmp(v, "bf16") == 0;
-            ok = bf16 || strcmp(v, "fp32") == 0;
-            range = "fp32 or bf16";
-            if (a[2] == 'd') o->bf16 = bf16;
-            else o->allreduce_bf16 = bf16;
-        }
-        else if (strcmp(a, "--resume") == 0) o->resume = v;
-        else if (strcmp(a, "--prompt") == 0) o->prompt = v;
-        else if (strcmp(a, "--compare") == 0) {
-            if (i + 2 >= argc) {
-                snprintf(err, errsize, "--compare needs two files");
+        if (n == 9 && strncmp(a, "--compare", 9) == 0) {
+            if (eq || i + 2 >= argc) {
+                snprintf(err, errsize, "--compare needs two files after it: --compare A.safetensors B.safetensors");
                 return 0;
             }
-            o->compare[0] = v;
+            o->compare[0] = argv[i + 1];
             o->compare[1] = argv[i + 2];
             o->compare[2] = i + 3 < argc ? argv[i + 3] : "";
             return 1;
-        } else {
-            snprintf(err, errsize, "unknown flag '%s' (train_gpt --help lists the flags)", a);
+        }
+#define PARSE(group, name, kind, field, def, meta, lo, hi, help) \
+        else if (n == sizeof name - 1 && strncmp(a, name, n) == 0) { \
+            takes = kind##_takes; \
+            range = kind##_range(lo, hi); \
+            ok = takes && !v ? -1 : !takes && eq ? -2 : kind##_flag(v, lo, hi, &o->field); \
+        }
+        if (0) {}
+        FLAGS(PARSE)
+        else {
+            snprintf(err, errsize, "unknown flag '%.*s' (train_gpt --help lists the flags)", (int)n, a);
             return 0;
         }
-#undef INT
-#undef FLT
+#undef PARSE
+        if (ok < 0) {
+            snprintf(err, errsize, "%.*s %s (train_gpt --help lists the flags)", (int)n, a,
+                     ok == -1 ? "needs a value" : "takes no value");
+            return 0;
+        }
         if (!ok) {
-            snprintf(err, errsize, "bad value '%s' for %s: %s", v, a, range);
+            snprintf(err, errsize, "bad value '%s' for %.*s: %s", v, (int)n, a, range);
             return 0;
         }
-        i++;
+        i += takes && !eq;
     }
     if (o->cfg.dim % o->cfg.heads) {
         snprintf(err, errsize, "--dim %d is not a multiple of --heads %d", o->cfg.dim, o->cfg.heads);
@@ -1990,7 +2046,7 @@ int main(int argc, char **argv)
     memset(&t, 0, sizeof t);
     status = parse_options(argc, argv, &t.o, err, sizeof err);
     if (status < 0) {
-        fputs(usage, stdout);
+        print_usage();
         return 0;
     }
     if (status == 0) {

@@ -8,7 +8,7 @@
 #   --log writes one JSON object per step; --trace writes a Chrome trace (a process per
 #   rank, spans per layer, gradient buckets on the collectives row) and leaves the
 #   results as they are; bad data, bad flags and bad checkpoints
-#   fail in one line; a diverged run (NaN loss) fails naming the step; --compare
+#   fail in one line; --flag=value as --flag value; --help lists every flag; a diverged run (NaN loss) fails naming the step; --compare
 #   reports a NaN or infinity as a difference, never as 0; on a terminal one progress
 #   line; without --data the story, and a sample without runs of punctuation;
 #   plot_loss.py without matplotlib says what to install. (The benchmarks:
@@ -48,6 +48,18 @@ compare_runs "1 x 8 vs 2 x 4" one two
 compare_runs "1 x 8 vs 4 x 2" one four
 compare_runs "accum 4 x 2 vs 1 x 8" one accum
 compare_runs "2 ranks x accum 4 x 1 vs 1 x 8" one accum2
+run equals --nproc=2 --batch-size=4 --steps=8 --save=equals.st
+compare_runs "--flag=value as --flag value" two equals
+
+# --help: every flag of train_gpt.c's FLAGS table that has a group, in lines of at most 92
+"$bin" --help >help.txt 2>&1
+rc=$?
+flags=$(sed -n 's/^ *X("[a-z][a-z]*", "\(--[a-z-]*\)".*/\1/p' "$OLDPWD/examples/train_gpt.c")
+missing=$(for f in $flags; do grep -q -- "$f\b" help.txt || echo "$f"; done)
+long=$(awk 'length > 92' help.txt | head -n 2)
+[ "$rc" -eq 0 ] && [ "$(wc -w <<<"$flags")" -gt 30 ] && [ -z "$missing" ] && [ -z "$long" ]
+report "train_gpt --help: every flag, lines of at most 92 columns" $? \
+  "exit $rc, $(wc -w <<<"$flags") flags in the table, missing: $missing, long: $long"
 
 out=$("$bin" --compare one.st two.st opt.m. 2>&1)
 case $out in "max_rel_diff 0.000e+00 over 28 tensors") true ;; *) false ;; esac
@@ -192,6 +204,10 @@ one_line_error "zero layers" --layers 0
 one_line_error "dim not a multiple of heads" --dim 32 --heads 3
 one_line_error "--save-every without --save" --save-every 5
 one_line_error "flag without a value" --steps
+one_line_error "bad number after =" --nproc 2 --lr=fast
+grep -q "bad value 'fast' for --lr:" err.txt
+report "train_gpt: --lr=fast names the flag and the value" $? "$(cat err.txt)"
+one_line_error "a switch given a value" --bench-no-sync=1
 one_line_error "resume with another model shape" --nproc 2 $tiny --dim 64 --resume one.st
 one_line_error "resume from a truncated checkpoint" --nproc 2 $tiny --resume truncated.st
 one_line_error "compare with a missing file" --compare one.st nothing.st
