@@ -2811,6 +2811,8 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
     int fd = -1;
     ddp_result r;
     void *p;
+
+    /* what the CPU backend can run: one host, up to DDP__MAX_CPU_RANKS ranks */
     if (ctx->world_size == 1) return DDP_OK; /* every collective is a copy */
     if (ctx->num_nodes > 1)
         return ddp__fail(ctx, DDP_ERR_BACKEND, "the CPU backend runs on one host, but this job spans %d hosts",
@@ -2824,6 +2826,7 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
     st->bs = cpu;
     cpu->chunk = st->cfg.chunk;
     cpu->size = DDP__SHM_HEADER + (size_t)(ctx->world_size + 1) * cpu->chunk;
+
     /* one host (by host name and boot id), so one arena, made by rank 0: launchers that
        split one machine into "nodes" (two torchrun --nnodes=2 to rehearse) share it */
     if (ctx->rank == 0) {
@@ -2844,6 +2847,8 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
                              "and boot id but separate /dev/shm? give them distinct host names)", name, strerror(errno));
         if ((r = ddp__cpu_lock(ctx, fd, name)) != DDP_OK) { close(fd); return r; }
     }
+
+    /* mapped: rank 0 writes its token there and publishes the name, the others check it */
     cpu->fd = fd;
     p = mmap(NULL, cpu->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
@@ -2864,6 +2869,7 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
                          "id but separate /dev/shm? give them distinct host names)", name);
     }
     cpu->shm->pids[ctx->rank] = (int32_t)getpid();
+
     /* once everyone has it mapped the name goes, removed by whoever gets there first (rank
        0 may die right after the barrier, and a failing program may skip ddp_destroy); if
        rank 0 dies before, the last rank to let go of it removes it (ddp__cpu_release) */
@@ -3308,6 +3314,9 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
     ncclComm_t comm;
     ncclResult_t nr = ncclSuccess;
     ddp_result r;
+
+    /* a meeting without data goes through the store; the rest takes a watchdog slot and,
+       for host memory, the staging buffers */
     if ((r = ddp__nccl_alive(ctx, name, c->seq)) != DDP_OK) return r;
     if (!ddp__coll_moves_data(c->kind)) /* a host meeting: the store serves */
         return ctx->world_size > 1 ? ddp__store_barrier(ctx, c->kind == DDP__BARRIER ? "barrier" : "destroy",
@@ -3325,6 +3334,9 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
         if (host_recv) recv = (char *)b->dev + off;
         if (c->kind == DDP__BROADCAST) { memcpy(b->host, c->recv, rbytes); send = recv = b->dev; host_send = 1; sbytes = rbytes; }
     }
+
+    /* on the NCCL stream after the caller's work: staging in, the start event, the
+       collective (unless the watchdog took the communicator), staging out, the end event */
     if ((r = ddp__cuda(ctx, cudaEventRecord(b->ready, user), "cudaEventRecord")) != DDP_OK ||
         (r = ddp__cuda(ctx, cudaStreamWaitEvent(b->stream, b->ready, 0), "cudaStreamWaitEvent")) != DDP_OK ||
         (host_send && (r = ddp__cuda(ctx, cudaMemcpyAsync(b->dev, b->host, sbytes, cudaMemcpyHostToDevice, b->stream),
@@ -3352,12 +3364,15 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
         if (mine) cudaEventDestroy(mine);
         return r;
     }
+
     pthread_mutex_lock(&b->mu); /* from here the watchdog follows it */
     f->seq = c->seq;
     f->kind = c->kind;
     f->began_ms = 0;
     b->tail++;
     pthread_mutex_unlock(&b->mu);
+
+    /* how the caller waits: the host now (host memory), the work's event, or its stream */
     if (host_send || host_recv) { /* the host needs the result now */
         r = ddp__nccl_wait_event(ctx, f->done, name, c->seq);
         if (r == DDP_OK && host_recv) memcpy(c->recv, (char *)b->host + ((char *)recv - (char *)b->dev), rbytes);
@@ -4805,6 +4820,9 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
     struct stat sb;
     *why = 0;
     *final = 1;
+
+    /* the attempt's port, its tables of ranks, the pipe the ranks report through, and
+       the job's id and secret */
     if ((p = ddp__free_port()) < 0) {
         snprintf(why, why_size, "cannot find a free TCP port on 127.0.0.1: %s", strerror(errno));
         return 1;
@@ -4833,7 +4851,9 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
     if (getenv("DDP_SECRET") && *getenv("DDP_SECRET")) ddp__copy(secret, sizeof secret, getenv("DDP_SECRET"));
     snprintf(port, sizeof port, "%d", p);
     snprintf(num, sizeof num, "%d", nproc);
-    /* signals arrive through sigtimedwait below, never asynchronously */
+
+    /* the ranks, started with signals blocked: they arrive through sigtimedwait below,
+       never asynchronously */
     sigemptyset(&block);
     sigaddset(&block, SIGCHLD);
     sigaddset(&block, SIGINT);
@@ -4865,6 +4885,9 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
         live++;
     }
     if (pipefd[1] >= 0) close(pipefd[1]);
+
+    /* until every rank has ended: collect the ends and the reports, name the cause,
+       stop the others (SIGTERM, then SIGKILL), pass on the user's signals */
     while (live > 0) {
         siginfo_t info;
         struct timespec ts;
@@ -4922,6 +4945,7 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
             kill_at = INT64_MAX;
         }
     }
+
     sigprocmask(SIG_SETMASK, &old, NULL);
     if (pipefd[0] >= 0) close(pipefd[0]);
     /* whatever shared memory a crash left behind goes with the attempt */
