@@ -338,10 +338,12 @@ static const char usage[] =
     "                     (the same seed, global batch, lr and --epochs)\n"
     "  --max-restarts N   with --nproc: start the job again after a failure, up to N times\n"
     "  --init-out FILE    rank 0 also saves the initial weights and the data as safetensors,\n"
-    "                     for the PyTorch twin (examples/lessons/05_metrics/train_classifier.py)\n";
+    "                     for the PyTorch twin (examples/lessons/05_metrics/train_classifier.py)\n"
+    "  a value follows its flag or an = (--lr 0.05, --lr=0.05)\n";
 
-/* Returns 0 after printing one line on a bad flag; --help sets o->help. --nproc and --local_rank belong to
-   ddp_launch and ddp_init (--max-restarts too); they are skipped here. */
+/* Returns 0 after printing one line on a bad flag; --help sets o->help. A value follows its flag or an =
+   (--lr 0.05, --lr=0.05). --nproc and --local_rank belong to ddp_launch and ddp_init (--max-restarts too);
+   they are skipped here. */
 static int parse_options(int argc, char **argv, options *o)
 {
     int i;
@@ -354,18 +356,17 @@ static int parse_options(int argc, char **argv, options *o)
     o->save_every = o->resume_auto = 0;
     o->help = 0;
     for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
+        const char *eq = strchr(argv[i], '='), *v = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+        char a[32], *end = NULL; /* the flag: argv[i], or argv[i] up to = */
         int bad = 0;
-        if (strncmp(a, "--local_rank=", 13) == 0 || strncmp(a, "--local-rank=", 13) == 0 ||
-            strncmp(a, "--max-restarts=", 15) == 0 || strncmp(a, "--max_restarts=", 15) == 0)
-            continue;
+        snprintf(a, sizeof a, "%.*s", eq ? (int)(eq - argv[i]) : (int)strlen(argv[i]), argv[i]);
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             o->help = 1;
             return 1;
         }
         if (!v || strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "train_classifier: %s '%s'\n", v ? "unknown argument" : "missing value or unknown flag", a);
+            fprintf(stderr, "train_classifier: %s '%s'\n", v ? "unknown argument" : "missing value or unknown flag",
+                    argv[i]);
             return 0;
         }
         if (strcmp(a, "--nproc") == 0 || strcmp(a, "--local_rank") == 0 || strcmp(a, "--local-rank") == 0 ||
@@ -396,14 +397,14 @@ static int parse_options(int argc, char **argv, options *o)
             o->resume_auto = 1;
             bad = strcmp(v, "auto") != 0; /* the checkpoint is --out's */
         } else {
-            fprintf(stderr, "train_classifier: unknown flag '%s'\n", a);
+            fprintf(stderr, "train_classifier: unknown flag '%s'\n", argv[i]);
             return 0;
         }
         if (bad || (end && end == v)) {
             fprintf(stderr, "train_classifier: bad value '%s' for %s\n", v, a);
             return 0;
         }
-        i++;
+        i += !eq;
     }
     return 1;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_classifier.sh - one process with batch 32 and four with batch 8 per rank
 # train the same model: the last epoch's validation metrics agree to 1e-6 and the
-# classifier learns (> 90 % validation accuracy); bad flags and --help. The Makefile
+# classifier learns (> 90 % validation accuracy); --flag=value; bad flags and --help. The Makefile
 # builds the example; tests/test_pytorch_twin.sh compares it with PyTorch.
 cd "$(dirname "$0")/.." || exit 1
 bin=./examples/train_classifier
@@ -39,6 +39,11 @@ report "classifier learns: val_acc > 90" $? "'$last1'"
 
 [ -s "$tmp/four.bin" ] && [ ! -e "$tmp/four.bin.tmp" ] && cmp -s "$tmp/one.bin" "$tmp/four.bin"
 report "classifier: rank 0 checkpoints the same weights for 1 and 4 ranks" $? "checkpoints missing or different"
+
+"$bin" --nproc=1 --batch-size=32 --epochs=3 --seed=1 --out="$tmp/equals.bin" >"$tmp/equals.txt" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && cmp -s "$tmp/one.bin" "$tmp/equals.bin"
+report "classifier: --flag=value trains as --flag value (the same checkpoint)" $? "exit $rc: $(tail -n 2 "$tmp/equals.txt" | tr '\n' ' ')"
 
 "$bin" --nproc 2 --no-such-flag 1 >"$tmp/bad.txt" 2>&1
 rc=$?
