@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_kernels.c built for each CPU path of ddp_kernels.cuh's matmul, with the
-# flags users build with (-O3, fused multiply-adds): -march=native (what this machine
+# flags users build with (-O3, multiply-adds fused where gcc sees them, as in its default
+# gnu modes; the Makefile's -std=c99 alone turns that off): -march=native (what this machine
 # runs), x86-64-v3 (AVX2 + FMA: the 6-row register tile in intrinsics) and x86-64-v4 (AVX-512: the
 # 16-row tile in intrinsics). Each must build clean with -Werror; each the CPU can run must pass
 # every check (bit for bit across threads, batch splits and tile edges, as the make test
@@ -8,7 +9,9 @@
 # the AVX-512 tile also runs everywhere over tests/emu/avx512.h, its intrinsics in plain C
 # (avx512-standin, at -O2: -O3 takes gcc four times as long over the plain-C intrinsics and
 # checks the same logic), so that its logic is checked on CPUs without AVX-512 too.
-# The six builds run in two lanes (the machines we test on have 2 cores), then the programs.
+# And train_gpt built as a user's project builds it (gcc's defaults, -O3 -march=native)
+# keeps the world-size invariance: 1 x 8 and 2 x 4 sequences, the same weights.
+# The seven builds run in two lanes (the machines we test on have 2 cores), then the programs.
 cd "$(dirname "$0")/.." || exit 1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -25,8 +28,10 @@ build() {
 kflags="-Wall -Wextra -Wpedantic -Werror"
 gflags="-D_GNU_SOURCE -O2 -march=x86-64-v3"
 ( build k_avx512-standin tests/test_kernels.c $kflags -O2 -march=x86-64-v2 $standin
-  build g_standin examples/train_gpt.c $gflags $standin ) &
-for arch in native x86-64-v3 x86-64-v4; do build "k_$arch" tests/test_kernels.c $kflags -O3 -march=$arch; done
+  build g_standin examples/train_gpt.c $gflags $standin
+  cc -O3 -march=native -fno-math-errno -fopenmp -I. examples/train_gpt.c -o "$tmp/g_user" -lm 2>"$tmp/g_user.log" ||
+    rm -f "$tmp/g_user" ) &
+for arch in native x86-64-v3 x86-64-v4; do build "k_$arch" tests/test_kernels.c $kflags -O3 -ffp-contract=fast -march=$arch; done
 build g_avx2 examples/train_gpt.c $gflags
 wait
 for arch in native x86-64-v3 x86-64-v4 avx512-standin; do
@@ -64,5 +69,22 @@ if missing=$(has avx2 fma); then
   fi
 else
   echo "SKIP kernels_isa.tiles_same_bits: this CPU lacks $missing"
+fi
+# the invariance under a user's flags (the Makefile's build is checked by test_train_gpt.sh)
+ok=1
+if [ ! -x "$tmp/g_user" ]; then
+  echo "FAIL kernels_isa.user_flags_world_size: does not build: $(head -c 300 "$tmp/g_user.log" | tr '\n' ' ')"; fail=1; ok=0
+fi
+for w in 1 2; do
+  [ $ok = 1 ] || break
+  "$tmp/g_user" --nproc $w --batch-size $((8 / w)) --ctx 32 --steps 4 --val-every 0 --sample-len 0 \
+    --save "$tmp/u$w.safetensors" >"$tmp/log" 2>&1 ||
+    { echo "FAIL kernels_isa.user_flags_world_size: --nproc $w: $(tail -c 300 "$tmp/log" | tr '\n' ' ')"; fail=1; ok=0; }
+done
+if [ $ok = 1 ]; then
+  d=$("$tmp/g_user" --compare "$tmp/u1.safetensors" "$tmp/u2.safetensors" 2>&1)
+  if [ "$(cut -d' ' -f1-2 <<<"$d")" = "max_rel_diff 0.000e+00" ]; then
+    echo "PASS kernels_isa.user_flags_world_size (gcc's defaults, -O3 -march=native: 1 x 8 and 2 x 4 the same)"
+  else echo "FAIL kernels_isa.user_flags_world_size: 1 x 8 and 2 x 4 differ: $d"; fail=1; fi
 fi
 exit $fail
