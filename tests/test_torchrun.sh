@@ -26,7 +26,18 @@ if "$py" -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) >=
   extra="--redirects 1 --tee 1 --log_dir $tmp/logs --monitor_interval 0.2"
 fi
 version=$("$py" -c 'import torch; print(torch.__version__)')
-port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# a free port P with P+1 free too: torchrun's agent takes P, ddp.h's store P+1
+port() { "$py" -c '
+import socket
+while True:
+    a, b = socket.socket(), socket.socket()
+    a.bind(("127.0.0.1", 0))
+    try:
+        b.bind(("127.0.0.1", a.getsockname()[1] + 1))
+        break
+    except (OSError, OverflowError):
+        a.close(); b.close()
+print(a.getsockname()[1])'; }
 
 # check name expected-world command...
 check() {
