@@ -22,7 +22,7 @@ has() { for f in "$@"; do case $flags in *" $f "*) ;; *) echo "$f"; return 1 ;; 
 standin="-DDDP__AVX512_STANDIN -include tests/emu/avx512.h"
 # build NAME SOURCE FLAGS...: $tmp/NAME, or $tmp/NAME.log with the compiler's complaint
 build() {
-  n=$1 src=$2; shift 2
+  local n=$1 src=$2; shift 2
   cc -std=c99 -fno-math-errno -fopenmp -I. "$@" "$src" -o "$tmp/$n" -lm 2>"$tmp/$n.log" || rm -f "$tmp/$n"
 }
 kflags="-Wall -Wextra -Wpedantic -Werror"
