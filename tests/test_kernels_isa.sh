@@ -23,14 +23,13 @@ standin="-DDDP__AVX512_STANDIN -include tests/emu/avx512.h"
 # build NAME SOURCE FLAGS...: $tmp/NAME, or $tmp/NAME.log with the compiler's complaint
 build() {
   local n=$1 src=$2; shift 2
-  cc -std=c99 -fno-math-errno -fopenmp -I. "$@" "$src" -o "$tmp/$n" -lm 2>"$tmp/$n.log" || rm -f "$tmp/$n"
+  cc -fno-math-errno -fopenmp -I. "$@" "$src" -o "$tmp/$n" -lm 2>"$tmp/$n.log" || rm -f "$tmp/$n"
 }
-kflags="-Wall -Wextra -Wpedantic -Werror"
-gflags="-D_GNU_SOURCE -O2 -march=x86-64-v3"
+kflags="-std=c99 -Wall -Wextra -Wpedantic -Werror"
+gflags="-std=c99 -D_GNU_SOURCE -O2 -march=x86-64-v3"
 ( build k_avx512-standin tests/test_kernels.c $kflags -O2 -march=x86-64-v2 $standin
   build g_standin examples/train_gpt.c $gflags $standin
-  cc -O3 -march=native -fno-math-errno -fopenmp -I. examples/train_gpt.c -o "$tmp/g_user" -lm 2>"$tmp/g_user.log" ||
-    rm -f "$tmp/g_user" ) &
+  build g_user examples/train_gpt.c -O3 -march=native ) &
 for arch in native x86-64-v3 x86-64-v4; do build "k_$arch" tests/test_kernels.c $kflags -O3 -ffp-contract=fast -march=$arch; done
 build g_avx2 examples/train_gpt.c $gflags
 wait
