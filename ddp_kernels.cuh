@@ -184,7 +184,9 @@
         argument in fused multiply-adds where the CPU has them, exp's polynomial in
         pairs (gelu 25% faster on Zen 1), new last bits there too; AdamW's bias
         corrections as reciprocals (one division per element, both twins); CPU
-        attention in blocks of 48 queries (whole register tiles, the same bits).
+        attention in blocks of 48 queries (whole register tiles, the same bits); the
+        weight gradients' tasks take k a step at a time across all their columns
+        (the same bits).
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
 #ifndef DDP_KERNELS_CUH
