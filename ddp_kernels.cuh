@@ -440,8 +440,8 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #endif
 
 /* c[i*ldc + j] for i < mv, j < nv: = bias[j] (0 if NULL) + sum_k a(i,k) bp[k*ldb + j]
-   when start, else += that sum; with cs, that result is added to cs[i*DDP__NR + j]
-   (double: a task's sums side by side) instead of stored in c. a(i,k) = a[i*am + k*ak]
+   when start, else += that sum; with cs, that result is added to cs[i*lds + j]
+   (double: csum's rows) instead of stored in c. a(i,k) = a[i*am + k*ak]
    for the ra (>= mv) rows that may be read, rows past them repeating row ra-1; rows past
    mv and columns past nv are computed (all DDP__NR of each row of bp) but not stored.
    The rows are unrolled by hand: gcc keeps the tile in registers only when every index
