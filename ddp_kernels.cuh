@@ -689,14 +689,14 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                              const float *bias, int accumulate, int M, int N, int K, double *csum, int seg,
                              float *scratch)
 {
-    /* row blocks of equal size (in whole tiles), so that the tasks balance; when k takes
-       several steps (runs of csum, or panel depths), a task is a block by every panel, and
-       the blocks are at least twice the threads */
+    /* row blocks of equal size (in whole tiles), so that the tasks balance; when k is deeper
+       than one panel, a task is a block by every panel, walked a step of k at a time, and
+       with several threads the blocks are at least twice their number */
     const int deep = K > DDP__KC, tiles = (M + DDP__MR - 1) / DDP__MR, rows = deep ? DDP__MD : DDP__MC;
     int blocks = M > 0 ? (M + rows - 1) / rows : 1;
 #ifdef _OPENMP
-    if (deep && blocks < 2 * omp_get_num_threads() && omp_get_num_threads() > 1)
-        blocks = 2 * omp_get_num_threads() < tiles ? 2 * omp_get_num_threads() : tiles;
+    const int want = deep && omp_get_num_threads() > 1 ? 2 * omp_get_num_threads() : 0;
+    if (blocks < want && tiles > 1) blocks = want < tiles ? want : tiles; /* M = 0: one (empty) block */
 #endif
     const int mc = (tiles + blocks - 1) / blocks * DDP__MR, panels = M > 0 ? (N + DDP__NR - 1) / DDP__NR : 0;
     const int per = deep ? panels : 1, across = deep ? 1 : panels, tasks = panels > 0 ? blocks * across : 0;

@@ -318,6 +318,7 @@ static void test_matmul_sum(void)
     matmul_sum_case(2, 40, 19, 270, &same, &threads);
     matmul_sum_case(2, 270, 19, 270, &same, &threads);
     matmul_sum_case(3, 30, 5, 1030, &same, &threads); /* dout packed: strided by a page */
+    matmul_sum_case(2, 150, 4, 0, &same, &threads);   /* no outputs, k past a panel: nothing to do, no crash */
     CHECK("kernels.matmul.sum_per_sequence", same && threads, "the double sum %s the per-sequence fp32 gradients; "
           "one thread %s", same ? "matches" : "differs from", threads ? "agrees" : "differs");
 }
