@@ -145,7 +145,10 @@ ST_DEF int st_json_value(st_json *j, int depth)
     } else if (c == '"') {
         j->tok[self].type = ST_JSON_STRING;
         j->tok[self].start = ++j->pos;
-        while (j->pos < j->len && j->s[j->pos] != '"') j->pos += j->s[j->pos] == '\\' ? 2 : 1;
+        while (j->pos < j->len && j->s[j->pos] != '"') {
+            if ((unsigned char)j->s[j->pos] < 0x20) return -1; /* JSON escapes control characters */
+            j->pos += j->s[j->pos] == '\\' ? 2 : 1;
+        }
         if (j->pos >= j->len) return -1;
         j->tok[self].end = j->pos++;
         j->tok[self].next = j->n;
@@ -180,7 +183,9 @@ ST_DEF int st_json_tokenize(st_json *j, const char *text, size_t len)
     return 0;
 }
 
-/* A string token's text into out (cap bytes, the simple escapes); 0 if it does not fit. */
+/* A string token's text into out (cap bytes, the escapes of printable characters); 0 if
+   it does not fit or holds another (\n, \u...: never in a name, and text read from a
+   file goes into one-line error messages). */
 ST_DEF int st_json_string(const st_json *j, int t, char *out, size_t cap)
 {
     size_t i, n = 0;
@@ -188,8 +193,7 @@ ST_DEF int st_json_string(const st_json *j, int t, char *out, size_t cap)
         char c = j->s[i];
         if (c == '\\') {
             c = j->s[++i];
-            c = c == 'n' ? '\n' : c == 't' ? '\t' : c == '"' || c == '\\' || c == '/' ? c : 0;
-            if (!c) return 0; /* \u and the rare escapes: never in our names */
+            if (c != '"' && c != '\\' && c != '/') return 0;
         }
         if (n + 1 >= cap) return 0;
         out[n++] = c;

@@ -259,12 +259,14 @@ elif action == 'overlap':                   # wpe.weight's offsets on wte.weight
     start = h['wte.weight']['data_offsets'][0]
     h['wpe.weight']['data_offsets'] = [start, start + end - begin]
 elif action == 'trailing': data += bytes(8)  # bytes after the last tensor
+elif action == 'ctlname': h['h.0.ln_1.bias\nx'] = h.pop('h.0.ln_1.bias')  # a name with an escaped newline
 hs = json.dumps(h, separators=(',', ':')).encode()
+if action == 'rawctl': hs = hs.replace(b'ln_1.bias', b'ln_1\n.bias', 1)  # a raw newline in a string: not JSON
 hs += b' ' * (-len(hs) % 8)
 open(dst, 'wb').write(struct.pack('<Q', len(hs)) + hs + bytes(data))
 EOF
   }
-  for a in transpose nan inf huge step=-5 step=12 overlap trailing; do edit_st two.st "${a/=/}.st" "$a"; done
+  for a in transpose nan inf huge step=-5 step=12 overlap trailing ctlname rawctl; do edit_st two.st "${a/=/}.st" "$a"; done
   one_line_error "--resume a transposed tensor" $tiny --steps 10 --resume transpose.st
   grep -q '32, 128' err.txt
   report "train_gpt --resume names the transposed tensor's shape" $? "$(cat err.txt)"
@@ -274,6 +276,10 @@ EOF
   grep -q 'overlap another tensor' err.txt
   report "train_gpt --resume says the tensors overlap" $? "$(cat err.txt)"
   one_line_error "--resume bytes after the last tensor" $tiny --steps 10 --resume trailing.st
+  # text from the file goes into the message: its control characters would break the line
+  one_line_error "--resume a name holding an escaped newline" $tiny --steps 10 --resume ctlname.st
+  one_line_error "--resume a header holding a raw newline" $tiny --steps 10 --resume rawctl.st
+  one_line_error "--compare a name holding an escaped newline" --compare ctlname.st two.st
   if python3 -c 'import safetensors.numpy' 2>/dev/null; then
     python3 -c 'import sys, safetensors.numpy as st
 for f in sys.argv[1:]:
