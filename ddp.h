@@ -110,7 +110,9 @@
      ("all_reduce #12: rank 0 passes 100 x f32 sum, rank 1 passes 1000 x f32 sum"),
      never a result. Init compares the settings that must match (ddp.h version,
      backend, shm chunk, DDP_CHECK); ddp_grad_init compares the bucket layout. A rank
-     that calls ddp_destroy while others wait in a collective is named at once.
+     that calls ddp_destroy while others wait in a collective is named at once. The
+     program's own settings are its to name: ddp_agree_on(ctx, "--lr", text) ("ranks
+     disagree on --lr: rank 1 has 0.002, rank 0 has 0.001").
 
    TWO LAUNCHES (ranks started by hand, no DDP_JOB_ID, one port)
      A rank cannot tell which launch it belongs to. The signs of a second: a second
@@ -148,7 +150,7 @@
                       the launcher's OpenMP note once per job, an empty or malformed
                       OMP_NUM_THREADS counts as unset; #error off Linux; the MPI
                       backend's all-reduce a chain of hosts in rank order (shared
-                      memory inside each host; DDP_MPI_ALLREDUCE)
+                      memory inside each host; DDP_MPI_ALLREDUCE); ddp_agree_on
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -455,6 +457,16 @@ DDPDEF void ddp_metric_merge(ddp_metric *into, const ddp_metric *from, size_t n)
 DDPDEF ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n);
 DDPDEF double ddp_metric_mean(const ddp_metric *m);    /* sum / count; 0 when empty */
 DDPDEF double ddp_metric_percent(const ddp_metric *m); /* 100 sum / count: accuracy in % */
+
+/* ---- the program's own settings ---------------------------------------------------
+   What ddp.h cannot see must agree too: ranks started by hand with another --lr, or
+   reading another data file, would train apart without a word. Each rank passes its
+   value as text (a flag as given, a file's hash); one small collective, which every
+   rank calls in the same order. DDP_OK when every rank's value is rank 0's; else
+   DDP_ERR_MISMATCH on every rank, ddp_error naming the first rank that differs and
+   both values ("ranks disagree on --lr: rank 2 has 0.002, rank 0 has 0.001"; values
+   compare whole; a long one is shown cut at 103 characters). Host memory on every backend. */
+DDPDEF ddp_result ddp_agree_on(ddp_ctx *ctx, const char *name, const char *value);
 
 /* ---- gradient synchronisation (DistributedDataParallel) ---------------------------
    All parameters' gradients live in one flat buffer. Init broadcasts the parameters
@@ -5311,6 +5323,42 @@ double ddp_metric_mean(const ddp_metric *m)
 double ddp_metric_percent(const ddp_metric *m)
 {
     return 100.0 * ddp_metric_mean(m);
+}
+
+/* Each rank's value as a slot of int64s: the hashes of the name and the whole value,
+   its length, and its first characters (what a refusal shows). */
+typedef struct ddp__agree_slot {
+    uint64_t name, hash, len;
+    char text[104];
+} ddp__agree_slot;
+DDP__STATIC_ASSERT(agree_slot, sizeof(ddp__agree_slot) % sizeof(int64_t) == 0);
+
+ddp_result ddp_agree_on(ddp_ctx *ctx, const char *name, const char *value)
+{
+    ddp__agree_slot mine, *all;
+    size_t w, r;
+    ddp_result res;
+    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!name || !value) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_agree_on: NULL %s", name ? "value" : "name");
+    memset(&mine, 0, sizeof mine);
+    mine.name = ddp__hash(name);
+    mine.hash = ddp__hash(value);
+    mine.len = strlen(value);
+    snprintf(mine.text, sizeof mine.text, "%s", value);
+    w = (size_t)ctx->world_size;
+    all = (ddp__agree_slot *)DDP_MALLOC(w * sizeof *all);
+    if (!all) return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_agree_on: out of memory for %zu ranks", w);
+    res = ddp_all_gather(ctx, &mine, all, sizeof mine / sizeof(int64_t), DDP_I64, NULL);
+    for (r = 1; res == DDP_OK && r < w; r++)
+        if (all[r].name != all[0].name)
+            res = ddp__fail(ctx, DDP_ERR_MISMATCH, "ddp_agree_on: rank %zu checks another setting than rank 0 (%s "
+                            "here): the ranks call it in another order", r, name);
+        else if (all[r].hash != all[0].hash || all[r].len != all[0].len || strcmp(all[r].text, all[0].text) != 0)
+            res = ddp__fail(ctx, DDP_ERR_MISMATCH, "ranks disagree on %s: rank %zu has %s%s, rank 0 has %s%s", name, r,
+                            all[r].text, all[r].len >= sizeof mine.text ? "..." : "", all[0].text,
+                            all[0].len >= sizeof mine.text ? "..." : "");
+    DDP_FREE(all);
+    return res;
 }
 
 /* ---- >>grad ---------------------------------------------------------------------------------- */

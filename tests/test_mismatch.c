@@ -1,5 +1,6 @@
 /* Ranks that disagree get a named error, never a result: collectives whose arguments
-   differ (count, dtype, op, kind, root, a skipped call), settings that must match,
+   differ (count, dtype, op, kind, root, a skipped call), settings that must match (ddp.h's
+   and the program's own, ddp_agree_on),
    gradient buckets cut differently, a rank that leaves while others wait, and a
    timeout that says where every late rank is. Also the launcher's refusals of nested
    launches and bad timeouts, and the per-launch job identities. */
@@ -284,6 +285,43 @@ static int sampler_setup(int rank, void *arg)
     return 0;
 }
 
+/* ddp_agree_on, the program's own settings, in a world of 4: equal values pass; rank 2's
+   other --lr is named with both values on every rank; a long value that differs only past
+   what is shown still differs (and is shown cut short); ranks that check different names
+   (calls out of order) are told so; the group still works after each refusal (nothing
+   moved data). */
+static const char *const agree_codes[] = {
+    [10] = "init failed", [11] = "equal values did not return DDP_OK",
+    [12] = "rank 2's --lr: not DDP_ERR_MISMATCH, or the error does not name rank 2 and both values",
+    [13] = "a long value differing at its end: not DDP_ERR_MISMATCH, or not shown cut short",
+    [14] = "different names: not DDP_ERR_MISMATCH, or the error does not say so",
+    [15] = "an all_reduce after the refusals failed", [16] = "a NULL value was not DDP_ERR_ARG"};
+static int agree_on(int rank, void *arg)
+{
+    char long_value[400];
+    float x = 1.0f;
+    ddp_ctx ctx;
+    (void)arg;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    if (ddp_agree_on(&ctx, "--lr", "0.001") != DDP_OK || ddp_agree_on(&ctx, "empty", "") != DDP_OK) return 11;
+    if (ddp_agree_on(&ctx, "--lr", rank == 2 ? "0.002" : "0.001") != DDP_ERR_MISMATCH ||
+        !strstr(ddp_error(&ctx), "ranks disagree on --lr: rank 2 has 0.002, rank 0 has 0.001"))
+        return 12;
+    memset(long_value, 'a', sizeof long_value - 1);
+    long_value[sizeof long_value - 1] = 0;
+    if (rank == 3) long_value[sizeof long_value - 2] = 'b';
+    if (ddp_agree_on(&ctx, "--data", long_value) != DDP_ERR_MISMATCH ||
+        !strstr(ddp_error(&ctx), "ranks disagree on --data: rank 3 has aaaa") || !strstr(ddp_error(&ctx), "a..., rank 0"))
+        return 13;
+    if (ddp_agree_on(&ctx, rank == 1 ? "--steps" : "--lr", "1") != DDP_ERR_MISMATCH ||
+        !strstr(ddp_error(&ctx), "rank 1 checks another setting than rank 0"))
+        return 14;
+    if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK || x != 4.0f) return 15;
+    if (ddp_agree_on(&ctx, "--lr", NULL) != DDP_ERR_ARG) return 16;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
 static void test_settings(void)
 {
     static const struct { const char *vars[6]; const char *job; } ids[] = {
@@ -354,6 +392,8 @@ int main(int argc, char **argv)
     CHECK("mismatch.destroy_while_others_wait", job.failed == 0, "%s", TEST_JOB_WHY(&job, leave_codes));
     test_spawn(&job, 4, grad_layout, NULL);
     CHECK("mismatch.grad_bucket_layout", job.failed == 0, "%s", TEST_JOB_WHY(&job, grad_codes));
+    test_spawn(&job, 4, agree_on, NULL);
+    CHECK("mismatch.agree_on_program_settings", job.failed == 0, "%s", TEST_JOB_WHY(&job, agree_codes));
     test_spawn(&job, 3, sampler_setup, NULL);
     CHECK("mismatch.sampler_dataset_size", job.failed == 0, "%s", TEST_JOB_WHY(&job, sampler_codes));
     test_spawn(&job, 2, sampler_setup, (void *)"seed");
