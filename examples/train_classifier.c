@@ -473,6 +473,10 @@ int main(int argc, char **argv)
     snprintf(run.v[1], sizeof run.v[1], "%d", opt.batch_size * ctx.world_size);
     st_float(run.v[2], sizeof run.v[2], opt.lr);
     snprintf(run.v[3], sizeof run.v[3], "%d", opt.epochs);
+    /* The template trusts that every rank got the same flags; a rank started by hand with
+       another --lr would train apart without a word. ddp_agree_on names it instead. */
+    for (i = 0; i < RUN_KEYS; i++)
+        if (ddp_agree_on(&ctx, run_keys[i][1], run.v[i]) != DDP_OK) goto done;
     if (opt.resume_auto) {
         if (ddp_is_main(&ctx)) start = load_checkpoint(opt.out, params, &run, opt.epochs);
         if (ddp_broadcast(&ctx, &start, 1, DDP_I32, 0, NULL) != DDP_OK || start < 0) goto done;

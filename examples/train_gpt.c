@@ -1817,7 +1817,7 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
         return 0;
     }
     t->seed = o->seed;
-    if (o->save) describe_run(t); /* what its checkpoints will say */
+    describe_run(t); /* what its checkpoints will say, and what every rank must agree on */
     if (o->resume_auto && access(o->save, F_OK) == 0) t->o.resume = o->save; /* else from scratch */
     if (o->resume) {
         if (!load_checkpoint(&t->model, o->resume, &t->seed, &t->start_step, &t->found, err, errsize)) return 0;
@@ -1848,13 +1848,24 @@ static int refuse(trainer *t, char *err)
     return 0;
 }
 
-/* Every rank starts from the same step: --resume auto on hosts that do not share
-   --save's file would otherwise resume on some ranks and start afresh on others.
-   Returns 1 if they do, else 0 (a refusal, or the failed collective, in err). */
-static int same_start(trainer *t, char *err, size_t errsize)
+/* Every rank trains the same run: the flags and data that decide the weights (a rank
+   started by hand with another --lr would otherwise train apart without a word), and
+   from the same step (--resume auto on hosts that do not share --save's file would
+   resume on some ranks and start afresh on others). Returns 1 if they do, else 0 (a
+   refusal, or the failed collective, in err). */
+static int ranks_agree(trainer *t, char *err, size_t errsize)
 {
+    const config *c = &t->o.cfg;
+    char model[48];
     ddp_metric m;
     ddp_result r;
+    int k;
+    snprintf(model, sizeof model, "%d, %d, %d, %d, %d", c->layers, c->heads, c->dim, c->ctx, c->vocab);
+    if ((r = ddp_agree_on(&t->ctx, "--layers, --heads, --dim, --ctx, --vocab", model)) != DDP_OK)
+        return ddp_reason(t, "ddp_agree_on", r, err, errsize);
+    for (k = 0; k < RUN_KEYS; k++)
+        if ((r = ddp_agree_on(&t->ctx, run_keys[k][1], t->id.v[k])) != DDP_OK)
+            return ddp_reason(t, "ddp_agree_on", r, err, errsize);
     memset(&m, 0, sizeof m);
     ddp_metric_add(&m, t->start_step, 1);
     if ((r = ddp_metric_reduce(&t->ctx, &m, 1)) != DDP_OK) return ddp_reason(t, "ddp_metric_reduce", r, err, errsize);
@@ -1901,7 +1912,7 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     }
     snprintf(t->id.v[RUN_BATCH], sizeof t->id.v[0], "%zu", t->global_batch);
     if (o->resume_auto && o->resume && !same_run(&t->id, &t->found, o->resume, err, errsize)) return refuse(t, err);
-    if (!same_start(t, err, errsize)) return 0;
+    if (!ranks_agree(t, err, errsize)) return 0;
     if (t->stop <= t->start_step) { /* --resume auto found this run done */
         if (t->ctx.rank != 0) err[0] = 0;
         else nothing_to_train(t, err, errsize);

@@ -234,6 +234,23 @@ grep -q 'overflows' err.txt
 report "train_gpt --compare says the shape's size overflows" $? "$(cat err.txt)"
 one_line_error "--resume a shape whose size overflows" $tiny --resume overflow.st
 
+# two ranks started by hand (each node's own command line) with another --lr: both stop,
+# naming the flag and both values, instead of training apart
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+       echo $((20000 + $$ % 20000)))
+pids=""
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=30 timeout 60 "$bin" $tiny --steps 2 \
+    --lr "$([ $r = 0 ] && echo 0.001 || echo 0.002)" >/dev/null 2>"lr$r.txt" &
+  pids="$pids $!"
+done
+set -- $pids
+wait "$1"; rc0=$?; wait "$2"; rc1=$?
+[ "$rc0" = 1 ] && [ "$rc1" = 1 ] && grep -q "ranks disagree on --lr: rank 1 has 0.002, rank 0 has 0.001" lr0.txt &&
+  grep -q "ranks disagree on --lr" lr1.txt
+report "train_gpt: ranks started with another --lr stop and name it" $? \
+  "exit $rc0 and $rc1: $(cat lr0.txt lr1.txt | tr '\n' '|')"
+
 # ---- bad checkpoints, diverged runs ------------------------------------------------------
 if command -v python3 >/dev/null; then
   edit_st() { # in out action: a copy of a checkpoint with one thing changed
