@@ -1855,13 +1855,17 @@ static int refuse(trainer *t, char *err)
    refusal, or the failed collective, in err). */
 static int ranks_agree(trainer *t, char *err, size_t errsize)
 {
-    const config *c = &t->o.cfg;
-    char model[48];
+    const options *o = &t->o;
+    const config *c = &o->cfg;
+    char model[48], types[32];
     ddp_metric m;
     ddp_result r;
     int k;
     snprintf(model, sizeof model, "%d, %d, %d, %d, %d", c->layers, c->heads, c->dim, c->ctx, c->vocab);
-    if ((r = ddp_agree_on(&t->ctx, "--layers, --heads, --dim, --ctx, --vocab", model)) != DDP_OK)
+    snprintf(types, sizeof types, "%s, %s", o->bf16 < 0 ? "(default)" : o->bf16 ? "bf16" : "fp32",
+             o->allreduce_bf16 ? "bf16" : "fp32"); /* NCCL would sum mismatched buffers without a word */
+    if ((r = ddp_agree_on(&t->ctx, "--layers, --heads, --dim, --ctx, --vocab", model)) != DDP_OK ||
+        (r = ddp_agree_on(&t->ctx, "--dtype, --allreduce", types)) != DDP_OK)
         return ddp_reason(t, "ddp_agree_on", r, err, errsize);
     for (k = 0; k < RUN_KEYS; k++)
         if ((r = ddp_agree_on(&t->ctx, run_keys[k][1], t->id.v[k])) != DDP_OK)
