@@ -48,6 +48,7 @@
      mpirun -np 4 ./prog                      one host: MASTER_ADDR defaults to 127.0.0.1
      srun -n 4 ./prog                         MASTER_ADDR: the step's first host
      mpirun -np 8 --host a:4,b:4 ./prog       CPU across hosts: build with mpicc -DDDP_MPI
+     srun -N 2 -n 8 --mpi=pmix ./prog         (the same under Slurm)
    Without MASTER_PORT the port comes from the launch's own id (torchrun's run id,
    Slurm's job and step, Open MPI's namespace, Hydra's kvsname asked for over PMI_FD),
    so two jobs on a host never meet; without any id (ranks started by hand) it is
@@ -59,13 +60,14 @@
    ENVIRONMENT
      RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
                     torchrun's names; read first
-     SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_NODEID      Slurm
+     SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_NODEID      Slurm (and
+                            SLURM_STEP_TASKS_PER_NODE for the ranks on each host)
      OMPI_COMM_WORLD_RANK _SIZE _LOCAL_RANK _LOCAL_SIZE           Open MPI
      PMI_RANK PMI_SIZE MPI_LOCALRANKID PMI_FD                     MPICH / Hydra (the
                             kvsname over PMI_FD, PMI-1; finalized in ddp_destroy
                             unless the program started MPI)
      DDP_BACKEND=cpu|nccl|mpi  force a backend (default: nccl if a GPU is visible;
-                            mpi if built with -DDDP_MPI and mpirun's job spans hosts)
+                            mpi if built with -DDDP_MPI and an MPI launch spans hosts)
      CUDA_VISIBLE_DEVICES   NCCL: a rank that sees one GPU drives it (Slurm's per-task
                             binding), one that sees several drives GPU LOCAL_RANK; two
                             ranks on one GPU are an error naming both
@@ -1248,6 +1250,32 @@ static ddp_result ddp__argv_local_rank(ddp_ctx *ctx, int *argc, char **argv, int
     return DDP_OK;
 }
 
+/* Slurm's tasks per node of a step, "2(x3),1": how many run on node `node` (0 if the
+   list is malformed, does not reach that node or does not sum to `world`). */
+static int ddp__slurm_tasks_here(const char *list, int node, int world)
+{
+    const char *p = list;
+    long total = 0, here = 0, at = 0;
+    while (*p) {
+        char *end;
+        long n = strtol(p, &end, 10), times = 1;
+        if (end == p || n < 1 || n > world) return 0;
+        p = end;
+        if (p[0] == '(' && p[1] == 'x') {
+            times = strtol(p + 2, &end, 10);
+            if (end == p + 2 || *end != ')' || times < 1 || times > world) return 0;
+            p = end + 1;
+        }
+        if (node >= at && node < at + times) here = n;
+        at += times;
+        total += n * times;
+        if (total > world) return 0;
+        if (*p == ',' && p[1]) p++;
+        else if (*p) return 0;
+    }
+    return total == world ? (int)here : 0;
+}
+
 /* The launchers ddp.h understands: where each puts rank, world size, local rank,
    local world size, node number, and its own identity for this launch (so that two
    launches on one host never merge). */
@@ -1266,8 +1294,8 @@ static const struct ddp__launcher {
    whose variables are set, else a world of one. -1 marks "derive later". */
 static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct ddp__launcher **found)
 {
-    const char *who = "defaults (no launcher's variables set)", *rank_name = "rank", *world_name = "world_size";
-    int argv_local = -1;
+    const char *who = "defaults (no launcher's variables set)", *rank_name = "rank", *world_name = "world_size", *v;
+    int argv_local = -1, here;
     size_t i;
     ddp_result r = ddp__argv_local_rank(ctx, d->argc, d->argv, &argv_local);
     if (r != DDP_OK) return r;
@@ -1301,6 +1329,11 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
             break;
         }
         if (argv_local >= 0) ctx->local_rank = argv_local; /* torch.distributed.launch */
+        /* Slurm gives no local world size but a list per node: knowing it now lets the
+           backend be chosen before the ranks meet (MPI where a step spans hosts) */
+        if (*found && !strcmp((*found)->who, "Slurm") && ctx->node_rank >= 0 && (v = getenv("SLURM_STEP_TASKS_PER_NODE")) &&
+            (here = ddp__slurm_tasks_here(v, ctx->node_rank, ctx->world_size)) > 0)
+            ctx->local_world_size = here; /* else derived from the hosts */
     }
     if (ctx->world_size < 1)
         return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d must be at least 1 (%s)", world_name, ctx->world_size, who);
@@ -2814,6 +2847,14 @@ static int ddp__shm_create(ddp_ctx *ctx, const char *name, size_t size, ddp_resu
     return -1;
 }
 
+#ifdef DDP_MPI
+/* Launched by an MPI launcher (its variables are set)? Then MPI can form the group. */
+static int ddp__mpi_launched(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+#endif
+
 static ddp_result ddp__cpu_init(ddp_ctx *ctx)
 {
     struct ddp__state *st = ctx->st;
@@ -2827,8 +2868,15 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
     /* what the CPU backend can run: one host, up to DDP__MAX_CPU_RANKS ranks */
     if (ctx->world_size == 1) return DDP_OK; /* every collective is a copy */
     if (ctx->num_nodes > 1)
-        return ddp__fail(ctx, DDP_ERR_BACKEND, "the CPU backend runs on one host, but this job spans %d hosts",
-                         ctx->num_nodes);
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "the CPU backend runs on one host, but this job spans %d hosts: %s",
+                         ctx->num_nodes,
+#ifdef DDP_MPI
+                         ddp__mpi_launched() ? "the MPI backend spans hosts (DDP_BACKEND=mpi)"
+                                             : "start it with an MPI launcher (mpirun, srun --mpi=pmix) for the MPI backend"
+#else
+                         "build it with mpicc -DDDP_MPI for the MPI backend, which spans hosts"
+#endif
+        );
     if (ctx->world_size > DDP__MAX_CPU_RANKS)
         return ddp__fail(ctx, DDP_ERR_BACKEND, "the CPU backend takes at most %d ranks, not %d", DDP__MAX_CPU_RANKS,
                          ctx->world_size);
@@ -3978,11 +4026,6 @@ static void ddp__mpi_release(ddp_ctx *ctx)
     ctx->st->bs = NULL;
 }
 
-/* Launched by an MPI launcher (its variables are set)? Then MPI can form the group. */
-static int ddp__mpi_launched(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
 #endif
 
 /* ---- >>backends ------------------------------------------------------------------------------

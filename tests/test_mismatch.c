@@ -334,6 +334,10 @@ static void test_settings(void)
     static const char *const hosts[][2] = {
         {"node[01-04,07]", "node01"}, {"a1,b[2-3]", "a1"}, {"gpu[3-4]-ib", "gpu3-ib"}, {"single", "single"},
         {"x[]", ""}, {"", ""}};
+    static const struct { const char *list; int node, world, here; } tasks[] = { /* 0: malformed or inconsistent */
+        {"2(x2)", 1, 4, 2}, {"2(x3),1", 3, 7, 1}, {"2(x3),1", 2, 7, 2}, {"3,1", 0, 4, 3}, {"4", 0, 4, 4},
+        {"2(x2)", 2, 4, 0}, {"2(x2)", 0, 5, 0}, {"2(x2", 0, 4, 0}, {"2x2", 0, 4, 0}, {"0(x4)", 0, 0, 0},
+        {"2,", 0, 2, 0}, {",2", 0, 2, 0}, {"", 0, 1, 0}, {"2(x-1)", 0, 2, 0}, {"99999999999", 0, 4, 0}};
     ddp_ctx ctx;
     ddp_result r;
     size_t i, j;
@@ -370,6 +374,12 @@ static void test_settings(void)
         snprintf(name, sizeof name, "settings.slurm_first_host.%zu", i);
         CHECK(name, hosts[i][1][0] ? ok && strcmp(out, hosts[i][1]) == 0 : !ok, "'%s' gave %d '%s', want '%s'",
               hosts[i][0], ok, ok ? out : "", hosts[i][1]);
+    }
+    for (i = 0; i < sizeof tasks / sizeof tasks[0]; i++) {
+        int here = ddp__slurm_tasks_here(tasks[i].list, tasks[i].node, tasks[i].world);
+        snprintf(name, sizeof name, "settings.slurm_tasks_per_node.%zu", i);
+        CHECK(name, here == tasks[i].here, "'%s', node %d of a world of %d: %d tasks, want %d", tasks[i].list,
+              tasks[i].node, tasks[i].world, here, tasks[i].here);
     }
 }
 

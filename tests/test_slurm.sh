@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# ddp.h programs under a real Slurm (slurmctld, slurmd and munged from Debian's packages)
+# on two hosts simulated on this machine: two network namespaces joined by a veth pair
+# (addresses only inside them), each host with its own name (UTS namespace), /etc/hosts,
+# /tmp and /dev/shm (mount namespace), a slurmd on each and the controller on h1. Checks:
+# srun on one host (hello, train_gpt equal to --nproc 4 byte for byte, two steps of one
+# allocation at once never merge), across both hosts (the CPU build and an MPI build
+# started without PMIx say how to run them; the MPI build under srun --mpi=pmix chooses
+# the MPI backend by itself and trains the same bits as one host; ranks dealt
+# cyclically, 2 + 1), a rank killed on h2 ends the step. Needs root, ip, unshare,
+# nsenter, Slurm and munge; the MPI checks need mpicc. Skips with the reason otherwise.
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+skip() { echo "SKIP slurm: $1"; exit 0; }
+[ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
+for t in ip unshare nsenter slurmctld slurmd srun salloc sinfo munged; do
+  command -v $t >/dev/null || skip "$t not found (Debian: slurmctld slurmd slurm-client munge)"
+done
+tag=ddps$$
+h1=$tag-h1 h2=$tag-h2 net=10.232.$(( $$ % 200 + 20 ))
+# not under /tmp: each host mounts its own /tmp
+tmp=$(mktemp -d -p /var/tmp) || exit 1
+cleanup() {
+  for ns in "$h1" "$h2"; do ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null; ip netns del "$ns" 2>/dev/null; done
+  [ -f "$tmp/munge/pid" ] && kill "$(cat "$tmp/munge/pid")" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+ip netns add "$h1" 2>/dev/null && ip netns add "$h2" && ip link add "$tag-a" type veth peer name "$tag-b" &&
+  ip link set "$tag-a" netns "$h1" && ip link set "$tag-b" netns "$h2" &&
+  ip -n "$h1" addr add "$net.1/24" dev "$tag-a" && ip -n "$h2" addr add "$net.2/24" dev "$tag-b" &&
+  ip -n "$h1" link set "$tag-a" up && ip -n "$h2" link set "$tag-b" up &&
+  ip -n "$h1" link set lo up && ip -n "$h2" link set lo up || skip "cannot create network namespaces here"
+unshare --uts --mount true 2>/dev/null || skip "cannot create UTS and mount namespaces here"
+printf '127.0.0.1 localhost\n%s h1\n%s h2\n' "$net.1" "$net.2" >"$tmp/hosts"
+# host NAME COMMAND: a shell on that host (its network, name, hosts file, /tmp and /dev/shm)
+host() {
+  local ns; ns=$([ "$1" = h1 ] && echo "$h1" || echo "$h2")
+  nsenter --net=/run/netns/"$ns" unshare --uts --mount sh -c "set -e; mount --bind $tmp/hosts /etc/hosts
+    mount -t tmpfs none /tmp; mount -t tmpfs none /dev/shm; hostname $1; cd $tmp; $2"
+}
+
+# munge with a key of this test's own, its socket in $tmp (both hosts reach it)
+mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" && chmod 700 "$tmp/munge"
+head -c 128 /dev/urandom >"$tmp/munge/key" && chmod 600 "$tmp/munge/key"
+munged --force --key-file="$tmp/munge/key" --socket="$tmp/munge/sock" --pid-file="$tmp/munge/pid" \
+  --log-file="$tmp/munge/log" --seed-file="$tmp/munge/seed" 2>"$tmp/munged.err" || skip "munged does not start: $(head -c 200 "$tmp/munged.err")"
+cat >"$tmp/slurm.conf" <<EOF
+ClusterName=$tag
+SlurmctldHost=h1($net.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$tmp/munge/sock
+CredType=cred/munge
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool/%n
+SlurmctldPidFile=$tmp/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd.%n.pid
+SlurmctldLogFile=$tmp/slurmctld.log
+SlurmdLogFile=$tmp/slurmd.%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+ReturnToService=2
+MpiDefault=none
+MailProg=/bin/true
+NodeName=h1 NodeAddr=$net.1 CPUs=8 State=UNKNOWN
+NodeName=h2 NodeAddr=$net.2 CPUs=8 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+EOF
+export SLURM_CONF=$tmp/slurm.conf
+host h1 "slurmctld -D >$tmp/ctld.out 2>&1 & slurmd -D >$tmp/d1.out 2>&1 &"
+host h2 "slurmd -D >$tmp/d2.out 2>&1 &"
+up=0
+for _ in $(seq 150); do # until both nodes report idle (30 s at most)
+  [ "$(host h1 "sinfo -h -o '%D %T'" 2>/dev/null)" = "2 idle" ] && { up=1; break; }
+  sleep 0.2
+done
+[ $up = 1 ] || skip "Slurm did not come up: $(tail -c 300 "$tmp/ctld.out" "$tmp/d1.out" "$tmp/d2.out" | tr '\n' ' ')"
+
+fail=0
+say() { if [ "$2" = 1 ]; then echo "PASS slurm.$1"; else echo "FAIL slurm.$1: $3"; fail=1; fi; }
+cc_build() { cc -std=c99 -O2 -fopenmp -I"$root" "$root/$1" -o "$tmp/$2" -lm 2>"$tmp/build.log" ||
+  { echo "FAIL slurm.build_$2: $(head -c 300 "$tmp/build.log")"; exit 1; }; }
+cc_build examples/hello_allreduce.c hello
+cc_build examples/train_gpt.c gpt
+cp "$root/examples/train_gpt.txt" "$tmp/" # train_gpt's default data, found in the working directory
+# srun on h1 (the login node here), under a time limit
+on_h1() { local limit=$1; shift; timeout -k 2 "$limit" bash -c "$(declare -f host); h1=$h1 h2=$h2 tmp=$tmp; host h1 \"$*\""; }
+export OMP_NUM_THREADS=1 DDP_TIMEOUT=30
+gpt_args="--steps 12 --batch-size 2 --val-every 6 --sample-len 0 --layers 2 --dim 64 --ctx 32"
+(cd "$tmp" && ./gpt --nproc 4 $gpt_args --save "$tmp/nproc4.safetensors" >"$tmp/nproc4.txt" 2>&1) ||
+  { echo "FAIL slurm.reference_run: $(tail -3 "$tmp/nproc4.txt")"; exit 1; }
+
+on_h1 60 "srun -N 1 -n 4 ./hello" >"$tmp/out" 2>&1
+ok=0; grep -q "sum 10, expected 10, world 4, backend cpu" "$tmp/out" && ok=1
+say one_host_hello $ok "$(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+
+on_h1 120 "srun -N 1 -n 4 ./gpt $gpt_args --save one.safetensors" >"$tmp/out" 2>&1
+ok=0; cmp -s "$tmp/nproc4.safetensors" "$tmp/one.safetensors" && ok=1
+say one_host_train_gpt_equals_nproc_4 $ok "$(grep -v '^step' "$tmp/out" | tail -c 300 | tr '\n' ' ')"
+
+# two steps of one allocation on one host at once: the same program, flags and node, a
+# job id each (job.step), so each trains alone
+on_h1 120 "salloc -N 1 -n 8 -w h1 sh -c 'srun -n 4 --exact ./gpt $gpt_args --save a.safetensors >a.txt 2>&1 &
+  srun -n 4 --exact ./gpt $gpt_args --save b.safetensors >b.txt 2>&1; wait'" >"$tmp/out" 2>&1
+ok=0; cmp -s "$tmp/nproc4.safetensors" "$tmp/a.safetensors" && cmp -s "$tmp/nproc4.safetensors" "$tmp/b.safetensors" && ok=1
+say two_steps_at_once_never_merge $ok "$(grep -h -v '^step' "$tmp/a.txt" "$tmp/b.txt" "$tmp/out" 2>&1 | tail -c 400 | tr '\n' ' ')"
+
+# across the hosts without the MPI backend: every rank says how, at once
+t0=$SECONDS
+on_h1 60 "srun -N 2 --ntasks-per-node=2 ./hello" >"$tmp/out" 2>&1; rc=$?
+ok=0; [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $((SECONDS - t0)) -le 20 ] &&
+  [ "$(grep -c 'the CPU backend runs on one host, but this job spans 2 hosts: build it with mpicc -DDDP_MPI' "$tmp/out")" = 4 ] && ok=1
+say cpu_build_across_hosts_says_how $ok "exit $rc after $((SECONDS - t0)) s: $(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+
+if command -v mpicc >/dev/null && host h1 "srun --mpi=list" 2>&1 | grep -q pmix; then
+  mpi_build() { mpicc -std=c99 -O2 -fopenmp -DDDP_MPI -I"$root" "$root/$1" -o "$tmp/$2" -lm 2>"$tmp/build.log" ||
+    { echo "FAIL slurm.build_$2: $(head -c 300 "$tmp/build.log")"; exit 1; }; }
+  mpi_build examples/hello_allreduce.c hello_mpi
+  mpi_build examples/train_gpt.c gpt_mpi
+
+  on_h1 60 "srun -N 2 --ntasks-per-node=2 ./hello_mpi" >"$tmp/out" 2>&1; rc=$?
+  ok=0; [ $rc -ne 0 ] && [ "$(grep -c 'start it with an MPI launcher (mpirun, srun --mpi=pmix)' "$tmp/out")" = 4 ] && ok=1
+  say mpi_build_without_pmix_says_how $ok "exit $rc: $(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+
+  on_h1 60 "DDP_DEBUG=1 srun -N 2 --ntasks-per-node=2 --mpi=pmix ./hello_mpi" >"$tmp/out" 2>&1
+  ok=0; grep -q "sum 10, expected 10, world 4, backend mpi" "$tmp/out" && grep -q "node 1/2" "$tmp/out" && ok=1
+  say mpi_across_hosts_chooses_mpi $ok "$(grep -v '^\[' "$tmp/out" | tail -c 400 | tr '\n' ' ')"
+
+  on_h1 60 "srun -N 2 -n 3 -m cyclic --mpi=pmix ./hello_mpi" >"$tmp/out" 2>&1
+  ok=0; grep -q "sum 6, expected 6, world 3, backend mpi" "$tmp/out" && ok=1
+  say mpi_cyclic_two_and_one $ok "$(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+
+  on_h1 120 "srun -N 2 --ntasks-per-node=2 --mpi=pmix ./gpt_mpi $gpt_args --save two.safetensors" >"$tmp/out" 2>&1
+  ok=0; cmp -s "$tmp/nproc4.safetensors" "$tmp/two.safetensors" && grep -q "ranks: 4 (mpi backend)" "$tmp/out" && ok=1
+  say mpi_train_gpt_two_hosts_equals_one $ok "$(grep -v '^step' "$tmp/out" | tail -c 300 | tr '\n' ' ')"
+
+  # a rank on h2 killed in the middle: the step ends within seconds
+  on_h1 60 "srun -N 2 --ntasks-per-node=2 --mpi=pmix ./gpt_mpi $gpt_args --steps 100000" >"$tmp/out" 2>&1 &
+  job=$!
+  victim=
+  for _ in $(seq 300); do # until training runs, then a rank of h2's
+    grep -q '^step' "$tmp/out" &&
+      victim=$(ip netns pids "$h2" | xargs -r ps -o pid=,comm= -p 2>/dev/null | awk '$2=="gpt_mpi"{print $1; exit}')
+    [ -n "$victim" ] && break
+    sleep 0.1
+  done
+  t0=$SECONDS
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait $job; rc=$?
+  ok=0; [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $((SECONDS - t0)) -le 20 ] && ok=1
+  say killed_rank_on_h2_ends_the_step $ok "victim '$victim', exit $rc after $((SECONDS - t0)) s: $(grep -v '^step' "$tmp/out" | tail -c 300 | tr '\n' ' ')"
+else
+  echo "SKIP slurm.mpi: no mpicc, or this Slurm has no PMIx plugin (srun --mpi=list)"
+fi
+exit $fail
