@@ -59,13 +59,14 @@
 
    ENVIRONMENT
      RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
-                    torchrun's names; read first
-     SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_NODEID      Slurm (and
-                            SLURM_STEP_TASKS_PER_NODE for the ranks on each host)
+                    torchrun's names; read first (the innermost launcher's count)
      OMPI_COMM_WORLD_RANK _SIZE _LOCAL_RANK _LOCAL_SIZE           Open MPI
      PMI_RANK PMI_SIZE MPI_LOCALRANKID PMI_FD                     MPICH / Hydra (the
                             kvsname over PMI_FD, PMI-1; finalized in ddp_destroy
                             unless the program started MPI)
+     SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_NODEID      Slurm, in a step (and
+                            SLURM_STEP_TASKS_PER_NODE for the ranks on each host);
+                            mpirun / mpiexec inside an allocation go by their own
      DDP_BACKEND=cpu|nccl|mpi  force a backend (default: nccl if a GPU is visible;
                             mpi if built with -DDDP_MPI and an MPI launch spans hosts)
      CUDA_VISIBLE_DEVICES   NCCL: a rank that sees one GPU drives it (Slurm's per-task
@@ -1278,17 +1279,36 @@ static int ddp__slurm_tasks_here(const char *list, int node, int world)
 
 /* The launchers ddp.h understands: where each puts rank, world size, local rank,
    local world size, node number, and its own identity for this launch (so that two
-   launches on one host never merge). */
+   launches on one host never merge). The innermost launcher comes first: inside a Slurm
+   allocation, mpirun and mpiexec start their ranks with Slurm's variables still set
+   (the batch script's, or those of the step srun made for their daemons, where every
+   rank of a host has one SLURM_PROCID). */
 static const struct ddp__launcher {
     const char *who, *rank, *world, *local_rank, *local_world, *node, *run_id, *run_id2;
 } ddp__launchers[] = {
     {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", NULL},
-    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_NODEID",
-     "SLURM_JOB_ID", "SLURM_STEP_ID"},
     {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE", NULL, "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"},
     {"MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", NULL, "PMI_KVSNAME", NULL},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_NODEID", "SLURM_JOB_ID", "SLURM_STEP_ID"},
 };
+
+/* The first launcher whose variables are set, or NULL. Slurm's count only in a task of
+   a step (not in the batch script or salloc's shell, which have no SLURM_STEP_ID); PMI's
+   not where srun's PMI-2 set them (PMI_JOBID, which Hydra does not set, and no Hydra's
+   MPI_LOCALNRANKS): its PMI_FD speaks another protocol than Hydra's. */
+static const struct ddp__launcher *ddp__launcher_here(void)
+{
+    size_t i;
+    for (i = 0; i < sizeof ddp__launchers / sizeof ddp__launchers[0]; i++) {
+        const struct ddp__launcher *l = &ddp__launchers[i];
+        if (!getenv(l->rank) && !getenv(l->world)) continue;
+        if (!strcmp(l->who, "Slurm") && !getenv("SLURM_STEP_ID")) continue;
+        if (!strcmp(l->who, "MPICH") && getenv("PMI_JOBID") && !getenv("MPI_LOCALNRANKS")) continue;
+        return l;
+    }
+    return NULL;
+}
 
 /* Rank, world size and local topology: from the desc, else from the first launcher
    whose variables are set, else a world of one. -1 marks "derive later". */
@@ -1296,7 +1316,6 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
 {
     const char *who = "defaults (no launcher's variables set)", *rank_name = "rank", *world_name = "world_size", *v;
     int argv_local = -1, here;
-    size_t i;
     ddp_result r = ddp__argv_local_rank(ctx, d->argc, d->argv, &argv_local);
     if (r != DDP_OK) return r;
     *found = NULL;
@@ -1309,16 +1328,15 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
         ctx->local_rank = d->local_rank ? d->local_rank : argv_local >= 0 ? argv_local : d->rank;
         ctx->local_world_size = d->local_world_size ? d->local_world_size : d->world_size;
     } else {
-        for (i = 0; i < sizeof ddp__launchers / sizeof ddp__launchers[0]; i++) {
-            const struct ddp__launcher *l = &ddp__launchers[i];
+        const struct ddp__launcher *l = ddp__launcher_here();
+        if (l) {
             int hr = ddp__env_int(ctx, l->rank, &ctx->rank);
             int hw = ddp__env_int(ctx, l->world, &ctx->world_size);
             if (hr < 0 || hw < 0) return DDP_ERR_ENV;
-            if (!hr && !hw) continue;
             if (hr != hw)
                 return ddp__fail(ctx, DDP_ERR_ENV, "%s is set but %s is not (%s)", hr ? l->rank : l->world,
                                  hr ? l->world : l->rank, l->who);
-            who = getenv("DDP_LAUNCHER") && i == 0 ? "ddp's launcher" : l->who;
+            who = getenv("DDP_LAUNCHER") && l == ddp__launchers ? "ddp's launcher" : l->who;
             rank_name = l->rank;
             world_name = l->world;
             if (ddp__env_int(ctx, l->local_rank, &ctx->local_rank) < 0 ||
@@ -1326,12 +1344,15 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
                 ddp__env_int(ctx, l->node, &ctx->node_rank) < 0)
                 return DDP_ERR_ENV;
             *found = l;
-            break;
+        } else if (getenv("SLURM_JOB_ID") && (v = getenv("SLURM_NTASKS")) && strcmp(v, "1") != 0) {
+            /* outside a step: Slurm's variables describe the allocation, not this process */
+            return ddp__fail(ctx, DDP_ERR_ENV, "started by Slurm's batch script or salloc's shell (SLURM_NTASKS=%s, "
+                             "no SLURM_STEP_ID), which run once: start the ranks with srun, or --nproc N on one host", v);
         }
         if (argv_local >= 0) ctx->local_rank = argv_local; /* torch.distributed.launch */
         /* Slurm gives no local world size but a list per node: knowing it now lets the
            backend be chosen before the ranks meet (MPI where a step spans hosts) */
-        if (*found && !strcmp((*found)->who, "Slurm") && ctx->node_rank >= 0 && (v = getenv("SLURM_STEP_TASKS_PER_NODE")) &&
+        if (l && !strcmp(l->who, "Slurm") && ctx->node_rank >= 0 && (v = getenv("SLURM_STEP_TASKS_PER_NODE")) &&
             (here = ddp__slurm_tasks_here(v, ctx->node_rank, ctx->world_size)) > 0)
             ctx->local_world_size = here; /* else derived from the hosts */
     }
@@ -1534,11 +1555,11 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
     if (!strcmp(s->job_from, "default") && l && !strcmp(l->who, "MPICH") &&
         ddp__pmi_kvsname(ctx, s->job_id, sizeof s->job_id))
         s->job_from = "Hydra's kvsname (PMI_FD)";
-    if ((!addr || !*addr) && ((v = getenv("SLURM_STEP_NODELIST")) || (v = getenv("SLURM_JOB_NODELIST")) ||
-                              (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
-        addr = first; /* Slurm: the first host of the step runs rank 0 */
     if ((!addr || !*addr) && ctx->local_world_size == ctx->world_size)
         addr = "127.0.0.1"; /* the launcher says every rank is on this host */
+    if ((!addr || !*addr) && ((v = getenv("SLURM_STEP_NODELIST")) || (v = getenv("SLURM_JOB_NODELIST")) ||
+                              (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
+        addr = first; /* Slurm: the first host of the step (or of the allocation) runs rank 0 */
     if (!addr || !*addr)
         return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR is not set: a world of %d needs the address of rank 0's host",
                          ctx->world_size);
@@ -4783,13 +4804,9 @@ static void ddp__signal_all(const pid_t *pids, int n, int sig)
 /* The launcher a rank of an already launched job was started by, or NULL. */
 static const char *ddp__launched_by(void)
 {
-    size_t i;
+    const struct ddp__launcher *l = ddp__launcher_here();
     if (getenv("DDP_LAUNCHER")) return "ddp's launcher";
-    for (i = 0; i < sizeof ddp__launchers / sizeof ddp__launchers[0]; i++)
-        if (getenv(ddp__launchers[i].rank) && getenv(ddp__launchers[i].world) &&
-            (strcmp(ddp__launchers[i].who, "Slurm") != 0 || getenv("SLURM_STEP_ID"))) /* not a batch script */
-            return ddp__launchers[i].who;
-    return NULL;
+    return l && getenv(l->rank) && getenv(l->world) ? l->who : NULL;
 }
 
 /* The job's environment for rank i, in the child. Every rank gets its share of the

@@ -8,7 +8,8 @@
 
 static const char *const all_vars[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_JOB_ID",
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_JOBID",
+    "MPI_LOCALNRANKS", "PMI_FD", "SLURM_STEP_TASKS_PER_NODE",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "DDP_BACKEND", "DDP_TIMEOUT", "DDP_JOB_ID",
     "TORCHELASTIC_RUN_ID", "DDP_SHM_CHUNK", NULL};
@@ -79,6 +80,9 @@ static void legacy_argv(void)
 static const char *const child_codes[] = {
     [1] = "wrong topology or all-reduce result (its line on stderr says which)", [10] = "init failed"};
 
+/* what mpirun's and mpiexec's ranks inherit from the step that srun made for their daemons */
+#define SLURM_DAEMON_STEP "SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_JOB_ID=77 SLURM_STEP_ID=1"
+
 static int child(int rank, void *arg)
 {
     const char *which = (const char *)arg;
@@ -107,9 +111,18 @@ static int child(int rank, void *arg)
         d.argc = &argc;
         d.argv = argv;
     } else if (strcmp(which, "slurm") == 0)
-        snprintf(spec, sizeof spec, "SLURM_PROCID=%d SLURM_NTASKS=%d SLURM_LOCALID=%d SLURM_NODEID=0 SLURM_JOB_ID=77", rank, world, rank);
+        snprintf(spec, sizeof spec, "SLURM_PROCID=%d SLURM_NTASKS=%d SLURM_LOCALID=%d SLURM_NODEID=0 SLURM_JOB_ID=77 SLURM_STEP_ID=0", rank, world, rank);
     else if (strcmp(which, "openmpi") == 0)
         snprintf(spec, sizeof spec, "OMPI_COMM_WORLD_RANK=%d OMPI_COMM_WORLD_SIZE=%d", rank, world); /* local: derived */
+    else if (strcmp(which, "openmpi_inside_slurm") == 0) /* mpirun's daemons were a Slurm step of one task */
+        snprintf(spec, sizeof spec, "OMPI_COMM_WORLD_RANK=%d OMPI_COMM_WORLD_SIZE=%d " SLURM_DAEMON_STEP, rank, world);
+    else if (strcmp(which, "hydra_inside_slurm") == 0)
+        snprintf(spec, sizeof spec, "PMI_RANK=%d PMI_SIZE=%d MPI_LOCALRANKID=%d MPI_LOCALNRANKS=%d " SLURM_DAEMON_STEP,
+                 rank, world, rank, world);
+    else if (strcmp(which, "srun_pmi2") == 0) /* srun --mpi=pmi2: PMI-2 on PMI_FD, which ddp.h must not speak to */
+        snprintf(spec, sizeof spec, "SLURM_PROCID=%d SLURM_NTASKS=%d SLURM_LOCALID=%d SLURM_NODEID=0 SLURM_JOB_ID=78 "
+                 "SLURM_STEP_ID=2 SLURM_STEP_TASKS_PER_NODE=%d PMI_RANK=%d PMI_SIZE=%d PMI_JOBID=78.2 PMI_FD=99",
+                 rank, world, rank, world, rank, world);
     else
         snprintf(spec, sizeof spec, "PMI_RANK=%d PMI_SIZE=%d MPI_LOCALRANKID=%d", rank, world, rank);
     set_env(spec);
@@ -219,7 +232,17 @@ int main(void)
     bad_env("env.missing_master_addr", "RANK=0 WORLD_SIZE=2", DDP_ERR_ENV, "MASTER_ADDR");
     bad_env("env.bad_master_port", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=70000", DDP_ERR_ENV, "MASTER_PORT=70000");
     bad_env("env.master_port_not_a_number", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=x", DDP_ERR_ENV, "MASTER_PORT='x'");
-    bad_env("env.slurm_rank_beyond", "SLURM_PROCID=5 SLURM_NTASKS=2", DDP_ERR_ENV, "SLURM_PROCID=5");
+    bad_env("env.slurm_rank_beyond", "SLURM_PROCID=5 SLURM_NTASKS=2 SLURM_STEP_ID=0", DDP_ERR_ENV, "SLURM_PROCID=5");
+    /* outside a step Slurm's count is the allocation's, not this process's */
+    bad_env("env.slurm_batch_script_says_srun", "SLURM_JOB_ID=7 SLURM_PROCID=0 SLURM_NTASKS=4", DDP_ERR_ENV,
+            "batch script or salloc's shell (SLURM_NTASKS=4, no SLURM_STEP_ID), which run once: start the ranks with srun");
+    bad_env("env.salloc_shell_says_srun", "SLURM_JOB_ID=7 SLURM_NTASKS=3", DDP_ERR_ENV, "start the ranks with srun");
+    clear_env();
+    set_env("SLURM_JOB_ID=7 SLURM_PROCID=0 SLURM_NTASKS=1");
+    r = ddp_init(&ctx, NULL);
+    CHECK("env.slurm_batch_script_of_one_task_is_world_of_one", r == DDP_OK && ctx.world_size == 1, "result %s: %s",
+          ddp_strerror(r), ddp_error(&ctx));
+    ddp_destroy(&ctx);
     bad_env("env.openmpi_size_not_a_number", "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=abc", DDP_ERR_ENV,
             "OMPI_COMM_WORLD_SIZE='abc'");
     bad_env("env.pmi_negative_rank", "PMI_RANK=-1 PMI_SIZE=2", DDP_ERR_ENV, "PMI_RANK=-1");
@@ -237,6 +260,9 @@ int main(void)
     launcher("slurm", 4);
     launcher("openmpi", 3);
     launcher("mpich", 5);
+    launcher("openmpi_inside_slurm", 3);
+    launcher("hydra_inside_slurm", 4);
+    launcher("srun_pmi2", 3);
     device_rule();
     TEST_EXIT();
 }

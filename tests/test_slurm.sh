@@ -2,13 +2,15 @@
 # ddp.h programs under a real Slurm (slurmctld, slurmd and munged from Debian's packages)
 # on two hosts simulated on this machine: two network namespaces joined by a veth pair
 # (addresses only inside them), each host with its own name (UTS namespace), /etc/hosts,
-# /tmp and /dev/shm (mount namespace), a slurmd on each and the controller on h1. Checks:
-# srun on one host (hello, train_gpt equal to --nproc 4 byte for byte, two steps of one
-# allocation at once never merge), across both hosts (the CPU build and an MPI build
-# started without PMIx say how to run them; the MPI build under srun --mpi=pmix chooses
-# the MPI backend by itself and trains the same bits as one host; ranks dealt
-# cyclically, 2 + 1), a rank killed on h2 ends the step. Needs root, ip, unshare,
-# nsenter, Slurm and munge; the MPI checks need mpicc. Skips with the reason otherwise.
+# /tmp and /dev/shm (mount namespace), a slurmd on each and the controller on h1.
+# Checks, on one host: srun (hello; train_gpt equal to --nproc 4 byte for byte; two steps
+# of one allocation at once never merge), a program started alone by the batch script or
+# salloc's shell says to use srun, mpirun and mpiexec inside an allocation. Across both
+# hosts: the CPU build and an MPI build started without PMIx say how to run them; the MPI
+# build under srun --mpi=pmix chooses the MPI backend by itself and trains the bits of
+# one host (ranks also dealt cyclically, 2 + 1), as under mpirun across the allocation;
+# a rank killed on h2 ends the step. Needs root, ip, unshare, nsenter, Slurm and munge;
+# the MPI checks need mpicc. Skips with the reason otherwise.
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 skip() { echo "SKIP slurm: $1"; exit 0; }
@@ -111,6 +113,27 @@ on_h1 120 "salloc -N 1 -n 8 -w h1 sh -c 'srun -n 4 --exact ./gpt $gpt_args --sav
 ok=0; cmp -s "$tmp/nproc4.safetensors" "$tmp/a.safetensors" && cmp -s "$tmp/nproc4.safetensors" "$tmp/b.safetensors" && ok=1
 say two_steps_at_once_never_merge $ok "$(grep -h -v '^step' "$tmp/a.txt" "$tmp/b.txt" "$tmp/out" 2>&1 | tail -c 400 | tr '\n' ' ')"
 
+# the batch script and salloc's shell run once, though Slurm's count says 4: a program
+# started there alone says to use srun, at once, instead of waiting for 3 more ranks
+on_h1 60 "salloc -N 1 -n 4 ./hello" >"$tmp/out" 2>&1; rc=$?
+ok=0; [ $rc -ne 0 ] && grep -q "salloc's shell (SLURM_NTASKS=4, no SLURM_STEP_ID), which run once: start the ranks with srun" "$tmp/out" && ok=1
+say salloc_shell_says_srun $ok "exit $rc: $(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+on_h1 60 "sbatch --wait -N 1 -n 4 -o batch.out --wrap ./hello" >"$tmp/out" 2>&1; rc=$?
+ok=0; [ $rc -ne 0 ] && grep -q "batch script or salloc's shell (SLURM_NTASKS=4, no SLURM_STEP_ID)" "$tmp/batch.out" && ok=1
+say batch_script_says_srun $ok "exit $rc: $(cat "$tmp/out" "$tmp/batch.out" 2>&1 | tail -c 300 | tr '\n' ' ')"
+
+# mpirun and mpiexec inside an allocation: their ranks still see Slurm's variables
+if command -v mpirun >/dev/null; then
+  on_h1 60 "salloc -N 1 -n 4 mpirun --allow-run-as-root --oversubscribe -np 4 ./hello" >"$tmp/out" 2>&1
+  ok=0; grep -q "sum 10, expected 10, world 4, backend cpu" "$tmp/out" && ok=1
+  say mpirun_inside_an_allocation $ok "$(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+fi
+if command -v mpiexec.hydra >/dev/null; then
+  on_h1 60 "salloc -N 1 -n 4 mpiexec.hydra -n 4 ./hello" >"$tmp/out" 2>&1
+  ok=0; grep -q "sum 10, expected 10, world 4, backend cpu" "$tmp/out" && ok=1
+  say hydra_inside_an_allocation $ok "$(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+fi
+
 # across the hosts without the MPI backend: every rank says how, at once
 t0=$SECONDS
 on_h1 60 "srun -N 2 --ntasks-per-node=2 ./hello" >"$tmp/out" 2>&1; rc=$?
@@ -139,6 +162,12 @@ if command -v mpicc >/dev/null && host h1 "srun --mpi=list" 2>&1 | grep -q pmix;
   on_h1 120 "srun -N 2 --ntasks-per-node=2 --mpi=pmix ./gpt_mpi $gpt_args --save two.safetensors" >"$tmp/out" 2>&1
   ok=0; cmp -s "$tmp/nproc4.safetensors" "$tmp/two.safetensors" && grep -q "ranks: 4 (mpi backend)" "$tmp/out" && ok=1
   say mpi_train_gpt_two_hosts_equals_one $ok "$(grep -v '^step' "$tmp/out" | tail -c 300 | tr '\n' ' ')"
+
+  # mpirun across both hosts of an allocation: it starts its daemons with srun, so every
+  # rank of a host sees that step's SLURM_PROCID; Open MPI's variables decide
+  on_h1 120 "salloc -N 2 -n 4 mpirun --allow-run-as-root -np 4 --map-by slot ./gpt_mpi $gpt_args --save mpirun.safetensors" >"$tmp/out" 2>&1
+  ok=0; cmp -s "$tmp/nproc4.safetensors" "$tmp/mpirun.safetensors" && grep -q "ranks: 4 (mpi backend)" "$tmp/out" && ok=1
+  say mpirun_across_an_allocation_equals_one_host $ok "$(grep -v '^step' "$tmp/out" | tail -c 300 | tr '\n' ' ')"
 
   # a rank on h2 killed in the middle: the step ends within seconds
   on_h1 60 "srun -N 2 --ntasks-per-node=2 --mpi=pmix ./gpt_mpi $gpt_args --steps 100000" >"$tmp/out" 2>&1 &
