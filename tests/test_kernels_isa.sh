@@ -9,9 +9,10 @@
 # the AVX-512 tile also runs everywhere over tests/emu/avx512.h, its intrinsics in plain C
 # (avx512-standin, at -O2: -O3 takes gcc four times as long over the plain-C intrinsics and
 # checks the same logic), so that its logic is checked on CPUs without AVX-512 too.
-# And train_gpt built as a user's project builds it (gcc's defaults, -O3 -march=native)
-# keeps the world-size invariance: 1 x 8 and 2 x 4 sequences, the same weights.
-# The seven builds run in two lanes (the machines we test on have 2 cores), then the programs.
+# And train_gpt built as a user's project builds it (gcc's defaults, -O3 -march=native;
+# and clang's, whose C contracts multiply-adds within a statement) keeps the world-size
+# invariance: 1 x 8 and 2 x 4 sequences, the same weights; test_kernels.c under clang too.
+# The nine builds run in two lanes (the machines we test on have 2 cores), then the programs.
 cd "$(dirname "$0")/.." || exit 1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -21,19 +22,25 @@ flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
 has() { for f in "$@"; do case $flags in *" $f "*) ;; *) echo "$f"; return 1 ;; esac; done; }
 standin="-DDDP__AVX512_STANDIN -include tests/emu/avx512.h"
 # build NAME SOURCE FLAGS...: $tmp/NAME, or $tmp/NAME.log with the compiler's complaint
+# (CC=clang for clang's builds)
 build() {
   local n=$1 src=$2; shift 2
-  cc -fno-math-errno -fopenmp -I. "$@" "$src" -o "$tmp/$n" -lm 2>"$tmp/$n.log" || rm -f "$tmp/$n"
+  ${CC:-cc} -fno-math-errno -fopenmp -I. "$@" "$src" -o "$tmp/$n" -lm 2>"$tmp/$n.log" || rm -f "$tmp/$n"
 }
+# clang with its OpenMP (libomp), else its checks skip
+clang=$(printf '#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n' |
+  clang -fopenmp -x c - -o "$tmp/omp" >/dev/null 2>&1 && "$tmp/omp" && echo clang)
 kflags="-std=c99 -Wall -Wextra -Wpedantic -Werror"
 gflags="-std=c99 -D_GNU_SOURCE -O2 -march=x86-64-v3"
 ( build k_avx512-standin tests/test_kernels.c $kflags -O2 -march=x86-64-v2 $standin
   build g_standin examples/train_gpt.c $gflags $standin
-  build g_user examples/train_gpt.c -O3 -march=native ) &
+  build g_user examples/train_gpt.c -O3 -march=native
+  [ -n "$clang" ] && CC=clang build k_clang tests/test_kernels.c $kflags -O3 -march=native ) &
 for arch in native x86-64-v3 x86-64-v4; do build "k_$arch" tests/test_kernels.c $kflags -O3 -ffp-contract=fast -march=$arch; done
 build g_avx2 examples/train_gpt.c $gflags
+[ -n "$clang" ] && CC=clang build g_clang examples/train_gpt.c -O3 -march=native
 wait
-for arch in native x86-64-v3 x86-64-v4 avx512-standin; do
+for arch in native x86-64-v3 x86-64-v4 avx512-standin ${clang:+clang}; do
   case $arch in
     x86-64-v3) need="avx2 fma bmi2" ;;
     x86-64-v4) need="avx512f avx512bw avx512cd avx512dq avx512vl" ;;
@@ -70,20 +77,19 @@ else
   echo "SKIP kernels_isa.tiles_same_bits: this CPU lacks $missing"
 fi
 # the invariance under a user's flags (the Makefile's build is checked by test_train_gpt.sh)
-ok=1
-if [ ! -x "$tmp/g_user" ]; then
-  echo "FAIL kernels_isa.user_flags_world_size: does not build: $(head -c 300 "$tmp/g_user.log" | tr '\n' ' ')"; fail=1; ok=0
-fi
-for w in 1 2; do
-  [ $ok = 1 ] || break
-  "$tmp/g_user" --nproc $w --batch-size $((8 / w)) --ctx 32 --steps 4 --val-every 0 --sample-len 0 \
-    --save "$tmp/u$w.safetensors" >"$tmp/log" 2>&1 ||
-    { echo "FAIL kernels_isa.user_flags_world_size: --nproc $w: $(tail -c 300 "$tmp/log" | tr '\n' ' ')"; fail=1; ok=0; }
-done
-if [ $ok = 1 ]; then
-  d=$("$tmp/g_user" --compare "$tmp/u1.safetensors" "$tmp/u2.safetensors" 2>&1)
-  if [ "$(cut -d' ' -f1-2 <<<"$d")" = "max_rel_diff 0.000e+00" ]; then
-    echo "PASS kernels_isa.user_flags_world_size (gcc's defaults, -O3 -march=native: 1 x 8 and 2 x 4 the same)"
-  else echo "FAIL kernels_isa.user_flags_world_size: 1 x 8 and 2 x 4 differ: $d"; fail=1; fi
-fi
+world_size() { # NAME BUILD: 1 x 8 and 2 x 4 sequences train the same weights
+  local name=$1 g=$tmp/$2 w d
+  [ -x "$g" ] || { echo "FAIL kernels_isa.$name: does not build: $(head -c 300 "$g.log" | tr '\n' ' ')"; fail=1; return; }
+  for w in 1 2; do
+    "$g" --nproc $w --batch-size $((8 / w)) --ctx 32 --steps 4 --val-every 0 --sample-len 0 \
+      --save "$tmp/$2_$w.safetensors" >"$tmp/log" 2>&1 ||
+      { echo "FAIL kernels_isa.$name: --nproc $w: $(tail -c 300 "$tmp/log" | tr '\n' ' ')"; fail=1; return; }
+  done
+  d=$("$g" --compare "$tmp/$2_1.safetensors" "$tmp/$2_2.safetensors" 2>&1)
+  if [ "$(cut -d' ' -f1-2 <<<"$d")" = "max_rel_diff 0.000e+00" ]; then echo "PASS kernels_isa.$name (1 x 8 and 2 x 4 the same)"
+  else echo "FAIL kernels_isa.$name: 1 x 8 and 2 x 4 differ: $d"; fail=1; fi
+}
+world_size user_flags_world_size g_user
+if [ -n "$clang" ]; then world_size clang_world_size g_clang
+else echo "SKIP kernels_isa.clang: no clang with OpenMP (Debian: clang libomp-dev)"; fi
 exit $fail
