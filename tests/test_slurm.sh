@@ -8,7 +8,8 @@
 # salloc's shell says to use srun, mpirun and mpiexec inside an allocation. Across both
 # hosts: the CPU build and an MPI build started without PMIx say how to run them; the MPI
 # build under srun --mpi=pmix chooses the MPI backend by itself and trains the bits of
-# one host (ranks also dealt cyclically, 2 + 1), as under mpirun across the allocation;
+# one host (ranks also dealt cyclically, 2 + 1), as under mpirun across the allocation
+# and from the README's batch script;
 # a rank killed on h2 ends the step. Needs root, ip, unshare, nsenter, Slurm and munge;
 # the MPI checks need mpicc. Skips with the reason otherwise.
 cd "$(dirname "$0")/.." || exit 1
@@ -168,6 +169,13 @@ if command -v mpicc >/dev/null && host h1 "srun --mpi=list" 2>&1 | grep -q pmix;
   on_h1 120 "salloc -N 2 -n 4 mpirun --allow-run-as-root -np 4 --map-by slot ./gpt_mpi $gpt_args --save mpirun.safetensors" >"$tmp/out" 2>&1
   ok=0; cmp -s "$tmp/nproc4.safetensors" "$tmp/mpirun.safetensors" && grep -q "ranks: 4 (mpi backend)" "$tmp/out" && ok=1
   say mpirun_across_an_allocation_equals_one_host $ok "$(grep -v '^step' "$tmp/out" | tail -c 300 | tr '\n' ' ')"
+
+  # a batch script as the README writes it, with train_gpt
+  printf '#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=2\nsrun --mpi=pmix ./gpt_mpi %s --save batch.safetensors\n' \
+    "$gpt_args" >"$tmp/job.sh"
+  on_h1 120 "sbatch --wait -o batch2.out job.sh" >"$tmp/out" 2>&1
+  ok=0; cmp -s "$tmp/nproc4.safetensors" "$tmp/batch.safetensors" && ok=1
+  say batch_script_srun_equals_one_host $ok "$(cat "$tmp/out" "$tmp/batch2.out" 2>&1 | grep -v '^step' | tail -c 300 | tr '\n' ' ')"
 
   # a rank on h2 killed in the middle: the step ends within seconds
   on_h1 60 "srun -N 2 --ntasks-per-node=2 --mpi=pmix ./gpt_mpi $gpt_args --steps 100000" >"$tmp/out" 2>&1 &
