@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ddp.h programs under a real Slurm (slurmctld, slurmd and munged from Debian's packages)
 # on two hosts simulated on this machine: two network namespaces joined by a veth pair
-# (addresses only inside them), each host with its own name (UTS namespace), /etc/hosts,
-# /tmp and /dev/shm (mount namespace), a slurmd on each and the controller on h1.
+# (addresses only inside them), each host with its own name (UTS namespace), /etc/hosts
+# and /tmp (mount namespace) and a /dev/shm apart from the machine's that the two share
+# (the CUDA emulator's NCCL meets there), a slurmd on each and the controller on h1.
 # Checks, on one host: srun (hello; train_gpt equal to --nproc 4 byte for byte; two steps
 # of one allocation at once never merge), a program started alone by the batch script or
 # salloc's shell says to use srun, mpirun and mpiexec inside an allocation. Across both
@@ -10,8 +11,10 @@
 # build under srun --mpi=pmix chooses the MPI backend by itself and trains the bits of
 # one host (ranks also dealt cyclically, 2 + 1), as under mpirun across the allocation
 # and from the README's batch script;
-# a rank killed on h2 ends the step. Needs root, ip, unshare, nsenter, Slurm and munge;
-# the MPI checks need mpicc. Skips with the reason otherwise.
+# a rank killed on h2 ends the step; the GPU build of train_gpt on the CUDA emulator (make
+# emu), 2 hosts x 2 GPUs, trains the bytes of 1 x 4 (the store, the NCCL id and the GPU
+# of each rank across hosts). Needs root, ip, unshare, nsenter, Slurm and munge; the MPI
+# checks need mpicc. Skips with the reason otherwise.
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 skip() { echo "SKIP slurm: $1"; exit 0; }
@@ -40,11 +43,11 @@ printf '127.0.0.1 localhost\n%s h1\n%s h2\n' "$net.1" "$net.2" >"$tmp/hosts"
 host() {
   local ns; ns=$([ "$1" = h1 ] && echo "$h1" || echo "$h2")
   nsenter --net=/run/netns/"$ns" unshare --uts --mount sh -c "set -e; mount --bind $tmp/hosts /etc/hosts
-    mount -t tmpfs none /tmp; mount -t tmpfs none /dev/shm; hostname $1; cd $tmp; $2"
+    mount -t tmpfs none /tmp; mount --bind $tmp/shm /dev/shm; hostname $1; cd $tmp; $2"
 }
 
 # munge with a key of this test's own, its socket in $tmp (both hosts reach it)
-mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" && chmod 700 "$tmp/munge"
+mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" "$tmp/shm" && chmod 700 "$tmp/munge"
 head -c 128 /dev/urandom >"$tmp/munge/key" && chmod 600 "$tmp/munge/key"
 munged --force --key-file="$tmp/munge/key" --socket="$tmp/munge/sock" --pid-file="$tmp/munge/pid" \
   --log-file="$tmp/munge/log" --seed-file="$tmp/munge/seed" 2>"$tmp/munged.err" || skip "munged does not start: $(head -c 200 "$tmp/munged.err")"
@@ -141,6 +144,19 @@ on_h1 60 "srun -N 2 --ntasks-per-node=2 ./hello" >"$tmp/out" 2>&1; rc=$?
 ok=0; [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $((SECONDS - t0)) -le 20 ] &&
   [ "$(grep -c 'the CPU backend runs on one host, but this job spans 2 hosts: build it with mpicc -DDDP_MPI' "$tmp/out")" = 4 ] && ok=1
 say cpu_build_across_hosts_says_how $ok "exit $rc after $((SECONDS - t0)) s: $(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+
+# GPUs across hosts, emulated: srun puts rank 0's store on the step's first host, NCCL's
+# id travels through it, each rank drives the GPU of its local rank
+emu=$root/build/emu/examples/train_gpt_gpu
+if [ -x "$emu" ]; then
+  on_h1 180 "srun -N 1 -n 4 $emu $gpt_args --dtype fp32 --save emu1.safetensors" >"$tmp/out1" 2>&1
+  on_h1 180 "DDP_DEBUG=1 srun -N 2 --ntasks-per-node=2 $emu $gpt_args --dtype fp32 --save emu2.safetensors" >"$tmp/out" 2>&1
+  ok=0; [ -s "$tmp/emu1.safetensors" ] && cmp -s "$tmp/emu1.safetensors" "$tmp/emu2.safetensors" &&
+    grep -q "ranks: 4 (nccl backend)" "$tmp/out" && grep -q "local rank 1/2, node 1/2, device 1" "$tmp/out" && ok=1
+  say gpu_emulated_two_hosts_equals_one $ok "$(grep -h -v '^step' "$tmp/out1" "$tmp/out" | grep -v '^\[' | tail -c 400 | tr '\n' ' ')"
+else
+  echo "SKIP slurm.gpu_emulated_two_hosts_equals_one: $emu is not built (make emu)"
+fi
 
 if command -v mpicc >/dev/null && host h1 "srun --mpi=list" 2>&1 | grep -q pmix; then
   mpi_build() { mpicc -std=c99 -O2 -fopenmp -DDDP_MPI -I"$root" "$root/$1" -o "$tmp/$2" -lm 2>"$tmp/build.log" ||
