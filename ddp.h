@@ -1561,8 +1561,10 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
                               (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
         addr = first; /* Slurm: the first host of the step (or of the allocation) runs rank 0 */
     if (!addr || !*addr)
-        return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR is not set: a world of %d needs the address of rank 0's host",
-                         ctx->world_size);
+        return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR is not set: a world of %d on several hosts needs the address of "
+                         "rank 0's host%s", ctx->world_size,
+                         !l ? "" : !strcmp(l->who, "Open MPI") ? " (mpirun -x MASTER_ADDR=HOST)"
+                                 : !strcmp(l->who, "MPICH") ? " (mpiexec -genv MASTER_ADDR HOST)" : "");
     if (!port) {
         if ((set = ddp__env_int(ctx, "MASTER_PORT", &port)) < 0) return DDP_ERR_ENV;
         /* without a port, one from the launch's identity: two jobs on a host differ.

@@ -6,7 +6,8 @@
 # backend and the all-reduce chain are chosen by themselves), every collective x dtype
 # across hosts through the chain (in big chunks and in small ones) and through the
 # exchange (ranks dealt round-robin over the hosts), train_classifier and train_gpt on
-# 2 hosts x 2 ranks against 1 host x 4 ranks (bit for bit), a rank on h2 killed
+# 2 hosts x 2 ranks against 1 host x 4 ranks (bit for bit), the same for train_gpt's GPU
+# build on the CUDA emulator (and its error without MASTER_ADDR), a rank on h2 killed
 # mid-run, h2 unreachable at launch and cut off mid-run. Needs root, ip, unshare and
 # Open MPI; skips with the reason otherwise.
 #   tests/test_mpi_hosts.sh bench    instead of the checks: examples/bench_allreduce on 2
@@ -118,6 +119,23 @@ gpt_args="--steps 12 --batch-size 2 --val-every 6 --sample-len 0"
 DDP_TIMEOUT=60 across 300 "$two" -np 4 "$tmp/gpt" $gpt_args --save "$tmp/g2.safetensors" >"$tmp/g2.txt" 2>&1
 ok=0; cmp -s "$tmp/g1.safetensors" "$tmp/g2.safetensors" && ok=1
 say train_gpt_matches_one_host $ok "$("$tmp/gpt" --compare "$tmp/g1.safetensors" "$tmp/g2.safetensors" 2>&1 | tail -1)"
+
+# GPUs across hosts, emulated (train_gpt's GPU build on the CUDA emulator, whose NCCL
+# meets in /dev/shm): mpirun gives no address for rank 0's store, so without MASTER_ADDR
+# every rank says how to give it; with it, 2 hosts x 2 GPUs train the bytes of 1 x 4
+emu=$root/build/emu/examples/train_gpt_gpu
+if [ -x "$emu" ]; then
+  emu_args="--steps 6 --batch-size 2 --val-every 0 --sample-len 0 --layers 2 --dim 64 --ctx 32 --dtype fp32"
+  (cd "$tmp" && "$emu" --nproc 4 $emu_args --save "$tmp/e1.safetensors" >"$tmp/e1.txt" 2>&1)
+  DDP_TIMEOUT=30 across 120 "$two" -np 4 "$emu" $emu_args >"$tmp/out" 2>&1; rc=$?
+  ok=0; [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "MASTER_ADDR is not set: .*(mpirun -x MASTER_ADDR=HOST)" "$tmp/out" && ok=1
+  say gpu_across_hosts_without_master_addr_says_how $ok "exit $rc: $(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+  DDP_TIMEOUT=30 across 180 "$two" -np 4 -x MASTER_ADDR=$net.1 "$emu" $emu_args --save "$tmp/e2.safetensors" >"$tmp/out" 2>&1
+  ok=0; [ -s "$tmp/e1.safetensors" ] && cmp -s "$tmp/e1.safetensors" "$tmp/e2.safetensors" && grep -q "(nccl backend)" "$tmp/out" && ok=1
+  say gpu_emulated_two_hosts_equals_one $ok "$(grep -h -v '^step' "$tmp/e1.txt" "$tmp/out" | tail -c 400 | tr '\n' ' ')"
+else
+  echo "SKIP mpi_hosts.gpu_emulated_two_hosts_equals_one: $emu is not built (make emu)"
+fi
 
 # a rank on h2 killed in the middle: the job ends within seconds, naming it
 t0=$SECONDS
