@@ -18,21 +18,14 @@ root=$PWD
 skip() { echo "SKIP mpi_hosts: $1"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
 for t in ip unshare mpicc mpirun; do command -v $t >/dev/null || skip "$t not found"; done
-tag=ddp$$
-h1=$tag-h1 h2=$tag-h2 net=10.231.$(( $$ % 200 + 20 ))
+. tests/hosts.sh
 tmp=$(mktemp -d)
 cleanup() {
-  ip netns pids "$h1" 2>/dev/null | xargs -r kill -9 2>/dev/null
-  ip netns pids "$h2" 2>/dev/null | xargs -r kill -9 2>/dev/null
-  ip netns del "$h1" 2>/dev/null; ip netns del "$h2" 2>/dev/null
+  hosts_down
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-ip netns add "$h1" 2>/dev/null && ip netns add "$h2" && ip link add "$tag-a" type veth peer name "$tag-b" &&
-  ip link set "$tag-a" netns "$h1" && ip link set "$tag-b" netns "$h2" &&
-  ip -n "$h1" addr add "$net.1/24" dev "$tag-a" && ip -n "$h2" addr add "$net.2/24" dev "$tag-b" &&
-  ip -n "$h1" link set "$tag-a" up && ip -n "$h2" link set "$tag-b" up &&
-  ip -n "$h1" link set lo up && ip -n "$h2" link set lo up || skip "cannot create network namespaces here"
+hosts_up ddp$$ 10.231.$(( $$ % 200 + 20 )) || skip "cannot create network namespaces here"
 unshare --uts true 2>/dev/null || skip "cannot create UTS namespaces here"
 # mpirun's remote shell: host, then a command line for a shell
 cat > "$tmp/agent" <<EOF

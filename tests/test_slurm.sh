@@ -22,21 +22,16 @@ skip() { echo "SKIP slurm: $1"; exit 0; }
 for t in ip unshare nsenter slurmctld slurmd srun salloc sinfo munged; do
   command -v $t >/dev/null || skip "$t not found (Debian: slurmctld slurmd slurm-client munge)"
 done
-tag=ddps$$
-h1=$tag-h1 h2=$tag-h2 net=10.232.$(( $$ % 200 + 20 ))
+. tests/hosts.sh
 # not under /tmp: each host mounts its own /tmp
 tmp=$(mktemp -d -p /var/tmp) || exit 1
 cleanup() {
-  for ns in "$h1" "$h2"; do ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null; ip netns del "$ns" 2>/dev/null; done
+  hosts_down
   [ -f "$tmp/munge/pid" ] && kill "$(cat "$tmp/munge/pid")" 2>/dev/null
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-ip netns add "$h1" 2>/dev/null && ip netns add "$h2" && ip link add "$tag-a" type veth peer name "$tag-b" &&
-  ip link set "$tag-a" netns "$h1" && ip link set "$tag-b" netns "$h2" &&
-  ip -n "$h1" addr add "$net.1/24" dev "$tag-a" && ip -n "$h2" addr add "$net.2/24" dev "$tag-b" &&
-  ip -n "$h1" link set "$tag-a" up && ip -n "$h2" link set "$tag-b" up &&
-  ip -n "$h1" link set lo up && ip -n "$h2" link set lo up || skip "cannot create network namespaces here"
+hosts_up ddps$$ 10.232.$(( $$ % 200 + 20 )) || skip "cannot create network namespaces here"
 unshare --uts --mount true 2>/dev/null || skip "cannot create UTS and mount namespaces here"
 printf '127.0.0.1 localhost\n%s h1\n%s h2\n' "$net.1" "$net.2" >"$tmp/hosts"
 # host NAME COMMAND: a shell on that host (its network, name, hosts file, /tmp and /dev/shm)
