@@ -153,7 +153,10 @@
                       the launcher's OpenMP note once per job, an empty or malformed
                       OMP_NUM_THREADS counts as unset; #error off Linux; the MPI
                       backend's all-reduce a chain of hosts in rank order (shared
-                      memory inside each host; DDP_MPI_ALLREDUCE); ddp_agree_on
+                      memory inside each host; DDP_MPI_ALLREDUCE); ddp_agree_on;
+                      mpirun / mpiexec inside a Slurm allocation go by their own
+                      variables, Slurm's only in a step (the batch script says to
+                      use srun), SLURM_STEP_TASKS_PER_NODE (MPI under srun --mpi=pmix)
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -1561,8 +1564,8 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
                               (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
         addr = first; /* Slurm: the first host of the step (or of the allocation) runs rank 0 */
     if (!addr || !*addr)
-        return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR is not set: a world of %d on several hosts needs the address of "
-                         "rank 0's host%s", ctx->world_size,
+        return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR is not set: a world of %d needs the address of rank 0's host%s",
+                         ctx->world_size,
                          !l ? "" : !strcmp(l->who, "Open MPI") ? " (mpirun -x MASTER_ADDR=HOST)"
                                  : !strcmp(l->who, "MPICH") ? " (mpiexec -genv MASTER_ADDR HOST)" : "");
     if (!port) {
