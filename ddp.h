@@ -53,9 +53,10 @@
    Slurm's job and step, Open MPI's namespace, Hydra's kvsname asked for over PMI_FD),
    so two jobs on a host never meet; without any id (ranks started by hand) it is
    29500, and a second launch on the port stops the job (see TWO LAUNCHES).
-   --nproc inside a launched job is refused. The built-in launcher reports the first
-   rank that failed on its own (not those that failed because it was gone), with its
-   status, and gives the others 2 s to end and say why before SIGTERM.
+   --nproc inside a launched job of more than one task is refused (srun --pty bash
+   is a shell to launch from). The built-in launcher reports the first rank that
+   failed on its own (not those that failed because it was gone), with its status,
+   and gives the others 2 s to end and say why before SIGTERM.
 
    ENVIRONMENT
      RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
@@ -4806,12 +4807,14 @@ static void ddp__signal_all(const pid_t *pids, int n, int sig)
         if (pids[i] > 0) kill(pids[i], sig);
 }
 
-/* The launcher a rank of an already launched job was started by, or NULL. */
+/* The launcher a rank of an already launched job was started by, or NULL. A job of one
+   task (srun --pty bash, srun -n 1) is a place to launch from, as a shell is. */
 static const char *ddp__launched_by(void)
 {
     const struct ddp__launcher *l = ddp__launcher_here();
+    const char *world = l ? getenv(l->world) : NULL;
     if (getenv("DDP_LAUNCHER")) return "ddp's launcher";
-    return l && getenv(l->rank) && getenv(l->world) ? l->who : NULL;
+    return l && getenv(l->rank) && world && strcmp(world, "1") != 0 ? l->who : NULL;
 }
 
 /* The job's environment for rank i, in the child. Every rank gets its share of the

@@ -241,7 +241,9 @@ static void test_launch_refusals(const char *self)
     char *a2[] = {(char *)self, (char *)"--child", (char *)"--nproc", (char *)"2", NULL};
     char *a3[] = {(char *)self, (char *)"--child", (char *)"--nproc_per_node=2", NULL};
     char *a4[] = {(char *)self, (char *)"--child", (char *)"--nproc-per-node", (char *)"2", NULL};
-    int n1 = 5, n2 = 4, n3 = 3, n4 = 4, rc;
+    char *a5[] = {(char *)self, (char *)"--child", (char *)"--nproc", (char *)"2", NULL};
+    char *a6[] = {(char *)self, (char *)"--child", (char *)"--nproc", (char *)"2", NULL};
+    int n1 = 5, n2 = 4, n3 = 3, n4 = 4, n5 = 4, n6 = 4, rc;
     double t0 = test_now_s();
     rc = ddp_launch(&n1, a1);
     CHECK("launch.nproc_twice_refused", rc == 2 && test_now_s() - t0 < 1, "ddp_launch returned %d", rc);
@@ -251,6 +253,18 @@ static void test_launch_refusals(const char *self)
     CHECK("launch.inside_a_job_refused", rc == 2, "ddp_launch inside a torchrun-style job returned %d", rc);
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
+    /* a Slurm step of one task (srun --pty bash, then ./prog --nproc 2) launches like a shell */
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "1", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    rc = ddp_launch(&n5, a5);
+    CHECK("launch.inside_a_step_of_one_task", rc == 0, "--nproc 2 in a step of one task ran a job that returned %d", rc);
+    setenv("SLURM_NTASKS", "2", 1);
+    rc = ddp_launch(&n6, a6);
+    CHECK("launch.inside_a_step_of_two_tasks_refused", rc == 2, "ddp_launch in a step of two tasks returned %d", rc);
+    unsetenv("SLURM_PROCID");
+    unsetenv("SLURM_NTASKS");
+    unsetenv("SLURM_STEP_ID");
     rc = ddp_launch(&n3, a3);
     CHECK("launch.nproc_per_node_equals", rc == 0, "--nproc_per_node=2 ran a job that returned %d", rc);
     rc = ddp_launch(&n4, a4);

@@ -4,9 +4,10 @@
 # (addresses only inside them), each host with its own name (UTS namespace), /etc/hosts
 # and /tmp (mount namespace) and a /dev/shm apart from the machine's that the two share
 # (the CUDA emulator's NCCL meets there), a slurmd on each and the controller on h1.
-# Checks, on one host: srun (hello; train_gpt equal to --nproc 4 byte for byte; two steps
-# of one allocation at once never merge), a program started alone by the batch script or
-# salloc's shell says to use srun, mpirun and mpiexec inside an allocation. Across both
+# Checks, on one host: srun (hello; train_gpt equal to --nproc 4 byte for byte, also as
+# --nproc 4 inside a step of one task; two steps of one allocation at once never merge),
+# a program started alone by the batch script or salloc's shell says to use srun, mpirun
+# and mpiexec inside an allocation. Across both
 # hosts: the CPU build and an MPI build started without PMIx say how to run them; the MPI
 # build under srun --mpi=pmix chooses the MPI backend by itself and trains the bits of
 # one host (ranks also dealt cyclically, 2 + 1), as under mpirun across the allocation
@@ -104,6 +105,11 @@ say one_host_hello $ok "$(tail -c 300 "$tmp/out" | tr '\n' ' ')"
 on_h1 120 "srun -N 1 -n 4 ./gpt $gpt_args --save one.safetensors" >"$tmp/out" 2>&1
 ok=0; cmp -s "$tmp/nproc4.safetensors" "$tmp/one.safetensors" && ok=1
 say one_host_train_gpt_equals_nproc_4 $ok "$(grep -v '^step' "$tmp/out" | tail -c 300 | tr '\n' ' ')"
+
+# a step of one task (srun --pty bash, srun -n 1) is a place to launch from
+on_h1 120 "srun -N 1 -n 1 ./gpt --nproc 4 $gpt_args --save step1.safetensors" >"$tmp/out" 2>&1
+ok=0; cmp -s "$tmp/nproc4.safetensors" "$tmp/step1.safetensors" && ok=1
+say nproc_inside_a_step_of_one_task $ok "$(grep -v '^step' "$tmp/out" | tail -c 300 | tr '\n' ' ')"
 
 # two steps of one allocation on one host at once: the same program, flags and node, a
 # job id each (job.step), so each trains alone
