@@ -7,12 +7,11 @@
 # Checks, on one host: srun (hello; train_gpt equal to --nproc 4 byte for byte, also as
 # --nproc 4 inside a step of one task; two steps of one allocation at once never merge),
 # a program started alone by the batch script or salloc's shell says to use srun, mpirun
-# and mpiexec inside an allocation. Across both
-# hosts: the CPU build and an MPI build started without PMIx say how to run them; the MPI
-# build under srun --mpi=pmix chooses the MPI backend by itself and trains the bits of
-# one host (ranks also dealt cyclically, 2 + 1), as under mpirun across the allocation
-# and from the README's batch script;
-# a rank killed on h2 ends the step; the GPU build of train_gpt on the CUDA emulator (make
+# and mpiexec inside an allocation. Across both hosts: the CPU build and an MPI build
+# started without PMIx say how to run them; the MPI build under srun --mpi=pmix chooses
+# the MPI backend by itself and trains the bits of one host (ranks also dealt cyclically,
+# 2 + 1), as under mpirun across the allocation and from the README's batch script; a
+# rank killed on h2 ends the step; the GPU build of train_gpt on the CUDA emulator (make
 # emu), 2 hosts x 2 GPUs, trains the bytes of 1 x 4 (the store, the NCCL id and the GPU
 # of each rank across hosts). Needs root, ip, unshare, nsenter, Slurm and munge; the MPI
 # checks need mpicc. Skips with the reason otherwise.
