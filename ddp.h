@@ -1282,34 +1282,40 @@ static int ddp__slurm_tasks_here(const char *list, int node, int world)
 }
 
 /* The launchers ddp.h understands: where each puts rank, world size, local rank,
-   local world size, node number, and its own identity for this launch (so that two
-   launches on one host never merge). The innermost launcher comes first: inside a Slurm
-   allocation, mpirun and mpiexec start their ranks with Slurm's variables still set
-   (the batch script's, or those of the step srun made for their daemons, where every
-   rank of a host has one SLURM_PROCID). */
+   local world size (or a list of tasks per node), node number, and its own identity for
+   this launch (so that two launches on one host never merge); `only` must be set for the
+   row to count, and `foreign`, set without the row's local world size, says another
+   launcher used its names; `addr` is how its users give MASTER_ADDR. The innermost
+   launcher comes first: inside a Slurm allocation, mpirun and mpiexec start their ranks
+   with Slurm's variables still set (the batch script's, or those of the step srun made
+   for their daemons, where every rank of a host has one SLURM_PROCID). Slurm's count only
+   in a task of a step (the batch script and salloc's shell have no SLURM_STEP_ID); srun's
+   PMI-2 sets PMI_RANK too, with PMI_JOBID (Hydra sets MPI_LOCALNRANKS instead), and its
+   PMI_FD speaks another protocol than Hydra's. */
 static const struct ddp__launcher {
-    const char *who, *rank, *world, *local_rank, *local_world, *node, *run_id, *run_id2;
+    const char *who, *rank, *world, *local_rank, *local_world, *per_node, *node, *run_id, *run_id2, *only, *foreign,
+        *addr;
 } ddp__launchers[] = {
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", NULL},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", NULL, "GROUP_RANK", "TORCHELASTIC_RUN_ID", NULL,
+     NULL, NULL, NULL},
     {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE", NULL, "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"},
-    {"MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", NULL, "PMI_KVSNAME", NULL},
-    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_NODEID", "SLURM_JOB_ID", "SLURM_STEP_ID"},
+     "OMPI_COMM_WORLD_LOCAL_SIZE", NULL, NULL, "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", NULL, NULL,
+     "mpirun -x MASTER_ADDR=HOST"},
+    {"MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", NULL, NULL, "PMI_KVSNAME", NULL, NULL,
+     "PMI_JOBID", "mpiexec -genv MASTER_ADDR HOST"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID",
+     "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_ID", NULL, NULL},
 };
 
-/* The first launcher whose variables are set, or NULL. Slurm's count only in a task of
-   a step (not in the batch script or salloc's shell, which have no SLURM_STEP_ID); PMI's
-   not where srun's PMI-2 set them (PMI_JOBID, which Hydra does not set, and no Hydra's
-   MPI_LOCALNRANKS): its PMI_FD speaks another protocol than Hydra's. */
+/* The first launcher whose variables count here, or NULL. */
 static const struct ddp__launcher *ddp__launcher_here(void)
 {
     size_t i;
     for (i = 0; i < sizeof ddp__launchers / sizeof ddp__launchers[0]; i++) {
         const struct ddp__launcher *l = &ddp__launchers[i];
-        if (!getenv(l->rank) && !getenv(l->world)) continue;
-        if (!strcmp(l->who, "Slurm") && !getenv("SLURM_STEP_ID")) continue;
-        if (!strcmp(l->who, "MPICH") && getenv("PMI_JOBID") && !getenv("MPI_LOCALNRANKS")) continue;
-        return l;
+        if ((getenv(l->rank) || getenv(l->world)) && (!l->only || getenv(l->only)) &&
+            !(l->foreign && getenv(l->foreign) && !(l->local_world && getenv(l->local_world))))
+            return l;
     }
     return NULL;
 }
@@ -1356,7 +1362,7 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
         if (argv_local >= 0) ctx->local_rank = argv_local; /* torch.distributed.launch */
         /* Slurm gives no local world size but a list per node: knowing it now lets the
            backend be chosen before the ranks meet (MPI where a step spans hosts) */
-        if (l && !strcmp(l->who, "Slurm") && ctx->node_rank >= 0 && (v = getenv("SLURM_STEP_TASKS_PER_NODE")) &&
+        if (l && l->per_node && ctx->node_rank >= 0 && (v = getenv(l->per_node)) &&
             (here = ddp__slurm_tasks_here(v, ctx->node_rank, ctx->world_size)) > 0)
             ctx->local_world_size = here; /* else derived from the hosts */
     }
@@ -1564,11 +1570,12 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
     if ((!addr || !*addr) && ((v = getenv("SLURM_STEP_NODELIST")) || (v = getenv("SLURM_JOB_NODELIST")) ||
                               (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
         addr = first; /* Slurm: the first host of the step (or of the allocation) runs rank 0 */
-    if (!addr || !*addr)
+    if (!addr || !*addr) {
+        char how[64] = "";
+        if (l && l->addr) snprintf(how, sizeof how, " (%s)", l->addr);
         return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR is not set: a world of %d needs the address of rank 0's host%s",
-                         ctx->world_size,
-                         !l ? "" : !strcmp(l->who, "Open MPI") ? " (mpirun -x MASTER_ADDR=HOST)"
-                                 : !strcmp(l->who, "MPICH") ? " (mpiexec -genv MASTER_ADDR HOST)" : "");
+                         ctx->world_size, how);
+    }
     if (!port) {
         if ((set = ddp__env_int(ctx, "MASTER_PORT", &port)) < 0) return DDP_ERR_ENV;
         /* without a port, one from the launch's identity: two jobs on a host differ.
