@@ -47,6 +47,7 @@
      torchrun --no_python --nproc_per_node=4 ./prog args   (RANK, WORLD_SIZE, ...)
      mpirun -np 4 ./prog                      one host: MASTER_ADDR defaults to 127.0.0.1
      srun -n 4 ./prog                         MASTER_ADDR: the step's first host
+     mpiexec -n 4 ./prog                      MASTER_ADDR: rank 0's host, from Hydra
      mpirun -np 8 --host a:4,b:4 ./prog       CPU across hosts: build with mpicc -DDDP_MPI
      srun -N 2 -n 8 --mpi=pmix ./prog         (the same under Slurm)
    Without MASTER_PORT the port comes from the launch's own id (torchrun's run id,
@@ -64,7 +65,8 @@
      OMPI_COMM_WORLD_RANK _SIZE _LOCAL_RANK _LOCAL_SIZE           Open MPI
      PMI_RANK PMI_SIZE MPI_LOCALRANKID PMI_FD                     MPICH / Hydra (the
                             kvsname over PMI_FD, PMI-1; finalized in ddp_destroy
-                            unless the program started MPI)
+                            unless the program started MPI; across hosts without
+                            MASTER_ADDR rank 0's host through Hydra's key-value space)
      SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_NODEID      Slurm, in a step (and
                             SLURM_STEP_TASKS_PER_NODE for the ranks on each host);
                             mpirun / mpiexec inside an allocation go by their own
@@ -157,7 +159,8 @@
                       memory inside each host; DDP_MPI_ALLREDUCE); ddp_agree_on;
                       mpirun / mpiexec inside a Slurm allocation go by their own
                       variables, Slurm's only in a step (the batch script says to
-                      use srun), SLURM_STEP_TASKS_PER_NODE (MPI under srun --mpi=pmix)
+                      use srun), SLURM_STEP_TASKS_PER_NODE (MPI under srun --mpi=pmix);
+                      under mpiexec across hosts rank 0's host comes from Hydra's PMI
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -1020,6 +1023,7 @@ struct ddp__state {
     char cause[300];         /* err when the first refusal came: what every refusal cites */
     int store_fd;            /* connection to rank 0's store, -1 in a world of one */
     int pmi_fd;              /* Hydra's PMI connection once asked for the kvsname, else -1 */
+    char pmi_kvs[128];       /* Hydra's kvsname once asked for */
     int report_fd;           /* the built-in launcher's pipe, else -1: how this rank's first failure came about */
     ddp__server *server;     /* rank 0 only */
     uint64_t seq;            /* collectives issued */
@@ -1511,38 +1515,97 @@ static int ddp__mpi_started(void)
 static int ddp__mpi_started(void) { return 1; } /* cannot tell: leave the connection to MPI */
 #endif
 
-/* One PMI-1 command and its one-line answer (commands and answers are "cmd=... \n"). */
-static int ddp__pmi_ask(int fd, const char *cmd, char *line, size_t n)
+/* One PMI-1 command and its one-line answer (commands and answers are "cmd=... \n"; the
+   answer without its newline), waiting wait_ms at most. */
+static int ddp__pmi_ask(int fd, const char *cmd, char *line, size_t n, int wait_ms)
 {
-    int64_t deadline = ddp__now_ms() + 5000;
+    int64_t deadline = ddp__now_ms() + wait_ms;
     size_t got = 0;
+    line[0] = 0;
     if (ddp__write_all(fd, cmd, strlen(cmd), deadline) != 0) return 0;
     while (got + 1 < n && ddp__read_all(fd, line + got, 1, deadline) == 0)
         if (line[got++] == '\n') break;
     line[got] = 0;
-    return got > 0 && line[got - 1] == '\n';
+    if (!got || line[got - 1] != '\n') return 0;
+    line[got - 1] = 0;
+    return 1;
 }
 
-/* MPICH's Hydra names each launch (its kvsname, the same on every host) but puts the
-   name in no variable: ask for it over PMI_FD in PMI-1. Hydra accepts a second init from
-   MPI later, so the connection stays usable; ddp__pmi_done finalizes it. 1 on success. */
-static int ddp__pmi_kvsname(ddp_ctx *ctx, char *out, size_t n)
+/* The value after "key=" in a PMI answer, cut at its end, or NULL. */
+static char *ddp__pmi_field(char *line, const char *key)
 {
+    char *v = strstr(line, key);
+    if (!v) return NULL;
+    v += strlen(key);
+    v[strcspn(v, " \n")] = 0;
+    return v;
+}
+
+/* Hydra's PMI connection (PMI-1 over PMI_FD) and the launch's kvsname, which Hydra puts
+   in no variable though it is the same on every host. Hydra accepts a second init from
+   MPI later, so the connection stays usable; ddp__pmi_done finalizes it. NULL where
+   there is no Hydra to ask. */
+static const char *ddp__pmi_kvsname(ddp_ctx *ctx)
+{
+    struct ddp__state *st = ctx->st;
     struct stat sb;
     char line[300], *name, *end = NULL;
     const char *v = getenv("PMI_FD");
     long fd = v ? strtol(v, &end, 10) : -1;
-    if (!v || !*v || *end || fd < 0 || fd > INT_MAX || fstat((int)fd, &sb) != 0 || !S_ISSOCK(sb.st_mode)) return 0;
-    if (!ddp__pmi_ask((int)fd, "cmd=init pmi_version=1 pmi_subversion=1\n", line, sizeof line) || !strstr(line, "rc=0"))
-        return 0;
-    ctx->st->pmi_fd = (int)fd; /* Hydra now expects a finalize from this process */
-    if (!ddp__pmi_ask((int)fd, "cmd=get_my_kvsname\n", line, sizeof line) || !(name = strstr(line, "kvsname=")))
-        return 0;
-    name += 8;
-    name[strcspn(name, " \n")] = 0;
-    if (!*name || strlen(name) >= n) return 0;
-    ddp__copy(out, n, name);
-    return 1;
+    if (st->pmi_kvs[0]) return st->pmi_kvs;
+    if (!v || !*v || *end || fd < 0 || fd > INT_MAX || fstat((int)fd, &sb) != 0 || !S_ISSOCK(sb.st_mode)) return NULL;
+    if (st->pmi_fd < 0) {
+        if (!ddp__pmi_ask((int)fd, "cmd=init pmi_version=1 pmi_subversion=1\n", line, sizeof line, 5000) ||
+            !strstr(line, "rc=0"))
+            return NULL;
+        st->pmi_fd = (int)fd; /* Hydra now expects a finalize from this process */
+    }
+    if (!ddp__pmi_ask(st->pmi_fd, "cmd=get_my_kvsname\n", line, sizeof line, 5000) ||
+        !(name = ddp__pmi_field(line, "kvsname=")) || !*name || strlen(name) >= sizeof st->pmi_kvs)
+        return NULL;
+    ddp__copy(st->pmi_kvs, sizeof st->pmi_kvs, name);
+    return st->pmi_kvs;
+}
+
+/* Hydra says nothing of where rank 0 runs: rank 0 puts its host's name in the launch's
+   key-value space (Hydra's own name for the host, as mpiexec's -hosts or -iface gave it,
+   else gethostname), every rank passes PMI's barrier and reads it (a second context
+   puts the key again: the value after the latest barrier counts). The name in out, or
+   "" without Hydra to ask (the caller then says how to set MASTER_ADDR). */
+static ddp_result ddp__pmi_master(ddp_ctx *ctx, char *out, size_t n)
+{
+    struct ddp__state *st = ctx->st;
+    const char *kvs = ddp__pmi_kvsname(ctx), *name = getenv("MPIR_CVAR_CH3_INTERFACE_HOSTNAME");
+    char cmd[600], line[600], host[256] = "", *v;
+    int64_t start = ddp__now_ms();
+    *out = 0;
+    if (!kvs) return DDP_OK;
+    if (ctx->rank == 0) {
+        if (!name || !*name) {
+            if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+            name = host;
+        }
+        if (!*name || strlen(name) >= n || name[strcspn(name, " =\t\r\n")])
+            return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR is not set and this host's name '%s' cannot be passed on "
+                             "(mpiexec -genv MASTER_ADDR HOST)", name ? name : "");
+        snprintf(cmd, sizeof cmd, "cmd=put kvsname=%s key=ddp-master value=%s\n", kvs, name);
+        if (!ddp__pmi_ask(st->pmi_fd, cmd, line, sizeof line, 5000) || !strstr(line, "rc=0"))
+            return ddp__fail(ctx, DDP_ERR_ENV, "Hydra's PMI refused rank 0's host: '%.100s'", line);
+    }
+    if (!ddp__pmi_ask(st->pmi_fd, "cmd=barrier_in\n", line, sizeof line, st->cfg.timeout_ms) ||
+        !strstr(line, "barrier_out")) {
+        if (*line || ddp__now_ms() - start < st->cfg.timeout_ms)
+            return ddp__fail(ctx, DDP_ERR_ENV, "Hydra's PMI barrier, where every rank learns rank 0's host, failed: "
+                             "'%.100s'", line);
+        return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.1f s in Hydra's PMI barrier, where every rank learns "
+                         "rank 0's host (or mpiexec -genv MASTER_ADDR HOST)", st->cfg.timeout_ms / 1000.0);
+    }
+    snprintf(cmd, sizeof cmd, "cmd=get kvsname=%s key=ddp-master\n", kvs);
+    if (!ddp__pmi_ask(st->pmi_fd, cmd, line, sizeof line, 5000) || !strstr(line, "rc=0") ||
+        !(v = ddp__pmi_field(line, "value=")) || !*v || strlen(v) >= n)
+        return ddp__fail(ctx, DDP_ERR_ENV, "rank 0's host is not in Hydra's PMI: '%.100s'", line);
+    ddp__copy(out, n, v);
+    return DDP_OK;
 }
 
 /* Hydra stops every rank of a host when a process that spoke PMI exits without a
@@ -1550,7 +1613,8 @@ static int ddp__pmi_kvsname(ddp_ctx *ctx, char *out, size_t n)
 static void ddp__pmi_done(ddp_ctx *ctx)
 {
     char line[100];
-    if (ctx->st->pmi_fd >= 0 && !ddp__mpi_started()) ddp__pmi_ask(ctx->st->pmi_fd, "cmd=finalize\n", line, sizeof line);
+    if (ctx->st->pmi_fd >= 0 && !ddp__mpi_started())
+        ddp__pmi_ask(ctx->st->pmi_fd, "cmd=finalize\n", line, sizeof line, 5000);
     ctx->st->pmi_fd = -1; /* left open: a later write fails at once instead of reaching another file */
 }
 
@@ -1562,11 +1626,18 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
     const char *v;
     int port = d->master_port, set;
     char first[256];
-    if (!strcmp(s->job_from, "default") && l && !strcmp(l->who, "MPICH") &&
-        ddp__pmi_kvsname(ctx, s->job_id, sizeof s->job_id))
+    int hydra = l && !strcmp(l->who, "MPICH");
+    ddp_result r;
+    if (!strcmp(s->job_from, "default") && hydra && (v = ddp__pmi_kvsname(ctx)) && strlen(v) < sizeof s->job_id) {
+        ddp__copy(s->job_id, sizeof s->job_id, v);
         s->job_from = "Hydra's kvsname (PMI_FD)";
+    }
     if ((!addr || !*addr) && ctx->local_world_size == ctx->world_size)
         addr = "127.0.0.1"; /* the launcher says every rank is on this host */
+    if ((!addr || !*addr) && hydra) { /* before Slurm's hosts: mpiexec may use some of them */
+        if ((r = ddp__pmi_master(ctx, first, sizeof first)) != DDP_OK) return r;
+        if (*first) addr = first;
+    }
     if ((!addr || !*addr) && ((v = getenv("SLURM_STEP_NODELIST")) || (v = getenv("SLURM_JOB_NODELIST")) ||
                               (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
         addr = first; /* Slurm: the first host of the step (or of the allocation) runs rank 0 */

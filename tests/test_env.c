@@ -12,7 +12,7 @@ static const char *const all_vars[] = {
     "MPI_LOCALNRANKS", "PMI_FD", "SLURM_STEP_TASKS_PER_NODE",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "DDP_BACKEND", "DDP_TIMEOUT", "DDP_JOB_ID",
-    "TORCHELASTIC_RUN_ID", "DDP_SHM_CHUNK", NULL};
+    "TORCHELASTIC_RUN_ID", "DDP_SHM_CHUNK", "MPIR_CVAR_CH3_INTERFACE_HOSTNAME", NULL};
 
 static void clear_env(void)
 {
@@ -153,6 +153,110 @@ static void launcher(const char *which, int world)
           TEST_JOB_WHY(&job, child_codes));
 }
 
+/* A stand-in for Hydra's PMI-1 server on one end of a socketpair: it answers init and
+   get_my_kvsname, then put, barrier_in and get as `how` says ("ok" with `value` for the
+   get, "refuse" the put, "silent" at the barrier, "close" at the barrier, "missing" the
+   key), and keeps every command it was sent. */
+typedef struct {
+    int fd;
+    const char *how, *value;
+    char log[2048];
+} fake_hydra;
+
+static void *fake_hydra_serve(void *arg)
+{
+    fake_hydra *h = (fake_hydra *)arg;
+    char line[512], answer[600];
+    size_t got = 0;
+    while (got + 1 < sizeof line && read(h->fd, line + got, 1) == 1) {
+        if (line[got++] != '\n') continue;
+        line[got] = 0;
+        got = 0;
+        if (strlen(h->log) + strlen(line) < sizeof h->log) strcat(h->log, line);
+        answer[0] = 0;
+        if (!strncmp(line, "cmd=init", 8)) strcpy(answer, "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n");
+        else if (!strncmp(line, "cmd=get_my_kvsname", 18)) strcpy(answer, "cmd=my_kvsname kvsname=kvs_77_0\n");
+        else if (!strncmp(line, "cmd=put", 7))
+            strcpy(answer, strcmp(h->how, "refuse") ? "cmd=put_result rc=0 msg=success\n" : "cmd=put_result rc=-1 msg=full\n");
+        else if (!strncmp(line, "cmd=barrier_in", 14)) {
+            if (!strcmp(h->how, "silent")) continue;
+            if (!strcmp(h->how, "close")) break;
+            strcpy(answer, "cmd=barrier_out\n");
+        } else if (!strncmp(line, "cmd=get ", 8)) {
+            if (strcmp(h->how, "missing")) snprintf(answer, sizeof answer, "cmd=get_result rc=0 msg=success value=%s\n", h->value);
+            else strcpy(answer, "cmd=get_result rc=-1 msg=key_ddp-master_not_found value=unknown\n");
+        } else if (!strncmp(line, "cmd=finalize", 12)) strcpy(answer, "cmd=finalize_ack\n");
+        if (answer[0] && write(h->fd, answer, strlen(answer)) < 0) break;
+    }
+    close(h->fd);
+    return NULL;
+}
+
+/* Under Hydra across hosts with no MASTER_ADDR, rank 0 puts its host's name in Hydra's
+   key-value space and every rank reads it after PMI's barrier; each way that exchange
+   can fail is one line. Rank `rank` of 2, one per host; `env` adds variables; ddp_init
+   must fail with `want` and `needle` (no second rank ever comes), the server must have
+   been sent `sent` and not `unsent`. */
+static void hydra_pmi(const char *name, int rank, const char *env, const char *how, const char *value, ddp_result want,
+                      const char *needle, const char *sent, const char *unsent)
+{
+    fake_hydra h;
+    pthread_t t;
+    int sv[2];
+    char spec[300];
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_result r;
+    double start = test_now_s();
+    memset(&h, 0, sizeof h);
+    memset(&d, 0, sizeof d);
+    d.log = silent;
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+        CHECK(name, 0, "socketpair: %s", strerror(errno));
+        return;
+    }
+    h.fd = sv[1];
+    h.how = how;
+    h.value = value;
+    pthread_create(&t, NULL, fake_hydra_serve, &h);
+    clear_env();
+    snprintf(spec, sizeof spec, "PMI_RANK=%d PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 PMI_FD=%d DDP_TIMEOUT=0.3 %s",
+             rank, sv[0], env);
+    set_env(spec);
+    r = ddp_init(&ctx, &d);
+    CHECK(name, r == want && strstr(ddp_error(&ctx), needle) && !strchr(ddp_error(&ctx), '\n') &&
+          test_now_s() - start < 10, "got %s '%s' after %.1f s, want %s mentioning '%s'", ddp_strerror(r),
+          ddp_error(&ctx), test_now_s() - start, ddp_strerror(want), needle);
+    ddp_destroy(&ctx);
+    close(sv[0]);
+    pthread_join(t, NULL);
+    CHECK(name, strstr(h.log, sent) && !(unsent && strstr(h.log, unsent)), "Hydra was sent '%s', want '%s'%s%s", h.log,
+          sent, unsent ? " and not " : "", unsent ? unsent : "");
+}
+
+static void hydra_across_hosts(void)
+{
+    /* rank 0 publishes Hydra's name for its host, then serves the store there (alone: rank 1 never joins) */
+    hydra_pmi("env.hydra_rank0_puts_its_host", 0, "MPIR_CVAR_CH3_INTERFACE_HOSTNAME=127.0.0.1", "ok", "127.0.0.1",
+              DDP_ERR_TIMEOUT, "rank 1 never joined", "cmd=put kvsname=kvs_77_0 key=ddp-master value=127.0.0.1\n"
+              "cmd=barrier_in\ncmd=get kvsname=kvs_77_0 key=ddp-master\n", NULL);
+    /* rank 1 reaches for the store where rank 0 said (nobody listens on 127.0.0.9) */
+    hydra_pmi("env.hydra_rank1_reads_rank0s_host", 1, "", "ok", "127.0.0.9", DDP_ERR_TIMEOUT, "store at 127.0.0.9:",
+              "cmd=barrier_in\ncmd=get kvsname=kvs_77_0 key=ddp-master\n", "cmd=put");
+    hydra_pmi("env.hydra_master_addr_wins", 1, "MASTER_ADDR=127.0.0.9", "ok", "127.0.0.5", DDP_ERR_TIMEOUT,
+              "store at 127.0.0.9:", "get_my_kvsname", "barrier_in");
+    hydra_pmi("env.hydra_host_name_with_an_equals_sign", 0, "MPIR_CVAR_CH3_INTERFACE_HOSTNAME=h1=b", "ok", "x", DDP_ERR_ENV,
+              "cannot be passed on", "get_my_kvsname", "cmd=put");
+    hydra_pmi("env.hydra_put_refused", 0, "MPIR_CVAR_CH3_INTERFACE_HOSTNAME=h1", "refuse", "x", DDP_ERR_ENV,
+              "Hydra's PMI refused rank 0's host: 'cmd=put_result rc=-1 msg=full'", "cmd=put", "barrier_in");
+    hydra_pmi("env.hydra_barrier_times_out", 1, "", "silent", "x", DDP_ERR_TIMEOUT,
+              "timed out after 0.3 s in Hydra's PMI barrier", "barrier_in", "cmd=get ");
+    hydra_pmi("env.hydra_barrier_connection_lost", 1, "", "close", "x", DDP_ERR_ENV,
+              "Hydra's PMI barrier, where every rank learns rank 0's host, failed", "barrier_in", "cmd=get ");
+    hydra_pmi("env.hydra_key_missing", 1, "", "missing", "x", DDP_ERR_ENV, "rank 0's host is not in Hydra's PMI: "
+              "'cmd=get_result rc=-1 msg=key_ddp-master_not_found value=unknown'", "cmd=get ", NULL);
+}
+
 /* ddp_thread_share: OMP_NUM_THREADS first, else the host's cores shared by its ranks,
    else (a rank bound to its own cores) all of those. */
 static void thread_share(void)
@@ -263,6 +367,7 @@ int main(void)
     launcher("openmpi_inside_slurm", 3);
     launcher("hydra_inside_slurm", 4);
     launcher("srun_pmi2", 3);
+    hydra_across_hosts();
     device_rule();
     TEST_EXIT();
 }

@@ -7,9 +7,11 @@
 # across hosts through the chain (in big chunks and in small ones) and through the
 # exchange (ranks dealt round-robin over the hosts), train_classifier and train_gpt on
 # 2 hosts x 2 ranks against 1 host x 4 ranks (bit for bit), the same for train_gpt's GPU
-# build on the CUDA emulator (and its error without MASTER_ADDR), a rank on h2 killed
-# mid-run, h2 unreachable at launch and cut off mid-run. Needs root, ip, unshare and
-# Open MPI; skips with the reason otherwise.
+# build on the CUDA emulator (and its error without MASTER_ADDR); under MPICH's mpiexec
+# (Hydra) the MPI build's train_gpt, the GPU build on the emulator learning rank 0's host
+# from Hydra's PMI, the CPU build's error; a rank on h2 killed mid-run, h2 unreachable at
+# launch and cut off mid-run. Needs root, ip, unshare and Open MPI (MPICH for Hydra's
+# checks); skips with the reason otherwise.
 #   tests/test_mpi_hosts.sh bench    instead of the checks: examples/bench_allreduce on 2
 #                                    hosts x 2 ranks, the exchange and the chain alternating,
 #                                    3 rounds, one table of bus bandwidth (median, min-max)
@@ -27,9 +29,11 @@ cleanup() {
 trap cleanup EXIT
 hosts_up ddp$$ 10.231.$(( $$ % 200 + 20 )) || skip "cannot create network namespaces here"
 unshare --uts true 2>/dev/null || skip "cannot create UTS namespaces here"
-# mpirun's remote shell: host, then a command line for a shell
+# mpirun's and mpiexec's remote shell: host (after options: mpiexec's ssh gives -x), then
+# a command line for a shell
 cat > "$tmp/agent" <<EOF
 #!/bin/sh
+while [ "\${1#-}" != "\$1" ]; do shift; done
 host=\$1; shift
 case "\$host" in
   $net.1) ns=$h1; name=h1 ;;
@@ -117,8 +121,8 @@ say train_gpt_matches_one_host $ok "$("$tmp/gpt" --compare "$tmp/g1.safetensors"
 # meets in /dev/shm): mpirun gives no address for rank 0's store, so without MASTER_ADDR
 # every rank says how to give it; with it, 2 hosts x 2 GPUs train the bytes of 1 x 4
 emu=$root/build/emu/examples/train_gpt_gpu
+emu_args="--steps 6 --batch-size 2 --val-every 0 --sample-len 0 --layers 2 --dim 64 --ctx 32 --dtype fp32"
 if [ -x "$emu" ]; then
-  emu_args="--steps 6 --batch-size 2 --val-every 0 --sample-len 0 --layers 2 --dim 64 --ctx 32 --dtype fp32"
   (cd "$tmp" && "$emu" --nproc 4 $emu_args --save "$tmp/e1.safetensors" >"$tmp/e1.txt" 2>&1)
   DDP_TIMEOUT=30 across 120 "$two" -np 4 "$emu" $emu_args >"$tmp/out" 2>&1; rc=$?
   ok=0; [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "MASTER_ADDR is not set: .*(mpirun -x MASTER_ADDR=HOST)" "$tmp/out" && ok=1
@@ -128,6 +132,34 @@ if [ -x "$emu" ]; then
   say gpu_emulated_two_hosts_equals_one $ok "$(grep -h -v '^step' "$tmp/e1.txt" "$tmp/out" | tail -c 400 | tr '\n' ' ')"
 else
   echo "SKIP mpi_hosts.gpu_emulated_two_hosts_equals_one: $emu is not built (make emu)"
+fi
+
+# MPICH's mpiexec (Hydra) on h1, 2 ranks on each host: the MPI build chooses the MPI
+# backend and trains the bytes of one host; the GPU build on the emulator learns rank 0's
+# host from Hydra's PMI (no MASTER_ADDR) and trains the bytes of 1 x 4; the CPU build says
+# which build spans hosts
+hydra() { # timeout args...
+  local limit=$1; shift
+  timeout -k 2 "$limit" ip netns exec "$h1" unshare --uts sh -c "hostname h1; cd $tmp; exec mpiexec.hydra \
+    -launcher ssh -launcher-exec $tmp/agent -localhost $net.1 -hosts $net.1:2,$net.2:2 -genv OMP_NUM_THREADS 1 $*"
+}
+if command -v mpiexec.hydra >/dev/null && command -v mpicc.mpich >/dev/null; then
+  mpicc.mpich -std=c99 -O2 -fopenmp -DDDP_MPI -I"$root" "$root/examples/train_gpt.c" -o "$tmp/gpt_mpich" -lm \
+    2>"$tmp/build.log" || echo "FAIL mpi_hosts.build_gpt_mpich: $(head -c 300 "$tmp/build.log")"
+  DDP_TIMEOUT=60 hydra 300 -n 4 "$tmp/gpt_mpich" $gpt_args --save "$tmp/g3.safetensors" >"$tmp/out" 2>&1
+  ok=0; cmp -s "$tmp/g1.safetensors" "$tmp/g3.safetensors" && grep -q "ranks: 4 (mpi backend)" "$tmp/out" && ok=1
+  say hydra_train_gpt_matches_one_host $ok "$(grep -v '^step' "$tmp/out" | tail -c 300 | tr '\n' ' ')"
+  if [ -x "$emu" ]; then
+    DDP_TIMEOUT=30 hydra 180 -n 4 "$emu" $emu_args --save "$tmp/e3.safetensors" >"$tmp/out" 2>&1
+    ok=0; [ -s "$tmp/e1.safetensors" ] && cmp -s "$tmp/e1.safetensors" "$tmp/e3.safetensors" && ok=1
+    say hydra_gpu_emulated_learns_rank0s_host $ok "$(grep -v '^step' "$tmp/out" | tail -c 400 | tr '\n' ' ')"
+  fi
+  (cd "$tmp" && cc -std=c99 -O2 -I"$root" "$root/examples/hello_allreduce.c" -o hello_cpu -lm)
+  DDP_TIMEOUT=30 hydra 60 -n 4 "$tmp/hello_cpu" >"$tmp/out" 2>&1
+  ok=0; [ "$(grep -c 'ddp: error: rank ./4: the CPU backend runs on one host, but this job spans 2 hosts: build it with mpicc -DDDP_MPI' "$tmp/out")" = 4 ] && ok=1
+  say hydra_cpu_build_across_hosts_says_how $ok "$(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+else
+  echo "SKIP mpi_hosts.hydra: mpiexec.hydra or mpicc.mpich not found (apt-get install mpich)"
 fi
 
 # a rank on h2 killed in the middle: the job ends within seconds, naming it
