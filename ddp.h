@@ -160,7 +160,8 @@
                       mpirun / mpiexec inside a Slurm allocation go by their own
                       variables, Slurm's only in a step (the batch script says to
                       use srun), SLURM_STEP_TASKS_PER_NODE (MPI under srun --mpi=pmix);
-                      under mpiexec across hosts rank 0's host comes from Hydra's PMI
+                      under mpiexec across hosts rank 0's host comes from Hydra's PMI;
+                      torchrun's workers inside mpirun or srun never call MPI_Init
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -1004,6 +1005,7 @@ typedef struct ddp__settings {
     ddp_backend backend;
     const char *backend_why; /* what chose it, for DDP_DEBUG */
     char backend_note[200];
+    int mpi_launch;          /* an MPI launcher started these ranks (MPI can form the group) */
     char job_id[128];
     const char *job_from;    /* which variable gave the job id */
     char secret[256];
@@ -1310,6 +1312,9 @@ static const struct ddp__launcher {
     {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID",
      "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_ID", NULL, NULL},
 };
+
+/* An MPI launcher's variables, set for this process or for one that started it. */
+static int ddp__mpi_vars(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK"); }
 
 /* The first launcher whose variables count here, or NULL. */
 static const struct ddp__launcher *ddp__launcher_here(void)
@@ -2952,14 +2957,6 @@ static int ddp__shm_create(ddp_ctx *ctx, const char *name, size_t size, ddp_resu
     return -1;
 }
 
-#ifdef DDP_MPI
-/* Launched by an MPI launcher (its variables are set)? Then MPI can form the group. */
-static int ddp__mpi_launched(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
-#endif
-
 static ddp_result ddp__cpu_init(ddp_ctx *ctx)
 {
     struct ddp__state *st = ctx->st;
@@ -2976,8 +2973,10 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
         return ddp__fail(ctx, DDP_ERR_BACKEND, "the CPU backend runs on one host, but this job spans %d hosts: %s",
                          ctx->num_nodes,
 #ifdef DDP_MPI
-                         ddp__mpi_launched() ? "the MPI backend spans hosts (DDP_BACKEND=mpi)"
-                                             : "start it with an MPI launcher (mpirun, srun --mpi=pmix) for the MPI backend"
+                         ctx->st->cfg.mpi_launch ? "the MPI backend spans hosts (DDP_BACKEND=mpi)"
+                         : ddp__mpi_vars() ? "MPI cannot group the workers of a launcher (torchrun, --nproc) that an MPI "
+                                             "launcher started: start every rank with mpirun or srun --mpi=pmix itself"
+                                           : "start it with an MPI launcher (mpirun, srun --mpi=pmix) for the MPI backend"
 #else
                          "build it with mpicc -DDDP_MPI for the MPI backend, which spans hosts"
 #endif
@@ -4166,10 +4165,14 @@ static const ddp__backend ddp__backends[DDP_BACKEND_COUNT] = {
 };
 
 /* The desc's or DDP_BACKEND's choice, else NCCL where a GPU is usable, else MPI for
-   a job an MPI launcher spread over hosts (when built with it), else CPU. */
-static ddp_result ddp__choose_backend(ddp_ctx *ctx)
+   a job an MPI launcher spread over hosts (when built with it), else CPU. An MPI
+   launcher's variables do not make an MPI launch when the count came from torchrun's
+   names (torchrun, ddp's own launcher): their workers inherit the variables of the mpirun
+   or srun that started the launcher, and MPI_Init in them fails or waits forever. */
+static ddp_result ddp__choose_backend(ddp_ctx *ctx, const struct ddp__launcher *l)
 {
     ddp__settings *cfg = &ctx->st->cfg;
+    cfg->mpi_launch = l != ddp__launchers && ddp__mpi_vars();
     if (!cfg->backend) {
         cfg->backend = DDP_BACKEND_CPU;
         cfg->backend_why = cfg->backend_note;
@@ -4182,7 +4185,7 @@ static ddp_result ddp__choose_backend(ddp_ctx *ctx)
         snprintf(cfg->backend_note, sizeof cfg->backend_note, "built without NCCL");
 #endif
 #ifdef DDP_MPI
-        if (cfg->backend == DDP_BACKEND_CPU && ddp__mpi_launched() && ctx->local_world_size > 0 &&
+        if (cfg->backend == DDP_BACKEND_CPU && cfg->mpi_launch && ctx->local_world_size > 0 &&
             ctx->local_world_size < ctx->world_size) {
             cfg->backend = DDP_BACKEND_MPI;
             snprintf(cfg->backend_note, sizeof cfg->backend_note, "an MPI launcher put %d of %d ranks on this host",
@@ -4819,7 +4822,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     pthread_cond_init(&st->cv, NULL);
     cfg->debug = getenv("DDP_DEBUG") && *getenv("DDP_DEBUG") && strcmp(getenv("DDP_DEBUG"), "0") != 0;
     if ((r = ddp__topology(ctx, desc, &launcher)) != DDP_OK || (r = ddp__resolve(ctx, desc, launcher)) != DDP_OK ||
-        (r = ddp__choose_backend(ctx)) != DDP_OK)
+        (r = ddp__choose_backend(ctx, launcher)) != DDP_OK)
         return st->broken = r;
     ddp__warn_nproc(ctx, desc);
     snprintf(cfg->agree, sizeof cfg->agree, "ddp.h=%s backend=%s shm_chunk=%zu check=%d", DDP__VERSION,

@@ -5,7 +5,8 @@
 # the exchange (DDP_MPI_ALLREDUCE=exchange: the form for ranks dealt round-robin over
 # hosts), the chain's shared memory (512 KiB per slot unless DDP_SHM_CHUNK says), then
 # ranks that disagree, a rank that leaves, a rank past the timeout (the
-# others name it), and a rank killed mid-run (the job must end within seconds). Skips
+# others name it), torchrun-style workers of a process mpirun started (the CPU backend,
+# not MPI), and a rank killed mid-run (the job must end within seconds). Skips
 # where mpicc/mpirun are missing (.ci/run installs Debian's Open MPI).
 cd "$(dirname "$0")/.." || exit 1
 if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
@@ -61,6 +62,23 @@ for want in "3670016 default" "28672 set DDP_SHM_CHUNK=4096"; do
   if [ "$n" = 3 ]; then echo "PASS mpi.chain_memory_$2"; else
     echo "FAIL mpi.chain_memory_$2: $n of 3 ranks say $1 bytes: $(grep 'MPI all-reduce' "$tmp/out" | head -1)"; fail=1; fi
 done
+# torchrun-style workers of a launcher that mpirun started (each with torchrun's names,
+# two "nodes" rehearsed on one host) inherit mpirun's variables: they meet through the
+# store on the CPU backend instead of calling MPI_Init, which aborted one and left the
+# other waiting forever
+cat >"$tmp/workers.sh" <<'EOF'
+#!/bin/sh
+export WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$1; shift
+RANK=0 GROUP_RANK=0 "$@" & a=$!
+RANK=1 GROUP_RANK=1 "$@"; b=$?
+wait $a; exit $(($? | b))
+EOF
+mpicc -std=c99 -O2 -DDDP_MPI -I. examples/hello_allreduce.c -o "$tmp/hello" -lm
+DDP_TIMEOUT=20 timeout 60 mpirun --allow-run-as-root -np 1 -x DDP_TIMEOUT sh "$tmp/workers.sh" $((29600 + $$ % 300)) \
+  "$tmp/hello" >"$tmp/out" 2>&1; rc=$?
+if [ $rc = 0 ] && grep -q "sum 3, expected 3, world 2, backend cpu" "$tmp/out"; then echo "PASS mpi.torchrun_workers_inside_mpirun"
+else echo "FAIL mpi.torchrun_workers_inside_mpirun: exit $rc: $(grep -v '^\s*$' "$tmp/out" | head -c 400 | tr '\n' ' ')"; fail=1; fi
+
 # a rank killed in the middle of a run: mpirun ends the job and names it
 t0=$SECONDS
 DDP_TIMEOUT=60 run 60 -np 3 "$tmp/test_mpi" >"$tmp/out" 2>&1 &

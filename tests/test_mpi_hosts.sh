@@ -7,7 +7,8 @@
 # across hosts through the chain (in big chunks and in small ones) and through the
 # exchange (ranks dealt round-robin over the hosts), train_classifier and train_gpt on
 # 2 hosts x 2 ranks against 1 host x 4 ranks (bit for bit), the same for train_gpt's GPU
-# build on the CUDA emulator (and its error without MASTER_ADDR); under MPICH's mpiexec
+# build on the CUDA emulator (and its error without MASTER_ADDR); torchrun-style workers
+# of processes that mpirun started say that MPI cannot group them; under MPICH's mpiexec
 # (Hydra) the MPI build's train_gpt, the GPU build on the emulator learning rank 0's host
 # from Hydra's PMI, the CPU build's error; a rank on h2 killed mid-run, h2 unreachable at
 # launch and cut off mid-run. Needs root, ip, unshare and Open MPI (MPICH for Hydra's
@@ -133,6 +134,21 @@ if [ -x "$emu" ]; then
 else
   echo "SKIP mpi_hosts.gpu_emulated_two_hosts_equals_one: $emu is not built (make emu)"
 fi
+
+# torchrun-style workers (2 a host, torchrun's names) of processes mpirun started on both
+# hosts inherit mpirun's variables: MPI cannot group them, and every rank says so in one
+# line (MPI_Init in each worker aborted one and left the others waiting past the timeout)
+cat >"$tmp/workers.sh" <<EOF
+#!/bin/sh
+export WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_RANK=\$OMPI_COMM_WORLD_RANK MASTER_ADDR=$net.1 MASTER_PORT=29411
+RANK=\$((GROUP_RANK * 2)) LOCAL_RANK=0 "\$@" & a=\$!
+RANK=\$((GROUP_RANK * 2 + 1)) LOCAL_RANK=1 "\$@"; b=\$?
+wait \$a; exit \$((\$? | b))
+EOF
+DDP_TIMEOUT=20 across 60 "$net.1:1,$net.2:1" -np 2 sh "$tmp/workers.sh" "$tmp/hello" >"$tmp/out" 2>&1; rc=$?
+ok=0; [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+  [ "$(grep -c 'spans 2 hosts: MPI cannot group the workers of a launcher (torchrun, --nproc) that an MPI launcher started' "$tmp/out")" = 4 ] && ok=1
+say torchrun_workers_inside_mpirun_say_how $ok "exit $rc: $(grep -v '^\s*$' "$tmp/out" | tail -c 400 | tr '\n' ' ')"
 
 # MPICH's mpiexec (Hydra) on h1, 2 ranks on each host: the MPI build chooses the MPI
 # backend and trains the bytes of one host; the GPU build on the emulator learns rank 0's
