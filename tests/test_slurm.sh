@@ -10,7 +10,8 @@
 # and mpiexec inside an allocation. Across both hosts: the CPU build and an MPI build
 # started without PMIx say how to run them; the MPI build under srun --mpi=pmix chooses
 # the MPI backend by itself and trains the bits of one host (ranks also dealt cyclically,
-# 2 + 1), as under mpirun across the allocation and from the README's batch script; a
+# 2 + 1), as under mpirun across the allocation and from the README's batch script, and
+# torchrun-style workers of its tasks say that MPI cannot group them; a
 # rank killed on h2 ends the step; the GPU build of train_gpt on the CUDA emulator (make
 # emu), 2 hosts x 2 GPUs, trains the bytes of 1 x 4 (the store, the NCCL id and the GPU
 # of each rank across hosts). Needs root, ip, unshare, nsenter, Slurm and munge; the MPI
@@ -175,6 +176,20 @@ if command -v mpicc >/dev/null && host h1 "srun --mpi=list" 2>&1 | grep -q pmix;
   on_h1 60 "srun -N 2 -n 3 -m cyclic --mpi=pmix ./hello_mpi" >"$tmp/out" 2>&1
   ok=0; grep -q "sum 6, expected 6, world 3, backend mpi" "$tmp/out" && ok=1
   say mpi_cyclic_two_and_one $ok "$(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+
+  # torchrun-style workers (2 a host, torchrun's names) of the tasks srun --mpi=pmix
+  # started inherit PMIx's variables: MPI cannot group them, and every rank says so
+  cat >"$tmp/workers.sh" <<'EOF'
+#!/bin/sh
+export WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_RANK=$SLURM_NODEID MASTER_ADDR=h1 MASTER_PORT=29411
+RANK=$((GROUP_RANK * 2)) LOCAL_RANK=0 "$@" & a=$!
+RANK=$((GROUP_RANK * 2 + 1)) LOCAL_RANK=1 "$@"; b=$?
+wait $a; exit $(($? | b))
+EOF
+  on_h1 60 "srun -N 2 --ntasks-per-node=1 --mpi=pmix sh workers.sh ./hello_mpi" >"$tmp/out" 2>&1; rc=$?
+  ok=0; [ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+    [ "$(grep -c 'spans 2 hosts: MPI cannot group the workers of a launcher (torchrun, --nproc)' "$tmp/out")" = 4 ] && ok=1
+  say torchrun_workers_inside_srun_say_how $ok "exit $rc: $(tail -c 300 "$tmp/out" | tr '\n' ' ')"
 
   on_h1 120 "srun -N 2 --ntasks-per-node=2 --mpi=pmix ./gpt_mpi $gpt_args --save two.safetensors" >"$tmp/out" 2>&1
   ok=0; cmp -s "$tmp/nproc4.safetensors" "$tmp/two.safetensors" && grep -q "ranks: 4 (mpi backend)" "$tmp/out" && ok=1
