@@ -1291,7 +1291,10 @@ static int ddp__slurm_tasks_here(const char *list, int node, int world)
    local world size (or a list of tasks per node), node number, and its own identity for
    this launch (so that two launches on one host never merge); `only` must be set for the
    row to count, and `foreign`, set without the row's local world size, says another
-   launcher used its names; `addr` is how its users give MASTER_ADDR. The innermost
+   launcher used its names; `addr` is how its users give MASTER_ADDR; `mpi`: its ranks
+   can form an MPI group (torchrun's workers inherit the variables of an mpirun or srun
+   that started torchrun, and MPI_Init in them fails or waits forever); `pmi`: its ranks
+   ask Hydra over PMI_FD (PMI-1) for the launch's name and rank 0's host. The innermost
    launcher comes first: inside a Slurm allocation, mpirun and mpiexec start their ranks
    with Slurm's variables still set (the batch script's, or those of the step srun made
    for their daemons, where every rank of a host has one SLURM_PROCID). Slurm's count only
@@ -1301,16 +1304,17 @@ static int ddp__slurm_tasks_here(const char *list, int node, int world)
 static const struct ddp__launcher {
     const char *who, *rank, *world, *local_rank, *local_world, *per_node, *node, *run_id, *run_id2, *only, *foreign,
         *addr;
+    int mpi, pmi;
 } ddp__launchers[] = {
     {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", NULL, "GROUP_RANK", "TORCHELASTIC_RUN_ID", NULL,
-     NULL, NULL, NULL},
+     NULL, NULL, NULL, 0, 0},
     {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE", NULL, NULL, "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", NULL, NULL,
-     "mpirun -x MASTER_ADDR=HOST"},
+     "mpirun -x MASTER_ADDR=HOST", 1, 0},
     {"MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", NULL, NULL, "PMI_KVSNAME", NULL, NULL,
-     "PMI_JOBID", "mpiexec -genv MASTER_ADDR HOST"},
+     "PMI_JOBID", "mpiexec -genv MASTER_ADDR HOST", 1, 1},
     {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID",
-     "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_ID", NULL, NULL},
+     "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_ID", NULL, NULL, 1, 0},
 };
 
 /* An MPI launcher's variables, set for this process or for one that started it. */
@@ -1592,7 +1596,7 @@ static ddp_result ddp__pmi_master(ddp_ctx *ctx, char *out, size_t n)
         }
         if (!*name || strlen(name) >= n || name[strcspn(name, " =\t\r\n")])
             return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR is not set and this host's name '%s' cannot be passed on "
-                             "(mpiexec -genv MASTER_ADDR HOST)", name ? name : "");
+                             "(mpiexec -genv MASTER_ADDR HOST)", name);
         snprintf(cmd, sizeof cmd, "cmd=put kvsname=%s key=ddp-master value=%s\n", kvs, name);
         if (!ddp__pmi_ask(st->pmi_fd, cmd, line, sizeof line, 5000) || !strstr(line, "rc=0"))
             return ddp__fail(ctx, DDP_ERR_ENV, "Hydra's PMI refused rank 0's host: '%.100s'", line);
@@ -1631,7 +1635,7 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
     const char *v;
     int port = d->master_port, set;
     char first[256];
-    int hydra = l && !strcmp(l->who, "MPICH");
+    int hydra = l && l->pmi;
     ddp_result r;
     if (!strcmp(s->job_from, "default") && hydra && (v = ddp__pmi_kvsname(ctx)) && strlen(v) < sizeof s->job_id) {
         ddp__copy(s->job_id, sizeof s->job_id, v);
@@ -4165,14 +4169,11 @@ static const ddp__backend ddp__backends[DDP_BACKEND_COUNT] = {
 };
 
 /* The desc's or DDP_BACKEND's choice, else NCCL where a GPU is usable, else MPI for
-   a job an MPI launcher spread over hosts (when built with it), else CPU. An MPI
-   launcher's variables do not make an MPI launch when the count came from torchrun's
-   names (torchrun, ddp's own launcher): their workers inherit the variables of the mpirun
-   or srun that started the launcher, and MPI_Init in them fails or waits forever. */
+   a job an MPI launcher spread over hosts (when built with it), else CPU. */
 static ddp_result ddp__choose_backend(ddp_ctx *ctx, const struct ddp__launcher *l)
 {
     ddp__settings *cfg = &ctx->st->cfg;
-    cfg->mpi_launch = l != ddp__launchers && ddp__mpi_vars();
+    cfg->mpi_launch = (!l || l->mpi) && ddp__mpi_vars();
     if (!cfg->backend) {
         cfg->backend = DDP_BACKEND_CPU;
         cfg->backend_why = cfg->backend_note;
