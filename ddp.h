@@ -161,7 +161,8 @@
                       variables, Slurm's only in a step (the batch script says to
                       use srun), SLURM_STEP_TASKS_PER_NODE (MPI under srun --mpi=pmix);
                       under mpiexec across hosts rank 0's host comes from Hydra's PMI;
-                      torchrun's workers inside mpirun or srun never call MPI_Init
+                      torchrun's workers inside mpirun or srun never call MPI_Init;
+                      rank 0's timeout names a store on loopback in a job of hosts
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -1762,6 +1763,7 @@ struct ddp__server {
     int64_t stop_deadline;   /* set once rank 0 leaves: stop when everyone is gone */
     char broken[200];        /* why the job can no longer make progress */
     char farewell[200];      /* why rank 0 leaves, when it fails */
+    char loopback[300];      /* set where the store listens on loopback in a job of several hosts */
 };
 
 /* grows an array of n elements to hold n + 1; NULL when out of memory */
@@ -2221,7 +2223,8 @@ static void ddp__server_missing(ddp__server *s, const char *key, char *out, size
     n_never = ddp__server_ranks(s, g, 1, never, sizeof never);
     n_late = ddp__server_ranks(s, g, 0, late, sizeof late);
     out[0] = 0;
-    if (n_never) ddp__append(out, size, "rank%s%s never joined", n_never > 1 ? "s" : "", never);
+    if (n_never) ddp__append(out, size, "rank%s%s never joined%s%s", n_never > 1 ? "s" : "", never,
+                             s->loopback[0] ? ": " : "", s->loopback);
     if (n_late)
         ddp__append(out, size, "%srank%s%s joined but did not reach this point", out[0] ? "; " : "", n_late > 1 ? "s" : "",
                     late);
@@ -2250,11 +2253,22 @@ static void ddp__server_stop(ddp__server *s, const char *why)
 
 /* Binds MASTER_ADDR itself: the store listens only where ranks will look for it. A
    port in use is left to the caller (*in_use, nothing logged): it asks who holds it. */
+/* 127.0.0.0/8, ::1, or 127.x mapped into IPv6 */
+static int ddp__is_loopback(const struct sockaddr *a)
+{
+    if (a->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr) >> 24) == 127;
+    if (a->sa_family == AF_INET6) {
+        const struct in6_addr *x = &((const struct sockaddr_in6 *)(const void *)a)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
+    }
+    return 0;
+}
+
 static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
 {
     ddp__settings *cfg = &ctx->st->cfg;
     struct addrinfo hints, *res = NULL, *ai;
-    char port[16];
+    char port[16], host[64];
     unsigned char raw[16];
     int one = 1, fd = -1, err = 0, rc;
     ddp__server *s = DDP__CAST(ddp__server *, DDP_MALLOC(sizeof *s));
@@ -2288,6 +2302,11 @@ static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
         if (fd < 0) continue;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) { err = errno; close(fd); fd = -1; }
+        else if (ctx->local_world_size > 0 && ctx->local_world_size < ctx->world_size && ddp__is_loopback(ai->ai_addr) &&
+                 getnameinfo(ai->ai_addr, ai->ai_addrlen, host, sizeof host, NULL, 0, NI_NUMERICHOST) == 0)
+            /* a host name that its own host resolves to 127.0.1.1 (Debian's /etc/hosts) */
+            snprintf(s->loopback, sizeof s->loopback, "the store listens on %s (MASTER_ADDR=%.100s), a loopback "
+                     "address that ranks on other hosts cannot reach", host, cfg->master_addr);
     }
     freeaddrinfo(res);
     if (fd < 0) {

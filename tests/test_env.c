@@ -328,7 +328,10 @@ static void device_rule(void)
 int main(void)
 {
     ddp_ctx ctx;
+    ddp_desc quiet;
     ddp_result r;
+    memset(&quiet, 0, sizeof quiet);
+    quiet.log = silent;
     thread_share();
     /* nothing set: a world of one, no networking */
     clear_env();
@@ -341,6 +344,16 @@ int main(void)
     bad_env("env.rank_without_world", "RANK=0", DDP_ERR_ENV, "WORLD_SIZE");
     bad_env("env.world_zero", "RANK=0 WORLD_SIZE=0", DDP_ERR_ENV, "WORLD_SIZE=0");
     bad_env("env.missing_master_addr", "RANK=0 WORLD_SIZE=2", DDP_ERR_ENV, "MASTER_ADDR");
+    /* rank 0 alone on loopback in a job of two hosts: the reason its peers may never come */
+    bad_env("env.loopback_store_across_hosts_named", "RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 "
+            "DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined: the store listens on 127.0.0.1 "
+            "(MASTER_ADDR=127.0.0.1), a loopback address that ranks on other hosts cannot reach");
+    clear_env();
+    set_env("RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3");
+    r = ddp_init(&ctx, &quiet);
+    CHECK("env.loopback_store_on_one_host_not_named", r == DDP_ERR_TIMEOUT && strstr(ddp_error(&ctx), "never joined") &&
+          !strstr(ddp_error(&ctx), "loopback"), "%s: %s", ddp_strerror(r), ddp_error(&ctx));
+    ddp_destroy(&ctx);
     bad_env("env.bad_master_port", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=70000", DDP_ERR_ENV, "MASTER_PORT=70000");
     bad_env("env.master_port_not_a_number", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=x", DDP_ERR_ENV, "MASTER_PORT='x'");
     bad_env("env.slurm_rank_beyond", "SLURM_PROCID=5 SLURM_NTASKS=2 SLURM_STEP_ID=0", DDP_ERR_ENV, "SLURM_PROCID=5");
