@@ -162,7 +162,10 @@
                       use srun), SLURM_STEP_TASKS_PER_NODE (MPI under srun --mpi=pmix);
                       under mpiexec across hosts rank 0's host comes from Hydra's PMI;
                       torchrun's workers inside mpirun or srun never call MPI_Init;
-                      rank 0's timeout names a store on loopback in a job of hosts
+                      rank 0's timeout names a store on loopback in a job of hosts;
+                      launchers' local ranks and local worlds checked across ranks,
+                      an empty RANK= unset, torchrun's one node inside mpirun/srun of
+                      several tasks refused; ddp_desc.local_rank rank % local world
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -278,7 +281,8 @@ typedef struct ddp_desc {
     char **argv;
     int world_size;       /* >0: take rank/world_size/local_* from here, not the env */
     int rank;
-    int local_rank;       /* with world_size > 0: default = rank */
+    int local_rank;       /* with world_size > 0: default rank % local_world_size when that is
+                             given, else rank; -1: numbered in rank order on each host */
     int local_world_size; /* with world_size > 0: default = world_size */
     ddp_backend backend;  /* default: DDP_BACKEND env, then nccl if a GPU is visible */
     int timeout_ms;       /* default: DDP_TIMEOUT seconds, then 300 s */
@@ -1007,6 +1011,7 @@ typedef struct ddp__settings {
     const char *backend_why; /* what chose it, for DDP_DEBUG */
     char backend_note[200];
     int mpi_launch;          /* an MPI launcher started these ranks (MPI can form the group) */
+    int said[3];             /* node, local rank, local world as a launcher gave them, else -1 */
     char job_id[128];
     const char *job_from;    /* which variable gave the job id */
     char secret[256];
@@ -1318,20 +1323,39 @@ static const struct ddp__launcher {
      "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_ID", NULL, NULL, 1, 0},
 };
 
-/* An MPI launcher's variables, set for this process or for one that started it. */
-static int ddp__mpi_vars(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK"); }
+/* A variable's value, NULL where unset or empty (an empty RANK= counts as unset, as an
+   empty OMP_NUM_THREADS does, rather than hiding the launcher that started the rank). */
+static const char *ddp__env(const char *name)
+{
+    const char *v = name ? getenv(name) : NULL;
+    return v && *v ? v : NULL;
+}
 
-/* The first launcher whose variables count here, or NULL. */
-static const struct ddp__launcher *ddp__launcher_here(void)
+/* An MPI launcher's variables, set for this process or for one that started it. */
+static int ddp__mpi_vars(void) { return ddp__env("OMPI_COMM_WORLD_SIZE") || ddp__env("PMI_SIZE") || ddp__env("PMIX_RANK"); }
+
+/* The first launcher from row `from` on whose variables count here, or NULL. */
+static const struct ddp__launcher *ddp__launcher_from(size_t from)
 {
     size_t i;
-    for (i = 0; i < sizeof ddp__launchers / sizeof ddp__launchers[0]; i++) {
+    for (i = from; i < sizeof ddp__launchers / sizeof ddp__launchers[0]; i++) {
         const struct ddp__launcher *l = &ddp__launchers[i];
-        if ((getenv(l->rank) || getenv(l->world)) && (!l->only || getenv(l->only)) &&
-            !(l->foreign && getenv(l->foreign) && !(l->local_world && getenv(l->local_world))))
+        if ((ddp__env(l->rank) || ddp__env(l->world)) && (!l->only || ddp__env(l->only)) &&
+            !(ddp__env(l->foreign) && !ddp__env(l->local_world)))
             return l;
     }
     return NULL;
+}
+
+static const struct ddp__launcher *ddp__launcher_here(void) { return ddp__launcher_from(0); }
+
+/* An outer launcher of more than one task around the ranks torchrun's names describe
+   (mpirun or srun that started torchrun, or left RANK and WORLD_SIZE behind), or NULL. */
+static const struct ddp__launcher *ddp__outer(const struct ddp__launcher *l)
+{
+    const struct ddp__launcher *o = l == ddp__launchers ? ddp__launcher_from(1) : NULL;
+    const char *w = o ? ddp__env(o->world) : NULL;
+    return w && strcmp(w, "1") != 0 ? o : NULL;
 }
 
 /* Rank, world size and local topology: from the desc, else from the first launcher
@@ -1339,6 +1363,7 @@ static const struct ddp__launcher *ddp__launcher_here(void)
 static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct ddp__launcher **found)
 {
     const char *who = "defaults (no launcher's variables set)", *rank_name = "rank", *world_name = "world_size", *v;
+    const struct ddp__launcher *l = NULL, *o;
     int argv_local = -1, here;
     ddp_result r = ddp__argv_local_rank(ctx, d->argc, d->argv, &argv_local);
     if (r != DDP_OK) return r;
@@ -1349,13 +1374,14 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
         who = "ddp_desc";
         ctx->rank = d->rank;
         ctx->world_size = d->world_size;
-        ctx->local_rank = d->local_rank ? d->local_rank : argv_local >= 0 ? argv_local : d->rank;
         ctx->local_world_size = d->local_world_size ? d->local_world_size : d->world_size;
+        ctx->local_rank = d->local_rank ? d->local_rank : argv_local >= 0 ? argv_local
+                          : d->local_world_size > 0 ? d->rank % d->local_world_size : d->rank;
     } else {
-        const struct ddp__launcher *l = ddp__launcher_here();
-        if (l) {
-            int hr = ddp__env_int(ctx, l->rank, &ctx->rank);
-            int hw = ddp__env_int(ctx, l->world, &ctx->world_size);
+        if ((l = ddp__launcher_here()) != NULL) {
+            int hr = ddp__env_int(ctx, l->rank, &ctx->rank), hw = ddp__env_int(ctx, l->world, &ctx->world_size);
+            int hlr, hlw, hn;
+            const char *bad;
             if (hr < 0 || hw < 0) return DDP_ERR_ENV;
             if (hr != hw)
                 return ddp__fail(ctx, DDP_ERR_ENV, "%s is set but %s is not (%s)", hr ? l->rank : l->world,
@@ -1363,17 +1389,36 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
             who = getenv("DDP_LAUNCHER") && l == ddp__launchers ? "ddp's launcher" : l->who;
             rank_name = l->rank;
             world_name = l->world;
-            if (ddp__env_int(ctx, l->local_rank, &ctx->local_rank) < 0 ||
-                ddp__env_int(ctx, l->local_world, &ctx->local_world_size) < 0 ||
-                ddp__env_int(ctx, l->node, &ctx->node_rank) < 0)
+            if ((hlr = ddp__env_int(ctx, l->local_rank, &ctx->local_rank)) < 0 ||
+                (hlw = ddp__env_int(ctx, l->local_world, &ctx->local_world_size)) < 0 ||
+                (hn = ddp__env_int(ctx, l->node, &ctx->node_rank)) < 0)
                 return DDP_ERR_ENV;
+            bad = hlr && ctx->local_rank < 0                                      ? l->local_rank
+                  : hlw && ctx->local_world_size < 1                              ? l->local_world
+                  : hn && (ctx->node_rank < 0 || ctx->node_rank >= ctx->world_size) ? l->node
+                                                                                    : NULL;
+            if (bad)
+                return ddp__fail(ctx, DDP_ERR_ENV, "%s=%s does not fit a world of %d (%s)", bad, ddp__env(bad),
+                                 ctx->world_size, who);
+            /* torchrun's ranks all on one node inside mpirun or srun of several tasks:
+               each task would be a job of its own (torchrun started once per task, or
+               RANK and WORLD_SIZE left in the environment) */
+            if ((o = ddp__outer(l)) && (ctx->world_size == 1 || ctx->local_world_size == ctx->world_size))
+                return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d (one node of %s's) inside a job of %s tasks started by %s: each "
+                                 "task would train alone; unset %s and %s, or start one task", l->world, ctx->world_size,
+                                 l->who, ddp__env(o->world), o->who, l->rank, l->world);
             *found = l;
         } else if (getenv("SLURM_JOB_ID") && (v = getenv("SLURM_NTASKS")) && strcmp(v, "1") != 0) {
             /* outside a step: Slurm's variables describe the allocation, not this process */
             return ddp__fail(ctx, DDP_ERR_ENV, "started by Slurm's batch script or salloc's shell (SLURM_NTASKS=%s, "
                              "no SLURM_STEP_ID), which run once: start the ranks with srun, or --nproc N on one host", v);
         }
-        if (argv_local >= 0) ctx->local_rank = argv_local; /* torch.distributed.launch */
+        if (argv_local >= 0) { /* torch.distributed.launch */
+            if (ctx->local_rank >= 0 && ctx->local_rank != argv_local)
+                return ddp__fail(ctx, DDP_ERR_ENV, "--local_rank %d in the arguments, but %s=%d (%s): two launchers "
+                                 "gave this process different local ranks", argv_local, l->local_rank, ctx->local_rank, who);
+            ctx->local_rank = argv_local;
+        }
         /* Slurm gives no local world size but a list per node: knowing it now lets the
            backend be chosen before the ranks meet (MPI where a step spans hosts) */
         if (l && l->per_node && ctx->node_rank >= 0 && (v = getenv(l->per_node)) &&
@@ -1385,10 +1430,15 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
     if (ctx->rank < 0 || ctx->rank >= ctx->world_size)
         return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", rank_name, ctx->rank,
                          ctx->world_size - 1, world_name, ctx->world_size, who);
-    if (ctx->local_world_size > ctx->world_size ||
+    if (ctx->local_world_size > ctx->world_size || ctx->local_rank >= ctx->world_size ||
         (ctx->local_world_size > 0 && ctx->local_rank >= ctx->local_world_size))
         return ddp__fail(ctx, DDP_ERR_ENV, "local rank %d / local world size %d do not fit a world of %d (%s)",
                          ctx->local_rank, ctx->local_world_size, ctx->world_size, who);
+    /* what a launcher said, for the ranks to check against each other (the desc is the
+       program's own word: it may rehearse hosts on one machine, and cannot name nodes) */
+    ctx->st->cfg.said[0] = d->world_size > 0 ? -1 : ctx->node_rank;
+    ctx->st->cfg.said[1] = d->world_size > 0 ? -1 : ctx->local_rank;
+    ctx->st->cfg.said[2] = d->world_size > 0 ? -1 : ctx->local_world_size;
     if (ctx->world_size == 1) {
         if (ctx->local_rank < 0) ctx->local_rank = 0;
         ctx->local_world_size = 1;
@@ -4725,43 +4775,80 @@ static void ddp__host_id(char *out, size_t n)
     snprintf(out, n, "%s %s", host, boot);
 }
 
-/* Through the store, once: every rank's host, pid and settings. Settings that must
-   match are compared; local ranks and node numbers are derived from the hosts. */
+/* Through the store, once: every rank's host, what its launcher said of its node, and
+   its settings. Settings that must match are compared; local ranks and node numbers
+   not given are derived from the hosts. What launchers said must fit together: within
+   a node (the launcher's, else a host) local ranks differ and count the local world. */
 static ddp_result ddp__meet(ddp_ctx *ctx)
 {
-    char mine[700], host[400], *all = NULL;
+    char mine[760], host[400], *all = NULL;
     const char **parts;
     uint32_t *lens;
-    int r, lr = 0, lw = 0, node = 0, nodes = 0;
+    int *given, r, j, lr = 0, lw = 0, node = 0, nodes = 0;
     ddp_result res;
+    const int W = ctx->world_size;
     ddp__host_id(host, sizeof host);
-    snprintf(mine, sizeof mine, "%s\n%s", host, ctx->st->cfg.agree);
-    parts = DDP__CAST(const char **, DDP_MALLOC(sizeof(char *) * (size_t)ctx->world_size));
-    lens = DDP__CAST(uint32_t *, DDP_MALLOC(sizeof(uint32_t) * (size_t)ctx->world_size));
-    if (!parts || !lens) { DDP_FREE(parts); DDP_FREE(lens); return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory"); }
+    snprintf(mine, sizeof mine, "%s\n%d %d %d\n%s", host, ctx->st->cfg.said[0], ctx->st->cfg.said[1],
+             ctx->st->cfg.said[2], ctx->st->cfg.agree);
+    parts = DDP__CAST(const char **, DDP_MALLOC(sizeof(char *) * (size_t)W));
+    lens = DDP__CAST(uint32_t *, DDP_MALLOC(sizeof(uint32_t) * (size_t)W));
+    given = DDP__CAST(int *, DDP_MALLOC(sizeof(int) * 4 * (size_t)W)); /* per rank: node (or -2 - host), lr, lw, host */
+    if (!parts || !lens || !given) {
+        DDP_FREE(parts); DDP_FREE(lens); DDP_FREE(given);
+        return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
+    }
     res = ddp__store_gather(ctx, "meet", mine, (uint32_t)strlen(mine), &all, parts, lens,
                             "waiting for every rank to join");
-    for (r = 0; res == DDP_OK && r < ctx->world_size; r++) { /* each part: "host boot\nsettings" */
-        const char *p = parts[r], *nl = (const char *)memchr(p, '\n', lens[r]);
-        char theirs[600];
+    for (r = 0; res == DDP_OK && r < W; r++) { /* each part: "host boot\nnode lr lw\nsettings" */
+        const char *p = parts[r], *nl = (const char *)memchr(p, '\n', lens[r]), *nl2;
+        char theirs[600], nums[64];
         size_t hl;
-        int j, seen = 0;
-        if (!nl) { res = ddp__fail(ctx, DDP_ERR_PROTOCOL, "rank %d sent a malformed hello", r); break; }
+        int *g = given + 4 * r, seen = -1;
+        if (!nl || !(nl2 = (const char *)memchr(nl + 1, '\n', lens[r] - (size_t)(nl + 1 - p))) || nl2 - nl > 60) {
+            res = ddp__fail(ctx, DDP_ERR_PROTOCOL, "rank %d sent a malformed hello", r);
+            break;
+        }
         hl = (size_t)(nl - p);
-        snprintf(theirs, sizeof theirs, "%.*s", (int)(lens[r] - hl - 1), nl + 1);
+        snprintf(nums, sizeof nums, "%.*s", (int)(nl2 - nl - 1), nl + 1);
+        snprintf(theirs, sizeof theirs, "%.*s", (int)(lens[r] - (size_t)(nl2 + 1 - p)), nl2 + 1);
+        if (sscanf(nums, "%d %d %d", &g[0], &g[1], &g[2]) != 3) {
+            res = ddp__fail(ctx, DDP_ERR_PROTOCOL, "rank %d sent a malformed hello", r);
+            break;
+        }
         if ((res = ddp__agree(ctx, r, theirs)) != DDP_OK) break;
-        for (j = 0; j < r && !seen; j++)
-            seen = (const char *)memchr(parts[j], '\n', lens[j]) == parts[j] + hl && memcmp(parts[j], p, hl) == 0;
+        for (j = 0; j < r && seen < 0; j++)
+            if ((const char *)memchr(parts[j], '\n', lens[j]) == parts[j] + hl && memcmp(parts[j], p, hl) == 0) seen = j;
+        g[3] = seen < 0 ? nodes : given[4 * seen + 3];
+        if (g[0] < 0) g[0] = -2 - g[3];
         if (hl == strlen(host) && memcmp(p, host, hl) == 0) {
-            if (!seen) node = nodes; /* nodes are numbered in order of their first rank */
+            if (seen < 0) node = nodes; /* nodes are numbered in order of their first rank */
             lw++;
             lr += r < ctx->rank;
         }
-        nodes += !seen;
+        nodes += seen < 0;
+    }
+    for (r = 0; res == DDP_OK && r < W; r++) { /* what the launchers said, against each other */
+        const int *g = given + 4 * r;
+        int count = 0;
+        for (j = 0; j < W; j++) {
+            const int *h = given + 4 * j;
+            if (h[0] != g[0]) continue;
+            count++;
+            if (j > r && g[1] >= 0 && h[1] == g[1])
+                res = ddp__fail(ctx, DDP_ERR_ENV, "ranks %d and %d both have local rank %d on %s %d: the launcher's "
+                                "variables do not fit together", r, j, g[1], g[0] >= 0 ? "node" : "host",
+                                g[0] >= 0 ? g[0] : g[3]);
+            if (res != DDP_OK) break;
+        }
+        if (res == DDP_OK && g[2] > 0 && count != g[2])
+            res = ddp__fail(ctx, DDP_ERR_ENV, "rank %d has a local world of %d, but %d rank%s on its %s %d: the "
+                            "launcher's variables do not fit together", r, g[2], count, count > 1 ? "s are" : " is",
+                            g[0] >= 0 ? "node" : "host", g[0] >= 0 ? g[0] : g[3]);
     }
     DDP_FREE(all);
     DDP_FREE(parts);
     DDP_FREE(lens);
+    DDP_FREE(given);
     if (res != DDP_OK) return res;
     if (ctx->local_rank < 0) ctx->local_rank = lr;
     if (ctx->local_world_size < 0) ctx->local_world_size = lw;
@@ -4912,10 +4999,11 @@ static void ddp__signal_all(const pid_t *pids, int n, int sig)
    task (srun --pty bash, srun -n 1) is a place to launch from, as a shell is. */
 static const char *ddp__launched_by(void)
 {
-    const struct ddp__launcher *l = ddp__launcher_here();
-    const char *world = l ? getenv(l->world) : NULL;
+    const struct ddp__launcher *l = ddp__launcher_here(), *o = ddp__outer(l);
+    const char *world = l ? ddp__env(l->world) : NULL;
     if (getenv("DDP_LAUNCHER")) return "ddp's launcher";
-    return l && getenv(l->rank) && world && strcmp(world, "1") != 0 ? l->who : NULL;
+    if (o) return o->who; /* torchrun's names inside mpirun or srun of several tasks */
+    return l && ddp__env(l->rank) && world && strcmp(world, "1") != 0 ? l->who : NULL;
 }
 
 /* The job's environment for rank i, in the child. Every rank gets its share of the

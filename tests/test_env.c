@@ -143,6 +143,121 @@ static int child(int rank, void *arg)
     return ok ? 0 : 1;
 }
 
+/* Two ranks on this host whose launcher's variables do not fit together: both stop at
+   ddp_init naming what, never a job with two local rank 0s or the wrong local world. */
+static int misfit_child(int rank, void *arg)
+{
+    const char *which = (const char *)arg;
+    int port = atoi(getenv("MASTER_PORT"));
+    char spec[300];
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_result r;
+    int ok;
+    memset(&d, 0, sizeof d);
+    d.log = silent;
+    clear_env();
+    if (strcmp(which, "same_local_rank") == 0) /* no node given: the host is the node */
+        snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2", rank);
+    else if (strcmp(which, "same_local_rank_on_a_node") == 0)
+        snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 GROUP_RANK=%d", rank, rank / 2);
+    else /* "local_world_too_small": node 0 has both ranks */
+        snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 GROUP_RANK=0", rank);
+    set_env(spec);
+    snprintf(spec, sizeof spec, "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d DDP_TIMEOUT=3", port);
+    set_env(spec);
+    r = ddp_init(&ctx, &d);
+    ok = r == DDP_ERR_ENV && !strchr(ddp_error(&ctx), '\n') &&
+         strstr(ddp_error(&ctx), strcmp(which, "same_local_rank") == 0 ? "ranks 0 and 1 both have local rank 0 on host 0"
+                                 : strcmp(which, "local_world_too_small") == 0
+                                     ? "rank 0 has a local world of 1, but 2 ranks are on its node 0"
+                                     : "both have local rank 0 on node ");
+    if (!ok) fprintf(stderr, "%s rank %d: %s '%s'\n", which, rank, ddp_strerror(r), ddp_error(&ctx));
+    ddp_destroy(&ctx);
+    return ok ? 0 : 1;
+}
+
+static void misfit(const char *which, int world)
+{
+    test_job job;
+    char name[96];
+    test_spawn(&job, world, misfit_child, (void *)which);
+    snprintf(name, sizeof name, "env.misfit.%s", which);
+    CHECK(name, job.failed == 0, "%d of %d ranks did not stop with the one-line error: %s", job.failed, world,
+          test_job_why(&job, NULL, 0));
+}
+
+/* Two launchers' variables at once, or values that cannot be: one line at ddp_init. */
+static void launcher_conflicts(void)
+{
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_result r;
+    char a0[] = "prog", a1[] = "--local_rank=1";
+    char *argv[] = {a0, a1, NULL};
+    int argc = 2;
+    memset(&d, 0, sizeof d);
+    d.log = silent;
+    /* an empty value counts as unset: it does not hide the launcher that started the rank */
+    bad_env("env.empty_RANK_leaves_open_mpis_world", "RANK= OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "
+            "MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined");
+    bad_env("env.empty_WORLD_SIZE_leaves_slurms_world", "WORLD_SIZE= SLURM_JOB_ID=5 SLURM_STEP_ID=0 SLURM_PROCID=0 "
+            "SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined");
+    /* torchrun's names for one node inside mpirun or srun of several tasks: each task alone */
+    bad_env("env.leftover_world_of_one_inside_mpirun", "RANK=0 WORLD_SIZE=1 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2",
+            DDP_ERR_ENV, "WORLD_SIZE=1 (one node of torchrun's) inside a job of 2 tasks started by Open MPI: each task "
+            "would train alone");
+    bad_env("env.torchrun_of_one_node_per_srun_task", "RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 SLURM_JOB_ID=5 "
+            "SLURM_STEP_ID=0 SLURM_PROCID=0 SLURM_NTASKS=2 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "inside a job of 2 tasks started by Slurm");
+    clear_env(); /* torchrun across the nodes of an srun step is one job: rank 1 looks for rank 0's store */
+    set_env("RANK=1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 LOCAL_RANK=1 GROUP_RANK=0 SLURM_JOB_ID=5 SLURM_STEP_ID=0 "
+            "SLURM_PROCID=0 SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3");
+    r = ddp_init(&ctx, &d);
+    CHECK("env.torchrun_across_srun_nodes_is_one_job", r == DDP_ERR_TIMEOUT && strstr(ddp_error(&ctx), "rank 0's store"),
+          "%s: %s", ddp_strerror(r), ddp_error(&ctx));
+    ddp_destroy(&ctx);
+    bad_env("env.local_world_zero", "RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=0 DDP_TIMEOUT=0.3", DDP_ERR_ENV,
+            "LOCAL_WORLD_SIZE=0 does not fit a world of 2 (torchrun)");
+    bad_env("env.local_rank_negative", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=-7 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "LOCAL_RANK=-7 does not fit");
+    bad_env("env.node_past_world", "RANK=0 WORLD_SIZE=2 GROUP_RANK=7 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "GROUP_RANK=7 does not fit a world of 2");
+    bad_env("env.local_rank_past_world", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=5 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "local rank 5");
+    /* torch.distributed.launch's --local_rank against torchrun's LOCAL_RANK */
+    clear_env();
+    set_env("RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 DDP_TIMEOUT=0.3");
+    d.argc = &argc;
+    d.argv = argv;
+    r = ddp_init(&ctx, &d);
+    CHECK("env.argv_local_rank_against_LOCAL_RANK", r == DDP_ERR_ENV && strstr(ddp_error(&ctx), "--local_rank 1 in the "
+          "arguments, but LOCAL_RANK=0 (torchrun)"), "%s: %s", ddp_strerror(r), ddp_error(&ctx));
+    ddp_destroy(&ctx);
+    misfit("same_local_rank", 2);
+    misfit("same_local_rank_on_a_node", 4);
+    misfit("local_world_too_small", 2);
+}
+
+/* A desc with a local world: local ranks default to rank % local_world_size (two hosts
+   of two rehearsed on one: rank 2 is local rank 0). */
+static int desc_child(int rank, void *arg)
+{
+    int port = atoi(getenv("MASTER_PORT")), ok;
+    char spec[100];
+    ddp_ctx ctx;
+    ddp_desc d;
+    (void)arg;
+    clear_env();
+    snprintf(spec, sizeof spec, "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d DDP_TIMEOUT=20", port);
+    set_env(spec);
+    memset(&d, 0, sizeof d);
+    d.world_size = 4;
+    d.rank = rank;
+    d.local_world_size = 2;
+    if (ddp_init(&ctx, &d) != DDP_OK) return 10;
+    ok = ctx.local_rank == rank % 2 && ctx.local_world_size == 2;
+    if (!ok) fprintf(stderr, "desc rank %d: local %d/%d\n", rank, ctx.local_rank, ctx.local_world_size);
+    ddp_destroy(&ctx);
+    return ok ? 0 : 1;
+}
+
 static void launcher(const char *which, int world)
 {
     test_job job;
@@ -388,6 +503,13 @@ int main(void)
     launcher("hydra_inside_slurm", 4);
     launcher("srun_pmi2", 3);
     hydra_across_hosts();
+    launcher_conflicts();
+    {
+        test_job job;
+        test_spawn(&job, 4, desc_child, NULL);
+        CHECK("env.desc_local_rank_defaults_to_rank_mod_local_world", job.failed == 0, "%s",
+              TEST_JOB_WHY(&job, child_codes));
+    }
     device_rule();
     TEST_EXIT();
 }
