@@ -165,7 +165,11 @@
                       rank 0's timeout names a store on loopback in a job of hosts;
                       launchers' local ranks and local worlds checked across ranks,
                       an empty RANK= unset, torchrun's one node inside mpirun/srun of
-                      several tasks refused; ddp_desc.local_rank rank % local world
+                      several tasks refused; ddp_desc.local_rank rank % local world;
+                      counts past memory, partly overlapping buffers, waits on handles
+                      never filled and ddp_desc.shm_chunk_bytes out of range refused;
+                      integer sums wrap, a NaN wins MIN/MAX on any rank; a rank that
+                      finishes a step with unmarked gradients stops the group
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -359,14 +363,17 @@ DDPDEF const char *ddp_backend_name(ddp_backend b);
    through device memory and the call returns when the result is there.
    CPU: host pointers, `stream` ignored; the call returns when the result is there.
    Ranks that pass different arguments get DDP_ERR_MISMATCH (see RANKS MUST AGREE).
-   send == recv is in place. AVG of integers truncates toward zero. 16-bit floats
+   send == recv is in place; buffers that overlap otherwise are refused. Integer sums
+   wrap (as NCCL's and PyTorch's); AVG of integers truncates toward zero. MIN and MAX
+   give NaN where any rank has one (on the CPU and MPI backends). 16-bit floats
    accumulate in f32 on the CPU. */
 DDPDEF ddp_result ddp_all_reduce(ddp_ctx *ctx, const void *send, void *recv, size_t count,
                                  ddp_dtype dtype, ddp_op op, void *stream);
 DDPDEF ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *recv, size_t count,
                                        ddp_dtype dtype, ddp_op op, void *stream, ddp_work *work);
 /* Waits for async work: returns when the result is in place (NCCL: the host waits
-   for the GPU, within the timeout, and `stream` is ordered after the work). */
+   for the GPU, within the timeout, and `stream` is ordered after the work). A handle
+   that no collective filled (its call was refused) is DDP_ERR_ARG. */
 DDPDEF ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream);
 DDPDEF ddp_result ddp_broadcast(ddp_ctx *ctx, void *buf, size_t count, ddp_dtype dtype,
                                 int root, void *stream);
@@ -379,7 +386,7 @@ DDPDEF ddp_result ddp_reduce_scatter(ddp_ctx *ctx, const void *send, void *recv,
 DDPDEF ddp_result ddp_barrier(ddp_ctx *ctx); /* host barrier, every backend */
 
 /* ---- rank-0 helpers --------------------------------------------------------------- */
-DDPDEF int ddp_is_main(const ddp_ctx *ctx); /* rank 0 */
+DDPDEF int ddp_is_main(const ddp_ctx *ctx); /* rank 0 (NULL: a world of one) */
 /* This rank's share of the host's cores, for omp_set_num_threads or a thread pool:
    OMP_NUM_THREADS when set (the built-in launcher and ddprun set it), else the cores
    this process may run on, divided by the ranks on this host unless the launcher
@@ -496,7 +503,9 @@ DDPDEF ddp_result ddp_agree_on(ddp_ctx *ctx, const char *name, const char *value
    desc.stream after it sees the average, and the host goes on at once (the watchdog
    follows the buckets, see the collectives). Every element must be marked exactly
    once per step; a region marked twice, or finish with elements never marked,
-   returns DDP_ERR_ARG and ddp_error(ctx) says which elements. */
+   returns DDP_ERR_ARG and ddp_error(ctx) says which elements. Elements never marked
+   also stop the group (their bucket was never sent: the other ranks would wait for it,
+   or pair it with this rank's next step), so every rank's next call says why. */
 typedef struct ddp_grad_desc {
     void *grads;           /* flat gradient buffer of `count` elements (device memory on NCCL) */
     size_t count;
@@ -1121,7 +1130,7 @@ const char *ddp_backend_name(ddp_backend b)
     return (unsigned)b < DDP_BACKEND_COUNT ? ddp__backend_names[b] : "unknown";
 }
 
-int ddp_is_main(const ddp_ctx *ctx) { return ctx->rank == 0; }
+int ddp_is_main(const ddp_ctx *ctx) { return !ctx || ctx->rank == 0; }
 
 /* OMP_NUM_THREADS as OpenMP reads it ("4", or "4,2" for nested levels): its first
    count; 0 when it is unset, empty or not a positive number (OpenMP ignores it then). */
@@ -1148,7 +1157,7 @@ int ddp_thread_share(const ddp_ctx *ctx)
 void ddp_print(const ddp_ctx *ctx, const char *fmt, ...)
 {
     va_list ap;
-    if (ctx->rank != 0) return;
+    if (ctx && ctx->rank != 0) return;
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
@@ -1159,7 +1168,7 @@ void ddp_log(const ddp_ctx *ctx, const char *fmt, ...)
 {
     char line[1024];
     va_list ap;
-    int n = snprintf(line, sizeof line, "[rank %d/%d] ", ctx->rank, ctx->world_size);
+    int n = snprintf(line, sizeof line, "[rank %d/%d] ", ctx ? ctx->rank : 0, ctx ? ctx->world_size : 1);
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
@@ -1513,6 +1522,8 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     }
     if (!s->timeout_ms) s->timeout_ms = DDP__DEFAULT_TIMEOUT_MS;
     s->chunk = d->shm_chunk_bytes;
+    if (s->chunk && (s->chunk < 64 || s->chunk > ((size_t)1 << 30)))
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_desc.shm_chunk_bytes=%zu must be a byte count from 64 to 2^30", s->chunk);
     if (!s->chunk && (v = getenv("DDP_SHM_CHUNK")) && *v) {
         char *end;
         unsigned long long x = strtoull(v, &end, 10);
@@ -2830,6 +2841,21 @@ static void ddp__copy_shared(void *dst, const void *src, size_t n)
     }
 }
 
+/* Sums in each dtype's accumulator; integers wrap as NCCL's and PyTorch's do (in
+   unsigned arithmetic, where signed overflow would be undefined). And NaN tests. */
+static float ddp__add_DDP_F32(float a, float b) { return a + b; }
+static double ddp__add_DDP_F64(double a, double b) { return a + b; }
+static float ddp__add_DDP_BF16(float a, float b) { return a + b; }
+static float ddp__add_DDP_F16(float a, float b) { return a + b; }
+static int32_t ddp__add_DDP_I32(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
+static int64_t ddp__add_DDP_I64(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static int ddp__nan_DDP_F32(float v) { return v != v; }
+static int ddp__nan_DDP_F64(double v) { return v != v; }
+static int ddp__nan_DDP_BF16(float v) { return v != v; }
+static int ddp__nan_DDP_F16(float v) { return v != v; }
+static int ddp__nan_DDP_I32(int32_t v) { (void)v; return 0; }
+static int ddp__nan_DDP_I64(int64_t v) { (void)v; return 0; }
+
 /* out[0..n) = reduction over ranks of src[r][0..n), src[r] = base + r * stride bytes,
    one function per dtype from its row. Ranks are combined in order 0..ranks-1 in the
    accumulator type, a block at a time, so every rank computes bitwise the same. With
@@ -2851,12 +2877,12 @@ static void ddp__copy_shared(void *dst, const void *src, size_t n)
             else for (i = 0; i < bn; i++) acc[i] = load(s[i]);                                        \
             for (r = from ? 0 : 1; r < ranks; r++) {                                                  \
                 s = (const T *)(base + (size_t)r * stride) + b0;                                      \
-                if (op == DDP_MIN)                                                                    \
-                    for (i = 0; i < bn; i++) { A v = load(s[i]); acc[i] = v < acc[i] ? v : acc[i]; }  \
+                if (op == DDP_MIN) /* a NaN wins, on whichever rank it is */                          \
+                    for (i = 0; i < bn; i++) { A v = load(s[i]); acc[i] = v < acc[i] || ddp__nan_##e(v) ? v : acc[i]; } \
                 else if (op == DDP_MAX)                                                               \
-                    for (i = 0; i < bn; i++) { A v = load(s[i]); acc[i] = v > acc[i] ? v : acc[i]; }  \
+                    for (i = 0; i < bn; i++) { A v = load(s[i]); acc[i] = v > acc[i] || ddp__nan_##e(v) ? v : acc[i]; } \
                 else                                                                                  \
-                    for (i = 0; i < bn; i++) acc[i] += load(s[i]);                                    \
+                    for (i = 0; i < bn; i++) acc[i] = ddp__add_##e(acc[i], load(s[i]));                \
             }                                                                                         \
             if (!world) {                                                                             \
                 memcpy((A *)out + b0, acc, bn * sizeof(A));                                           \
@@ -4616,6 +4642,17 @@ static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: unknown dtype %d or op %d", name, (int)c->dtype, (int)c->op);
     if (needs_data && (!c->recv || (!c->send && ddp__colls[c->kind].send)))
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: NULL buffer for %llu elements", name, (unsigned long long)c->count);
+    /* the bytes of the largest buffer, all ranks' blocks of all_gather or reduce_scatter */
+    if (c->count > SIZE_MAX / ddp_dtype_size((ddp_dtype)c->dtype) / (size_t)ctx->world_size)
+        return ddp__fail(ctx, DDP_ERR_ARG, "%s: %llu elements of %s%s are more bytes than memory holds", name,
+                         (unsigned long long)c->count, ddp_dtype_name((ddp_dtype)c->dtype),
+                         ddp__colls[c->kind].send == 'W' || ddp__colls[c->kind].recv == 'W' ? " from every rank" : "");
+    if (needs_data && c->kind == DDP__ALL_REDUCE && c->send != c->recv) {
+        const char *a = (const char *)c->send, *b = (const char *)c->recv;
+        size_t bytes = c->count * ddp_dtype_size((ddp_dtype)c->dtype);
+        if (a < b + bytes && b < a + bytes) /* read in chunks while written: wrong sums */
+            return ddp__fail(ctx, DDP_ERR_ARG, "%s: send and recv overlap without being the same buffer", name);
+    }
     if (c->root < 0 || c->root >= ctx->world_size)
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: root %d is not a rank of a world of %d", name, c->root, ctx->world_size);
     return DDP_OK;
@@ -4657,10 +4694,11 @@ static ddp_result ddp__store_check(ddp_ctx *ctx, const ddp__coll *c)
 static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work *work)
 {
     struct ddp__state *st;
-    ddp_result r = ddp__check(ctx, c);
+    ddp_result r;
     int64_t t0 = 0;
     char name[48];
-    if (r != DDP_OK) return r;
+    if (work) { work->seq = 0; work->event = NULL; } /* a refused call leaves a handle ddp_wait refuses */
+    if ((r = ddp__check(ctx, c)) != DDP_OK) return r;
     st = ctx->st;
     if (st->trace) t0 = ddp__now_ns();
     c->seq = ++st->seq;
@@ -4724,6 +4762,10 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
         char what[40];
         snprintf(what, sizeof what, "wait for #%llu", (unsigned long long)work->seq);
         r = ddp__refuse(ctx, what);
+    } else if (!work->seq || (!st->be->wait && st->worker_started && work->seq > st->queued)) {
+        ddp_trace_end(ctx);
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
+                         "(its call failed, or it was never made)");
     } else if (st->be->wait)
         r = st->be->wait(ctx, work, stream, host);
     else
@@ -5443,6 +5485,8 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
                          s->world_size);
     n = s->dataset_size = desc->dataset_size;
     w = (size_t)s->world_size;
+    if (n > SIZE_MAX / sizeof(size_t) - w) /* its index arrays could not be allocated */
+        return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_sampler_init: %zu samples are more than memory can index", n);
     s->shuffle = !desc->no_shuffle;
     s->drop_last = desc->drop_last != 0;
     s->drop_last_batch = desc->drop_last_batch != 0;
@@ -5455,8 +5499,7 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
         if (s->num_real > s->num_samples) s->num_real = s->num_samples;
     }
     s->batch_size = desc->batch_size ? desc->batch_size : 1;
-    s->num_batches = s->drop_last_batch ? s->num_samples / s->batch_size
-                                        : (s->num_samples + s->batch_size - 1) / s->batch_size;
+    s->num_batches = s->num_samples / s->batch_size + (!s->drop_last_batch && s->num_samples % s->batch_size);
     if (desc->world_size <= 0 && ctx && ctx->st && ctx->world_size > 1) {
         ddp_result r = ddp__sampler_agree(s, ctx);
         if (r != DDP_OK) return r;
@@ -5680,7 +5723,10 @@ ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
     bytes = desc->bucket_bytes ? desc->bucket_bytes : DDP__DEFAULT_BUCKET_BYTES;
     g->bucket_count = bytes / ddp_dtype_size(g->dtype);
     if (g->bucket_count == 0) g->bucket_count = 1;
-    g->num_buckets = (g->count + g->bucket_count - 1) / g->bucket_count;
+    if (g->count > SIZE_MAX / ddp_dtype_size(g->dtype))
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: %zu gradients of %s are more bytes than memory holds", g->count,
+                         ddp_dtype_name(g->dtype));
+    g->num_buckets = g->count / g->bucket_count + (g->count % g->bucket_count != 0);
     g->st = (struct ddp__grad_state *)DDP_MALLOC(sizeof *g->st);
     if (g->st) {
         memset(g->st, 0, sizeof *g->st);
@@ -5814,7 +5860,7 @@ static size_t ddp__grad_first_gap(ddp_grad *g, size_t *gap_end)
 {
     struct ddp__grad_state *st = g->st;
     size_t i, pos = 0;
-    qsort(st->regions, st->num_regions, 2 * sizeof(size_t), ddp__grad_region_cmp);
+    if (st->num_regions > 1) qsort(st->regions, st->num_regions, 2 * sizeof(size_t), ddp__grad_region_cmp);
     for (i = 0; i < st->num_regions && st->regions[2 * i] == pos; i++) pos += st->regions[2 * i + 1];
     *gap_end = i < st->num_regions ? st->regions[2 * i] : g->count;
     return pos;
@@ -5829,13 +5875,17 @@ ddp_result ddp_grad_finish(ddp_grad *g)
         return DDP_OK;
     }
     if (g->st->marked != g->count) {
-        size_t end, gap = ddp__grad_first_gap(g, &end);
+        size_t end, gap = ddp__grad_first_gap(g, &end), unmarked = g->count - g->st->marked;
+        struct ddp__state *cs = g->ctx->st;
         (void)ddp__grad_wait(g, 0);
         ddp__grad_reset(g);
-        return ddp__fail(g->ctx, DDP_ERR_ARG,
-                              "ddp_grad_finish: %zu of %zu gradient elements were never marked ready, "
-                              "the first at [%zu, %zu)",
-                              g->count - g->st->marked, g->count, gap, end);
+        r = ddp__fail(g->ctx, DDP_ERR_ARG, "ddp_grad_finish: %zu of %zu gradient elements were never marked ready, "
+                      "the first at [%zu, %zu)", unmarked, g->count, gap, end);
+        /* the buckets never sent leave the other ranks in all-reduces this rank will not
+           join, or paired with its next step's: the group stops, and they hear why */
+        cs->broken = r;
+        if (cs->be && cs->be->abort) cs->be->abort(g->ctx, r);
+        return r;
     }
     r = ddp__grad_launch(g);
     if (r == DDP_OK) r = ddp__grad_wait(g, 0);

@@ -5,6 +5,8 @@
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "test.h"
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +56,43 @@ static void report(ddp_ctx *ctx, const char *what, const char *dt, int ok, const
     if (ctx->rank == 0) CHECK(name, ok, "%s", detail);
 }
 
+/* Calls at the API's edges: refused with a message, the group still usable after them;
+   integer sums wrap, a NaN in MIN/MAX wins whichever rank holds it. */
+static void edges(ddp_ctx *ctx, float *a)
+{
+    const int W = ctx->world_size, me = ctx->rank;
+    ddp_work good, refused, never;
+    int32_t big = INT32_MAX, want_big = (int32_t)(uint32_t)((uint64_t)INT32_MAX * (uint64_t)W);
+    float v[2];
+    int ok;
+    ddp_result r;
+    r = ddp_all_reduce(ctx, a, a, SIZE_MAX / 4 + 2, DDP_F32, DDP_SUM, NULL);
+    report(ctx, "edges.count_past_memory", "f32", r == DDP_ERR_ARG && strstr(ddp_error(ctx), "more bytes"), ddp_error(ctx));
+    r = ddp_all_gather(ctx, a, a, SIZE_MAX / 8 / (size_t)W + 1, DDP_F64, NULL);
+    report(ctx, "edges.all_gather_world_x_count_past_memory", "f64", W == 1 ? r == DDP_ERR_ARG || r == DDP_OK : r == DDP_ERR_ARG,
+           ddp_error(ctx));
+    r = ddp_all_reduce(ctx, a, a + 1, 1000, DDP_F32, DDP_SUM, NULL);
+    report(ctx, "edges.overlapping_send_recv", "f32", r == DDP_ERR_ARG && strstr(ddp_error(ctx), "overlap"), ddp_error(ctx));
+    memset(&never, 0, sizeof never);
+    ok = ddp_all_reduce_async(ctx, a, a, 4, DDP_F32, DDP_SUM, NULL, &good) == DDP_OK &&
+         ddp_all_reduce_async(ctx, NULL, a, 4, DDP_F32, DDP_SUM, NULL, &refused) == DDP_ERR_ARG &&
+         ddp_wait(ctx, &refused, NULL) == DDP_ERR_ARG && strstr(ddp_error(ctx), "not filled by a collective") &&
+         ddp_wait(ctx, &never, NULL) == DDP_ERR_ARG && ddp_wait(ctx, &good, NULL) == DDP_OK;
+    report(ctx, "edges.wait_on_a_refused_or_unfilled_handle", "f32", ok, ddp_error(ctx));
+    r = ddp_all_reduce(ctx, &big, &big, 1, DDP_I32, DDP_SUM, NULL);
+    report(ctx, "edges.i32_sum_wraps", "i32", r == DDP_OK && big == want_big, ddp_error(ctx));
+    v[0] = me == W - 1 ? NAN : 1.0f; /* the last rank's NaN, then the first's */
+    v[1] = me == 0 ? NAN : 1.0f;
+    ok = ddp_all_reduce(ctx, v, v, 2, DDP_F32, DDP_MAX, NULL) == DDP_OK && isnan(v[0]) && isnan(v[1]);
+    v[0] = me == W - 1 ? NAN : 1.0f;
+    v[1] = me == 0 ? NAN : 1.0f;
+    ok = ok && ddp_all_reduce(ctx, v, v, 2, DDP_F32, DDP_MIN, NULL) == DDP_OK && isnan(v[0]) && isnan(v[1]);
+    report(ctx, "edges.nan_wins_min_and_max_on_any_rank", "f32", ok, ddp_error(ctx));
+    v[0] = 1;
+    r = ddp_all_reduce(ctx, v, v, 1, DDP_F32, DDP_SUM, NULL);
+    report(ctx, "edges.group_usable_after_refusals", "f32", r == DDP_OK && v[0] == (float)W, ddp_error(ctx));
+}
+
 static int worker(void)
 {
     ddp_ctx ctx;
@@ -64,6 +103,7 @@ static int worker(void)
     if (!a || !b || ddp_init(&ctx, NULL) != DDP_OK) return 1;
     W = ctx.world_size;
     me = ctx.rank;
+    edges(&ctx, (float *)a);
     for (d = 0; d < 6; d++) {
         ddp_dtype t = dtypes[d];
         int ok = 1, op, inplace;
@@ -164,6 +204,8 @@ static int worker(void)
     return test_failures_ ? 1 : 0;
 }
 
+static void quiet(void *user, int level, const char *msg) { (void)user; (void)level; (void)msg; }
+
 /* Two ranks of one job as two threads of this process: no hidden global state. */
 typedef struct twin { int rank, port; ddp_result r; float x; } twin;
 
@@ -215,5 +257,24 @@ int main(int argc, char **argv)
         CHECK("collectives.two_contexts_one_process", t[0].r == DDP_OK && t[1].r == DDP_OK && t[0].x == 3 && t[1].x == 3,
               "results %d %d, sums %g %g", (int)t[0].r, (int)t[1].r, t[0].x, t[1].x);
     }
+    { /* the desc's staging size is bounded as DDP_SHM_CHUNK is */
+        static const size_t bad[] = {32, (size_t)1 << 31, (size_t)1 << 62, (size_t)-1};
+        ddp_ctx ctx;
+        ddp_desc d;
+        int i;
+        for (i = 0; i < 4; i++) {
+            ddp_result r;
+            memset(&d, 0, sizeof d);
+            d.shm_chunk_bytes = bad[i];
+            d.log = quiet;
+            r = ddp_init(&ctx, &d);
+            CHECK("collectives.desc_shm_chunk_bytes_bounded", r == DDP_ERR_ARG && strstr(ddp_error(&ctx), "2^30"),
+                  "%zu: %s '%s'", bad[i], ddp_strerror(r), ddp_error(&ctx));
+            ddp_destroy(&ctx);
+        }
+    }
+    /* printing helpers without a context: a world of one */
+    CHECK("collectives.null_context_is_main", ddp_is_main(NULL) == 1, "ddp_is_main(NULL) = %d", ddp_is_main(NULL));
+    ddp_log(NULL, "a line from ddp_log without a context");
     TEST_EXIT();
 }

@@ -210,7 +210,7 @@ static void errors(worker *w)
     float grads[64];
     ddp_grad g;
     ddp_grad_desc d;
-    ddp_result r1, r2, r3;
+    ddp_result r1, r2;
     int ok;
     memset(&d, 0, sizeof d);
     d.grads = grads;
@@ -222,11 +222,44 @@ static void errors(worker *w)
     ok = ok && r1 == DDP_OK && r2 == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "already marked") &&
          strstr(w->last_error, "already marked");
     check_all(w, "a region marked twice is an error with a message", ok, ddp_error(&w->ctx));
-    r3 = ddp_grad_finish(&g);
-    ok = r3 == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "never marked") && strstr(ddp_error(&w->ctx), "[10, 64)");
-    check_all(w, "finish with unmarked elements is an error naming them", ok, ddp_error(&w->ctx));
     ok = ddp_grad_ready(&g, 60, 5) == DDP_ERR_ARG;
     check_all(w, "a region past the end is an error", ok, "accepted");
+    ddp_grad_destroy(&g);
+    d.count = SIZE_MAX / 2;
+    ok = ddp_grad_init(&g, &w->ctx, &d) == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "more bytes");
+    check_all(w, "gradients past memory are an error", ok, ddp_error(&w->ctx));
+}
+
+/* One rank leaves two elements unmarked (their bucket never sent): it gets the error
+   naming them, the others an error too rather than its next step's bucket, and the group
+   stops. Last, and each rank reports alone: the group is broken after it. */
+static void unmarked_on_one_rank(worker *w)
+{
+    float grads[8];
+    ddp_grad g;
+    ddp_grad_desc d;
+    const int W = w->ctx.world_size, me = w->ctx.rank;
+    char name[120];
+    ddp_result r;
+    int ok, i;
+    memset(&d, 0, sizeof d);
+    d.grads = grads;
+    d.count = 8;
+    d.bucket_bytes = 8; /* 4 buckets of 2 */
+    for (i = 0; i < 8; i++) grads[i] = (float)i;
+    ok = ddp_grad_init(&g, &w->ctx, &d) == DDP_OK;
+    ok = ok && ddp_grad_ready(&g, 2, 6) == DDP_OK && (me != W - 1 ? ddp_grad_ready(&g, 0, 2) == DDP_OK : 1);
+    w->last_error[0] = 0;
+    r = ddp_grad_finish(&g);
+    if (me == W - 1)
+        ok = ok && r == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "2 of 8 gradient elements were never marked ready, "
+                                               "the first at [0, 2)");
+    else
+        ok = ok && r != DDP_OK;
+    ok = ok && ddp_grad_ready(&g, 0, 8) != DDP_OK; /* the next step is refused on every rank */
+    snprintf(name, sizeof name, "gradsync W=%d rank %d: elements unmarked on rank %d stop every rank", W, me, W - 1);
+    test_report(ok, name, "finish gave %s: %s", ddp_strerror(r), ddp_error(&w->ctx));
+    if (!ok) w->failures++;
     ddp_grad_destroy(&g);
 }
 
@@ -291,6 +324,7 @@ static int work(int *argc, char **argv)
     accumulation(&w);
     errors(&w);
     metrics(&w);
+    unmarked_on_one_rank(&w);
     ddp_destroy(&w.ctx);
     return w.failures ? 1 : 0;
 }

@@ -228,6 +228,16 @@ static void arguments(void)
     CHECK("sampler without ctx or world_size is a world of one",
           ddp_sampler_init(&s, NULL, &d) == DDP_OK && s.world_size == 1 && s.num_samples == 10, "not");
     ddp_sampler_destroy(&s);
+    d.batch_size = SIZE_MAX; /* one short batch, not none */
+    CHECK("sampler batch larger than the dataset is one batch",
+          ddp_sampler_init(&s, NULL, &d) == DDP_OK && s.num_batches == 1, "%zu batches", s.num_batches);
+    ddp_sampler_destroy(&s);
+    d.batch_size = 0;
+    d.dataset_size = ((size_t)1 << 61) + 1; /* its indices would not fit in memory: an error, not an overflow */
+    d.world_size = 2;
+    d.rank = 1;
+    CHECK("sampler past memory is an error", ddp_sampler_init(&s, NULL, &d) == DDP_ERR_NOMEM, "accepted");
+    ddp_sampler_destroy(&s);
 }
 
 /* Each simulated rank adds only its real samples; merging gives the exact mean. */
