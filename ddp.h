@@ -1516,7 +1516,7 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     if (!s->timeout_ms && (v = getenv("DDP_TIMEOUT")) && *v) {
         char *end;
         double sec = strtod(v, &end);
-        if (*end || !(sec >= 0.001) || sec > 1e6)
+        if (*end || strpbrk(v, "xX") || !(sec >= 0.001) || sec > 1e6) /* strtod also reads hex */
             return ddp__fail(ctx, DDP_ERR_ENV, "DDP_TIMEOUT='%s' is not a number of seconds from 0.001 to 1e6", v);
         s->timeout_ms = (int)(sec * 1000 + 0.5);
     }
@@ -1555,7 +1555,7 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
         int b;
         for (b = 1; b < DDP_BACKEND_COUNT && strcmp(v, ddp__backend_names[b]) != 0; b++) {}
         if (b == DDP_BACKEND_COUNT)
-            return ddp__fail(ctx, DDP_ERR_ENV, "DDP_BACKEND='%s' is not a backend (cpu, nccl)", v);
+            return ddp__fail(ctx, DDP_ERR_ENV, "DDP_BACKEND='%s' is not a backend (cpu, nccl, mpi)", v);
         s->backend = (ddp_backend)b;
         s->backend_why = "DDP_BACKEND";
     }
@@ -1724,7 +1724,12 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
            20000-32767, below Linux's ephemeral ports, where a connection's own end may sit */
         if (!set) port = strcmp(s->job_from, "default") ? 20000 + (int)(ddp__hash(s->job_id) % 12768) : DDP__DEFAULT_PORT;
         /* torchrun's agent already serves its own store on MASTER_PORT */
-        else if (getenv("TORCHELASTIC_RUN_ID")) port++;
+        else if (getenv("TORCHELASTIC_RUN_ID")) {
+            if (port == 65535)
+                return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_PORT=65535: under torchrun the store takes MASTER_PORT+1, "
+                                 "which is no TCP port");
+            port++;
+        }
     }
     if (port < 1 || port > 65535) return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_PORT=%d is not a TCP port", port);
     ddp__copy(s->master_addr, sizeof s->master_addr, addr);
@@ -4935,13 +4940,29 @@ static void ddp__release(ddp_ctx *ctx)
 }
 
 /* A program that never calls ddp_launch ignores --nproc: say so rather than run one process. */
+/* The flags ddp_launch takes: "--nproc N" (or --nproc=N, torchrun's --nproc_per_node
+   and --nproc-per-node) and torchrun's "--max-restarts N" (or --max_restarts). */
+static const char *const ddp__nproc_names[] = {"--nproc_per_node", "--nproc-per-node", "--nproc", NULL};
+static const char *const ddp__restart_names[] = {"--max-restarts", "--max_restarts", NULL};
+
+/* The length of the flag name at a when it is one of names (alone or with "="), else 0. */
+static size_t ddp__flag(const char *a, const char *const *names)
+{
+    size_t i, n;
+    for (i = 0; names[i]; i++) {
+        n = strlen(names[i]);
+        if (strncmp(a, names[i], n) == 0 && (a[n] == 0 || a[n] == '=')) return n;
+    }
+    return 0;
+}
+
 static void ddp__warn_nproc(ddp_ctx *ctx, const ddp_desc *d)
 {
     int i;
     if (!d->argc || !d->argv || ctx->world_size > 1) return;
-    for (i = 1; i < *d->argc; i++)
-        if (strncmp(d->argv[i], "--nproc", 7) == 0) {
-            ctx->st->log(ctx->st->log_user, DDP_LOG_ERROR,
+    for (i = 1; i < *d->argc && strcmp(d->argv[i], "--") != 0; i++) /* after "--": the program's own */
+        if (ddp__flag(d->argv[i], ddp__nproc_names)) {
+            ctx->st->log(ctx->st->log_user, DDP_LOG_INFO,
                          "warning: argv has --nproc, but this program does not call ddp_launch: running as one process");
             return;
         }
@@ -5302,22 +5323,6 @@ int ddp_run_restarts(int nproc, int max_restarts, char *const argv[])
     else if (*why)
         fprintf(stderr, "ddp: %s\n", why);
     return status;
-}
-
-/* The flags ddp_launch takes: "--nproc N" (or --nproc=N, torchrun's --nproc_per_node
-   and --nproc-per-node) and torchrun's "--max-restarts N" (or --max_restarts). */
-static const char *const ddp__nproc_names[] = {"--nproc_per_node", "--nproc-per-node", "--nproc", NULL};
-static const char *const ddp__restart_names[] = {"--max-restarts", "--max_restarts", NULL};
-
-/* The length of the flag name at a when it is one of names (alone or with "="), else 0. */
-static size_t ddp__flag(const char *a, const char *const *names)
-{
-    size_t i, n;
-    for (i = 0; names[i]; i++) {
-        n = strlen(names[i]);
-        if (strncmp(a, names[i], n) == 0 && (a[n] == 0 || a[n] == '=')) return n;
-    }
-    return 0;
 }
 
 /* Finds one of names in argv (before "--"), reads its integer in [lo, hi] and removes

@@ -235,6 +235,46 @@ static void launcher_conflicts(void)
     misfit("local_world_too_small", 2);
 }
 
+/* A program that never calls ddp_launch hears that it ignores --nproc (as info, not an
+   error); not of arguments after "--", which are the program's own, or of other flags. */
+static char warned[400];
+static void keep_warning(void *user, int level, const char *msg)
+{
+    (void)user;
+    if (level == DDP_LOG_INFO && strstr(msg, "warning")) snprintf(warned, sizeof warned, "%s", msg);
+}
+
+static void nproc_warning(void)
+{
+    static const struct { const char *name, *a1, *a2; int warns; } cases[] = {
+        {"env.nproc_warning", "--nproc", "2", 1},
+        {"env.nproc_per_node_warning", "--nproc_per_node=2", "x", 1},
+        {"env.nproc_after_double_dash_no_warning", "--", "--nproc", 0},
+        {"env.nprocs_no_warning", "--nprocs", "2", 0},
+    };
+    int i;
+    for (i = 0; i < TEST_COUNT(cases); i++) {
+        char a0[] = "prog", a1[40], a2[40];
+        char *argv[] = {a0, a1, a2, NULL};
+        int argc = 3;
+        ddp_ctx ctx;
+        ddp_desc d;
+        ddp_result r;
+        snprintf(a1, sizeof a1, "%s", cases[i].a1);
+        snprintf(a2, sizeof a2, "%s", cases[i].a2);
+        memset(&d, 0, sizeof d);
+        d.argc = &argc;
+        d.argv = argv;
+        d.log = keep_warning;
+        warned[0] = 0;
+        clear_env();
+        r = ddp_init(&ctx, &d);
+        CHECK(cases[i].name, r == DDP_OK && (cases[i].warns ? strstr(warned, "does not call ddp_launch") != NULL : !warned[0]),
+              "%s %s: %s, logged '%s'", cases[i].a1, cases[i].a2, ddp_strerror(r), warned);
+        ddp_destroy(&ctx);
+    }
+}
+
 /* A desc with a local world: local ranks default to rank % local_world_size (two hosts
    of two rehearsed on one: rank 2 is local rank 0). */
 static int desc_child(int rank, void *arg)
@@ -487,7 +527,10 @@ int main(void)
     bad_env("env.pmi_negative_rank", "PMI_RANK=-1 PMI_SIZE=2", DDP_ERR_ENV, "PMI_RANK=-1");
     bad_env("env.local_rank_beyond_local_world", "RANK=0 WORLD_SIZE=1 LOCAL_RANK=2 LOCAL_WORLD_SIZE=2",
             DDP_ERR_ENV, "local rank 2");
-    bad_env("env.unknown_backend", "DDP_BACKEND=gpu", DDP_ERR_ENV, "DDP_BACKEND='gpu'");
+    bad_env("env.unknown_backend", "DDP_BACKEND=gpu", DDP_ERR_ENV, "DDP_BACKEND='gpu' is not a backend (cpu, nccl, mpi)");
+    bad_env("env.hex_timeout", "DDP_TIMEOUT=0x10", DDP_ERR_ENV, "DDP_TIMEOUT='0x10'");
+    bad_env("env.torchrun_port_65535", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=65535 TORCHELASTIC_RUN_ID=x",
+            DDP_ERR_ENV, "MASTER_PORT=65535: under torchrun the store takes MASTER_PORT+1");
 #ifndef DDP_NCCL
     bad_env("env.nccl_not_built", "DDP_BACKEND=nccl", DDP_ERR_BACKEND, "without it");
 #endif
@@ -504,6 +547,7 @@ int main(void)
     launcher("srun_pmi2", 3);
     hydra_across_hosts();
     launcher_conflicts();
+    nproc_warning();
     {
         test_job job;
         test_spawn(&job, 4, desc_child, NULL);
