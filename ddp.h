@@ -1409,10 +1409,12 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
             if (bad)
                 return ddp__fail(ctx, DDP_ERR_ENV, "%s=%s does not fit a world of %d (%s)", bad, ddp__env(bad),
                                  ctx->world_size, who);
-            /* torchrun's ranks all on one node inside mpirun or srun of several tasks:
-               each task would be a job of its own (torchrun started once per task, or
-               RANK and WORLD_SIZE left in the environment) */
-            if ((o = ddp__outer(l)) && (ctx->world_size == 1 || ctx->local_world_size == ctx->world_size))
+            /* torchrun's names for one node, set by hand (RANK and WORLD_SIZE left in
+               the shell, ddprun) inside mpirun or srun of several tasks: each task would
+               be a job of its own. A real torchrun per task (its run id set) may be a
+               sweep of separate jobs, each on its own port. */
+            if ((o = ddp__outer(l)) && !ddp__env("TORCHELASTIC_RUN_ID") &&
+                (ctx->world_size == 1 || ctx->local_world_size == ctx->world_size))
                 return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d (one node of %s's) inside a job of %s tasks started by %s: each "
                                  "task would train alone; unset %s and %s, or start one task", l->world, ctx->world_size,
                                  l->who, ddp__env(o->world), o->who, l->rank, l->world);

@@ -275,6 +275,6 @@ int main(int argc, char **argv)
     }
     /* printing helpers without a context: a world of one */
     CHECK("collectives.null_context_is_main", ddp_is_main(NULL) == 1, "ddp_is_main(NULL) = %d", ddp_is_main(NULL));
-    ddp_log(NULL, "a line from ddp_log without a context");
+    ddp_log(NULL, "a line from ddp_log without a context\n");
     TEST_EXIT();
 }
