@@ -169,7 +169,8 @@
                       counts past memory, partly overlapping buffers, waits on handles
                       never filled and ddp_desc.shm_chunk_bytes out of range refused;
                       integer sums wrap, a NaN wins MIN/MAX on any rank; a rank that
-                      finishes a step with unmarked gradients stops the group
+                      finishes a step with unmarked gradients stops the group;
+                      ddp_error names a destroyed context
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -346,7 +347,8 @@ DDPDEF int ddp_restart_count(void);
 DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc);
 DDPDEF void ddp_destroy(ddp_ctx *ctx); /* waits for the others to arrive, then frees */
 DDPDEF const char *ddp_strerror(ddp_result r);
-DDPDEF const char *ddp_error(const ddp_ctx *ctx); /* detail of the last failure, or "" */
+DDPDEF const char *ddp_error(const ddp_ctx *ctx); /* detail of the last failure, or "" (a NULL or
+                                                      destroyed context: says so) */
 DDPDEF size_t ddp_dtype_size(ddp_dtype t);    /* bytes per element, 0 if unknown */
 DDPDEF const char *ddp_dtype_name(ddp_dtype t); /* "f32", ... */
 DDPDEF const char *ddp_backend_name(ddp_backend b);
@@ -1111,7 +1113,10 @@ const char *ddp_strerror(ddp_result r)
     return (unsigned)r < DDP_RESULT_COUNT ? ddp__result_text[r] : "unknown ddp_result";
 }
 
-const char *ddp_error(const ddp_ctx *ctx) { return ctx && ctx->st ? ctx->st->err : ""; }
+const char *ddp_error(const ddp_ctx *ctx)
+{
+    return !ctx ? "no context (NULL)" : !ctx->st ? "this context was destroyed, or never initialised" : ctx->st->err;
+}
 
 size_t ddp_dtype_size(ddp_dtype t) { return (unsigned)t < DDP_DTYPE_COUNT ? ddp__dtypes[t].size : 0; }
 

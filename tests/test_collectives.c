@@ -273,6 +273,15 @@ int main(int argc, char **argv)
             ddp_destroy(&ctx);
         }
     }
+    { /* a destroyed context: refused, and ddp_error says why */
+        ddp_ctx ctx;
+        float x = 1;
+        ddp_result r = ddp_init(&ctx, NULL);
+        ddp_destroy(&ctx);
+        r = r == DDP_OK ? ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) : r;
+        CHECK("collectives.destroyed_context_refused_with_a_reason", r == DDP_ERR_ARG && strstr(ddp_error(&ctx), "destroyed"),
+              "%s '%s'", ddp_strerror(r), ddp_error(&ctx));
+    }
     /* printing helpers without a context: a world of one */
     CHECK("collectives.null_context_is_main", ddp_is_main(NULL) == 1, "ddp_is_main(NULL) = %d", ddp_is_main(NULL));
     ddp_log(NULL, "a line from ddp_log without a context\n");
