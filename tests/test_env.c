@@ -34,18 +34,25 @@ static void set_env(const char *spec)
 
 static void silent(void *user, int level, const char *msg) { (void)user; (void)level; (void)msg; }
 
+/* A desc of defaults that keeps ddp.h's error lines off stderr (the checks read ddp_error). */
+static ddp_desc silent_desc(void)
+{
+    ddp_desc d;
+    memset(&d, 0, sizeof d);
+    d.log = silent;
+    return d;
+}
+
 /* ddp_init must fail with `want` and a message containing `needle`. */
 static void bad_env(const char *name, const char *spec, ddp_result want, const char *needle)
 {
     ddp_ctx ctx;
-    ddp_desc d;
+    ddp_desc d = silent_desc();
     ddp_result r;
-    memset(&d, 0, sizeof d);
-    d.log = silent;
     clear_env();
     set_env(spec);
     r = ddp_init(&ctx, &d);
-    CHECK(name, ((int)want < 0 ? r != DDP_OK : r == want) && strstr(ddp_error(&ctx), needle), "%s: got %s '%s', want %s mentioning '%s'", spec,
+    CHECK(name, r == want && strstr(ddp_error(&ctx), needle), "%s: got %s '%s', want %s mentioning '%s'", spec,
           ddp_strerror(r), ddp_error(&ctx), ddp_strerror(want), needle);
     ddp_destroy(&ctx);
 }
@@ -151,11 +158,9 @@ static int misfit_child(int rank, void *arg)
     int port = atoi(getenv("MASTER_PORT"));
     char spec[300];
     ddp_ctx ctx;
-    ddp_desc d;
+    ddp_desc d = silent_desc();
     ddp_result r;
     int ok;
-    memset(&d, 0, sizeof d);
-    d.log = silent;
     clear_env();
     if (strcmp(which, "same_local_rank") == 0) /* no node given: the host is the node */
         snprintf(spec, sizeof spec, "RANK=%d WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2", rank);
@@ -177,14 +182,19 @@ static int misfit_child(int rank, void *arg)
     return ok ? 0 : 1;
 }
 
-static void misfit(const char *which, int world)
+/* Runs fn in `world` ranks of one job: the check passes when every rank returns 0. */
+static void job_check(const char *name, int world, int (*fn)(int, void *), const char *which, const char *failed)
 {
     test_job job;
+    test_spawn(&job, world, fn, (void *)which);
+    CHECK(name, job.failed == 0, "%d of %d ranks %s: %s", job.failed, world, failed, TEST_JOB_WHY(&job, child_codes));
+}
+
+static void misfit(const char *which, int world)
+{
     char name[96];
-    test_spawn(&job, world, misfit_child, (void *)which);
     snprintf(name, sizeof name, "env.misfit.%s", which);
-    CHECK(name, job.failed == 0, "%d of %d ranks did not stop with the one-line error: %s", job.failed, world,
-          test_job_why(&job, NULL, 0));
+    job_check(name, world, misfit_child, which, "did not stop with the one-line error");
 }
 
 /* Two launchers' variables at once, or values that cannot be: one line at ddp_init. */
@@ -196,8 +206,7 @@ static void launcher_conflicts(void)
     char a0[] = "prog", a1[] = "--local_rank=1";
     char *argv[] = {a0, a1, NULL};
     int argc = 2;
-    memset(&d, 0, sizeof d);
-    d.log = silent;
+    d = silent_desc();
     /* an empty value counts as unset: it does not hide the launcher that started the rank */
     bad_env("env.empty_RANK_leaves_open_mpis_world", "RANK= OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "
             "MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined");
@@ -307,12 +316,9 @@ static int desc_child(int rank, void *arg)
 
 static void launcher(const char *which, int world)
 {
-    test_job job;
     char name[96];
-    test_spawn(&job, world, child, (void *)which);
     snprintf(name, sizeof name, "env.%s.world%d", which, world);
-    CHECK(name, job.failed == 0, "%d of %d ranks saw the wrong topology or failed: %s", job.failed, world,
-          TEST_JOB_WHY(&job, child_codes));
+    job_check(name, world, child, which, "saw the wrong topology or failed");
 }
 
 /* A stand-in for Hydra's PMI-1 server on one end of a socketpair: it answers init and
@@ -371,8 +377,7 @@ static void hydra_pmi(const char *name, int rank, const char *env, const char *h
     ddp_result r;
     double start = test_now_s();
     memset(&h, 0, sizeof h);
-    memset(&d, 0, sizeof d);
-    d.log = silent;
+    d = silent_desc();
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
         CHECK(name, 0, "socketpair: %s", strerror(errno));
         return;
@@ -386,9 +391,9 @@ static void hydra_pmi(const char *name, int rank, const char *env, const char *h
              rank, sv[0], env);
     set_env(spec);
     r = ddp_init(&ctx, &d);
-    CHECK(name, ((int)want < 0 ? r != DDP_OK : r == want) && strstr(ddp_error(&ctx), needle) && !strchr(ddp_error(&ctx), '\n') &&
-          test_now_s() - start < 10, "got %s '%s' after %.1f s, want %s mentioning '%s'", ddp_strerror(r),
-          ddp_error(&ctx), test_now_s() - start, ddp_strerror(want), needle);
+    CHECK(name, ((int)want < 0 ? r != DDP_OK : r == want) && strstr(ddp_error(&ctx), needle) &&
+          !strchr(ddp_error(&ctx), '\n') && test_now_s() - start < 10, "got %s '%s' after %.1f s, want %s mentioning '%s'",
+          ddp_strerror(r), ddp_error(&ctx), test_now_s() - start, ddp_strerror(want), needle);
     ddp_destroy(&ctx);
     close(sv[0]);
     pthread_join(t, NULL);
@@ -555,12 +560,7 @@ int main(void)
     hydra_across_hosts();
     launcher_conflicts();
     nproc_warning();
-    {
-        test_job job;
-        test_spawn(&job, 4, desc_child, NULL);
-        CHECK("env.desc_local_rank_defaults_to_rank_mod_local_world", job.failed == 0, "%s",
-              TEST_JOB_WHY(&job, child_codes));
-    }
+    job_check("env.desc_local_rank_defaults_to_rank_mod_local_world", 4, desc_child, NULL, "saw other local ranks");
     device_rule();
     TEST_EXIT();
 }
