@@ -2324,8 +2324,6 @@ static void ddp__server_stop(ddp__server *s, const char *why)
     ddp__server_free(s);
 }
 
-/* Binds MASTER_ADDR itself: the store listens only where ranks will look for it. A
-   port in use is left to the caller (*in_use, nothing logged): it asks who holds it. */
 /* 127.0.0.0/8, ::1, or 127.x mapped into IPv6 */
 static int ddp__is_loopback(const struct sockaddr *a)
 {
@@ -2337,6 +2335,9 @@ static int ddp__is_loopback(const struct sockaddr *a)
     return 0;
 }
 
+/* Binds MASTER_ADDR itself: the store listens only where ranks will look for it. A
+   port in use is left to the caller (*in_use, nothing logged): it asks who holds it.
+   In a job of several hosts, a store on loopback is named in rank 0's timeout. */
 static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
 {
     ddp__settings *cfg = &ctx->st->cfg;
