@@ -34,6 +34,15 @@ static void set_env(const char *spec)
 
 static void silent(void *user, int level, const char *msg) { (void)user; (void)level; (void)msg; }
 
+/* MASTER_PORT set to a port free now: checks whose rank 0 opens a store do not meet
+   another job (or a second run of this test) on the default port. */
+static void free_port(void)
+{
+    char v[16];
+    snprintf(v, sizeof v, "%d", test_free_port());
+    setenv("MASTER_PORT", v, 1);
+}
+
 /* A desc of defaults that keeps ddp.h's error lines off stderr (the checks read ddp_error). */
 static ddp_desc silent_desc(void)
 {
@@ -50,6 +59,7 @@ static void bad_env(const char *name, const char *spec, ddp_result want, const c
     ddp_desc d = silent_desc();
     ddp_result r;
     clear_env();
+    free_port();
     set_env(spec);
     r = ddp_init(&ctx, &d);
     CHECK(name, r == want && strstr(ddp_error(&ctx), needle), "%s: got %s '%s', want %s mentioning '%s'", spec,
@@ -133,7 +143,9 @@ static int child(int rank, void *arg)
     else
         snprintf(spec, sizeof spec, "PMI_RANK=%d PMI_SIZE=%d MPI_LOCALRANKID=%d", rank, world, rank);
     set_env(spec);
-    snprintf(spec, sizeof spec, "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d DDP_TIMEOUT=20", port);
+    /* under torchrun's run id the store takes MASTER_PORT + 1: the port found free */
+    snprintf(spec, sizeof spec, "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d DDP_TIMEOUT=20",
+             getenv("TORCHELASTIC_RUN_ID") ? port - 1 : port);
     set_env(spec);
     if (ddp_init(&ctx, &d) != DDP_OK) return 10;
     ok = ctx.rank == rank && ctx.world_size == world && ctx.local_rank == want_local &&
@@ -219,6 +231,7 @@ static void launcher_conflicts(void)
     bad_env("env.torchrun_of_one_node_per_srun_task", "RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 SLURM_JOB_ID=5 "
             "SLURM_STEP_ID=0 SLURM_PROCID=0 SLURM_NTASKS=2 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "inside a job of 2 tasks started by Slurm");
     clear_env(); /* a real torchrun per srun task (a sweep) makes separate jobs: rank 1 looks for its rank 0 */
+    free_port();
     set_env("RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 TORCHELASTIC_RUN_ID=sweep1 SLURM_JOB_ID=5 SLURM_STEP_ID=0 "
             "SLURM_PROCID=0 SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3");
     r = ddp_init(&ctx, &d);
@@ -226,6 +239,7 @@ static void launcher_conflicts(void)
           "%s: %s", ddp_strerror(r), ddp_error(&ctx));
     ddp_destroy(&ctx);
     clear_env(); /* torchrun across the nodes of an srun step is one job: rank 1 looks for rank 0's store */
+    free_port();
     set_env("RANK=1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 LOCAL_RANK=1 GROUP_RANK=0 SLURM_JOB_ID=5 SLURM_STEP_ID=0 "
             "SLURM_PROCID=0 SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3");
     r = ddp_init(&ctx, &d);
@@ -387,6 +401,7 @@ static void hydra_pmi(const char *name, int rank, const char *env, const char *h
     h.value = value;
     pthread_create(&t, NULL, fake_hydra_serve, &h);
     clear_env();
+    free_port();
     snprintf(spec, sizeof spec, "PMI_RANK=%d PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1 PMI_FD=%d DDP_TIMEOUT=0.3 %s",
              rank, sv[0], env);
     set_env(spec);
@@ -516,6 +531,7 @@ int main(void)
             "DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined: the store listens on 127.0.0.1 "
             "(MASTER_ADDR=127.0.0.1), a loopback address that ranks on other hosts cannot reach");
     clear_env();
+    free_port();
     set_env("RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3");
     r = ddp_init(&ctx, &quiet);
     CHECK("env.loopback_store_on_one_host_not_named", r == DDP_ERR_TIMEOUT && strstr(ddp_error(&ctx), "never joined") &&
