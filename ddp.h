@@ -1363,11 +1363,12 @@ static const struct ddp__launcher *ddp__launcher_from(size_t from)
 
 static const struct ddp__launcher *ddp__launcher_here(void) { return ddp__launcher_from(0); }
 
-/* An outer launcher of more than one task around the ranks torchrun's names describe
-   (mpirun or srun that started torchrun, or left RANK and WORLD_SIZE behind), or NULL. */
+/* An outer launcher of more than one task (mpirun, srun) around torchrun's names set by
+   hand (left in the shell, ddprun), or NULL. A real torchrun per task (its run id set)
+   may be a sweep of separate jobs, each on its own port: no outer launcher of these. */
 static const struct ddp__launcher *ddp__outer(const struct ddp__launcher *l)
 {
-    const struct ddp__launcher *o = l == ddp__launchers ? ddp__launcher_from(1) : NULL;
+    const struct ddp__launcher *o = l == ddp__launchers && !ddp__env("TORCHELASTIC_RUN_ID") ? ddp__launcher_from(1) : NULL;
     const char *w = o ? ddp__env(o->world) : NULL;
     return w && strcmp(w, "1") != 0 ? o : NULL;
 }
@@ -1414,12 +1415,9 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
             if (bad)
                 return ddp__fail(ctx, DDP_ERR_ENV, "%s=%s does not fit a world of %d (%s)", bad, ddp__env(bad),
                                  ctx->world_size, who);
-            /* torchrun's names for one node, set by hand (RANK and WORLD_SIZE left in
-               the shell, ddprun) inside mpirun or srun of several tasks: each task would
-               be a job of its own. A real torchrun per task (its run id set) may be a
-               sweep of separate jobs, each on its own port. */
-            if ((o = ddp__outer(l)) && !ddp__env("TORCHELASTIC_RUN_ID") &&
-                (ctx->world_size == 1 || ctx->local_world_size == ctx->world_size))
+            /* torchrun's names for one node inside mpirun or srun of several tasks: each
+               task would be a job of its own */
+            if ((o = ddp__outer(l)) && (ctx->world_size == 1 || ctx->local_world_size == ctx->world_size))
                 return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d (one node of %s's) inside a job of %s tasks started by %s: each "
                                  "task would train alone; unset %s and %s, or start one task", l->world, ctx->world_size,
                                  l->who, ddp__env(o->world), o->who, l->rank, l->world);
@@ -1615,7 +1613,7 @@ static char *ddp__pmi_field(char *line, const char *key)
     char *v = strstr(line, key);
     if (!v) return NULL;
     v += strlen(key);
-    v[strcspn(v, " \n")] = 0;
+    v[strcspn(v, " ")] = 0;
     return v;
 }
 
@@ -4631,6 +4629,15 @@ static ddp_result ddp__queue(ddp_ctx *ctx, const ddp__coll *c, ddp_work *work)
     return DDP_OK;
 }
 
+/* The group cannot go on: later calls are refused citing r, and the backend lets the
+   other ranks know (the CPU arena's abort word, NCCL's communicator abort). */
+static ddp_result ddp__break(ddp_ctx *ctx, ddp_result r)
+{
+    ctx->st->broken = r;
+    if (ctx->st->be && ctx->st->be->abort) ctx->st->be->abort(ctx, r);
+    return r;
+}
+
 /* A call on a broken group: the first refusal is logged, later ones only set the error
    (a loop that ignores results would print a line per bucket); all cite the first cause. */
 static ddp_result ddp__refuse(ddp_ctx *ctx, const char *what)
@@ -4722,10 +4729,7 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
     if (r == DDP_OK && st->cfg.check && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = ddp__store_check(ctx, c);
     if (r == DDP_OK && work && !st->be->wait && ctx->world_size > 1) return ddp__queue(ctx, c, work);
     if (r == DDP_OK && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = st->be->run(ctx, c, stream, work);
-    if (r != DDP_OK) {
-        st->broken = r;
-        if (st->be->abort) st->be->abort(ctx, r);
-    }
+    if (r != DDP_OK) ddp__break(ctx, r);
     if (st->trace) { /* blocking, or queued on the GPU: the caller's time */
         ddp__trace_name(name, sizeof name, work && st->be->wait ? "queue " : "", c);
         ddp__trace_add(ctx, 0, name, t0, ddp__now_ns());
@@ -4770,15 +4774,14 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
     ddp_result r;
     if (!ctx || !ctx->st || !work) return DDP_ERR_ARG;
     st = ctx->st;
+    if (!st->broken && (!work->seq || (!st->be->wait && st->worker_started && work->seq > st->queued)))
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
+                         "(its call failed, or it was never made)");
     ddp_trace_begin(ctx, "wait"); /* nothing without tracing */
     if (st->broken) {
         char what[40];
         snprintf(what, sizeof what, "wait for #%llu", (unsigned long long)work->seq);
         r = ddp__refuse(ctx, what);
-    } else if (!work->seq || (!st->be->wait && st->worker_started && work->seq > st->queued)) {
-        ddp_trace_end(ctx);
-        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
-                         "(its call failed, or it was never made)");
     } else if (st->be->wait)
         r = st->be->wait(ctx, work, stream, host);
     else
@@ -5889,16 +5892,13 @@ ddp_result ddp_grad_finish(ddp_grad *g)
     }
     if (g->st->marked != g->count) {
         size_t end, gap = ddp__grad_first_gap(g, &end), unmarked = g->count - g->st->marked;
-        struct ddp__state *cs = g->ctx->st;
         (void)ddp__grad_wait(g, 0);
         ddp__grad_reset(g);
         r = ddp__fail(g->ctx, DDP_ERR_ARG, "ddp_grad_finish: %zu of %zu gradient elements were never marked ready, "
                       "the first at [%zu, %zu)", unmarked, g->count, gap, end);
         /* the buckets never sent leave the other ranks in all-reduces this rank will not
            join, or paired with its next step's: the group stops, and they hear why */
-        cs->broken = r;
-        if (cs->be && cs->be->abort) cs->be->abort(g->ctx, r);
-        return r;
+        return ddp__break(g->ctx, r);
     }
     r = ddp__grad_launch(g);
     if (r == DDP_OK) r = ddp__grad_wait(g, 0);
