@@ -92,6 +92,45 @@ for dir in examples/lessons/[0-9]*/; do
     grep -q "^第 $n 课：还没做对" "$tmp/zh"
   report "$name/exercise as handed out, in Chinese and with HINT=2" $? "exit $rc: $(tr '\n' ' ' <"$tmp/zh" | head -c 500)"
 done
+# The checker against wrong answers a student could write, each made from a solution
+# with sed: it says "not yet" and what was wrong, never "correct". Exit status 0 alone is
+# no verdict (a return before main's check), a run may not leave processes behind (they
+# are stopped), lesson 1's pieces must be even, lesson 2's answer right on every rank,
+# and lesson 4's layers handed over as backward finishes them (the overlap), not at the end.
+wrong_answer() { # lesson-folder what sed-edit expected-line(grep -E)
+  local dir=examples/lessons/$1 w=$tmp/wrong/$1 rc left
+  mkdir -p "$w"
+  sed "$3" "$dir/solution.c" >"$w/exercise.c"
+  if cmp -s "$dir/solution.c" "$w/exercise.c"; then report "lessons.checker: $2" 1 "the edit changed nothing"; return; fi
+  if ! ${CC:-cc} -std=c99 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O0 -I"$root" -I"$root/$dir" "$w/exercise.c" \
+      -o "$w/exercise" -lpthread -lm >"$tmp/out" 2>&1; then
+    report "lessons.checker: $2" 1 "does not build: $(head -c 300 "$tmp/out")"
+    return
+  fi
+  (cd "$tmp" && "$root/examples/lessons/check.sh" "$w/exercise" >"$tmp/out" 2>&1)
+  rc=$?
+  left=$(ps -eo args | grep -c "^$w/exercise")
+  [ $rc -eq 1 ] && grep -q "^lesson ${1:1:1}: not yet" "$tmp/out" && grep -Eq "$4" "$tmp/out" && [ "$left" -eq 0 ]
+  report "lessons.checker: $2: not yet" $? "exit $rc, $left processes left: $(tr '\n' ' ' <"$tmp/out" | head -c 500)"
+}
+wrong_answer 01_launch "an exit(0) in my_piece() before the verdict" \
+  's|^\( *\)\*end = (ctx->rank + 1) \* N / ctx->world_size;|&\n\1exit(0);|' 'printed no verdict'
+wrong_answer 01_launch "the right pieces, and a child of rank 1 left running" \
+  's|^\( *\)\*end = (ctx->rank + 1) \* N / ctx->world_size;|&\n\1if (ctx->rank == 1 \&\& fork() == 0) { sleep(1000); _exit(0); }|; s|^#include <stdio.h>|&\n#include <unistd.h>|' \
+  'left processes running'
+wrong_answer 01_launch "the last rank takes the rest (4 ranks: 2, 2, 2, 4)" \
+  's|ctx->rank \* N / ctx->world_size;|ctx->rank * (N / ctx->world_size);|; s|(ctx->rank + 1) \* N / ctx->world_size;|ctx->rank + 1 == ctx->world_size ? N : (ctx->rank + 1) * (N / ctx->world_size);|' \
+  '^  uneven: a piece of 4 items beside one of 2'
+wrong_answer 02_allreduce "the right accuracy on rank 0 only" \
+  's|return 100 \* n\[0\] / n\[1\];|return ctx->rank == 0 ? 100 * n[0] / n[1] : 100 * correct / seen;|' \
+  '^  rank 1: .*gave 80.0000 %, wrong$'
+wrong_answer 04_gradsync "every layer handed over after backward (no overlap)" \
+  's|return ddp_grad_ready(sync, (size_t)layer \* P, P);|(void)sync, (void)layer; return DDP_OK;|; s|{ return ddp_grad_finish(sync); }|{ return ddp_grad_all_reduce(sync); }|' \
+  "^wrong: the weights are right, but layer 0's gradient was never marked"
+wrong_answer 04_gradsync "each layer marks another layer's elements" \
+  's|ddp_grad_ready(sync, (size_t)layer \* P, P)|ddp_grad_ready(sync, (size_t)(LAYERS - 1 - layer) * P, P)|' \
+  "^wrong: the weights are right, but layer 0's gradient was marked ready in layer 3's layer_done"
+
 # Lesson 5's checkpoint: resuming refuses what no run of it writes, with rank 0's
 # one-line reason, which reaches the output before the launcher stops the job (8
 # ranks, every time).

@@ -17,18 +17,43 @@ lesson=$(basename "$(dirname "$bin")")
 lesson=${lesson%%_*}
 lesson=${lesson#0}
 out=$(mktemp) || exit 2
+pid=
+# timeout runs each try in a process group of its own (its pid): whatever the try leaves
+# running, and the try itself when make is stopped with Ctrl-C, ends with that group
 trap 'rm -f "$out"' EXIT
+trap '[ -n "$pid" ] && kill -KILL -$pid 2>/dev/null; exit 130' INT TERM
 # The exercises use no OpenMP: a thread count keeps the launcher's note about it away.
 # A rank left waiting is named by ddp.h after 20 s; timeout is the last resort.
 export OMP_NUM_THREADS=1 DDP_TIMEOUT=20
 for w in 3 1 2 4 5 7; do
-  timeout 60 "$bin" --nproc $w >"$out" 2>&1
+  timeout 60 "$bin" --nproc $w >"$out" 2>&1 &
+  pid=$!
+  wait $pid
   rc=$?
-  if [ $rc -ne 0 ]; then
+  left=
+  if kill -0 -$pid 2>/dev/null; then
+    left=1
+    kill -KILL -$pid 2>/dev/null
+  fi
+  pid=
+  wrong=1
+  # the verdict is rank 0's "correct:" line; a status of 0 alone may be a return before it
+  if [ $rc -eq 0 ] && [ -n "$left" ]; then
+    cat "$out"
+    say "(the run ended, but left processes running: stopped now)" "（运行结束了，却留下了仍在运行的进程：已将它们停止）"
+  elif [ $rc -eq 0 ] && ! grep -q '^correct: \|^正确：' "$out"; then
+    cat "$out"
+    say "(the run ended with status 0 but printed no verdict: main() did not reach its check)" \
+        "（运行以状态 0 结束，却没有打印判定：main() 没有走到它的检查）"
+  elif [ $rc -ne 0 ]; then
     # a wrong answer ends every rank with status 1 on purpose: the launcher's line about it says nothing new
     if grep -q '^hint 1: \|^提示 1：' "$out"; then grep -v '^ddp: rank [0-9]* (pid [0-9]*) exited with status 1' "$out"
     else cat "$out"; fi
     [ $rc -eq 124 ] && say "(stopped after 60 s)" "（60 秒后被停止）"
+  else
+    wrong=
+  fi
+  if [ -n "$wrong" ]; then
     say "lesson $lesson: not yet: the run with $w ranks above went wrong (exit status $rc)" \
         "第 $lesson 课：还没做对：上面用 $w 个 rank 的那次运行出了错（退出状态 $rc）"
     exit 1

@@ -33,7 +33,7 @@ int main(int argc, char **argv)
 {
     ddp_ctx ctx;
     ddp_desc desc = {0};
-    double want, got, all = 0, right = 0;
+    double want, got, *gots, all = 0, right = 0;
     int r, ok, status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
     desc.argc = &argc;
@@ -46,18 +46,21 @@ int main(int argc, char **argv)
     }
     want = 100 * right / all;
     got = global_accuracy(&ctx, right_by(ctx.rank), seen_by(ctx.rank));
-
-    ok = fabs(got - want) < 1e-9;
+    /* every rank's answer, on every rank: the verdict is the job's */
+    if (!(gots = (double *)malloc(sizeof got * (size_t)ctx.world_size))) return 1;
+    if (ddp_all_gather(&ctx, &got, gots, 1, DDP_F64, NULL) != DDP_OK) return 1;
+    for (ok = 1, r = 0; r < ctx.world_size; r++) ok = ok && fabs(gots[r] - want) < 1e-9;
     if (ok) {
         ddp_print(&ctx, TR("correct: accuracy %.4f %% over %g samples of %d ranks\n",
                            "正确：准确率 %.4f %%，共 %g 个样本、%d 个 rank\n"), got, all, ctx.world_size);
     } else {
-        ddp_print(&ctx, TR("wrong: accuracy %.4f %%, want %.4f %% (%g of %g samples right)\n",
-                           "错误：准确率为 %.4f %%，应为 %.4f %%（答对 %g 个，共 %g 个样本）\n"), got, want, right, all);
+        ddp_print(&ctx, TR("wrong: accuracy %.4f %% on rank 0, want %.4f %% (%g of %g samples right)\n",
+                           "错误：rank 0 的准确率为 %.4f %%，应为 %.4f %%（答对 %g 个，共 %g 个样本）\n"), got, want, right, all);
         for (r = 0; r < ctx.world_size; r++)
-            ddp_print(&ctx, TR("  rank %d: %g of %g samples right (%.1f %%)\n",
-                               "  rank %d：答对 %g 个，共 %g 个样本（%.1f %%）\n"),
-                      r, right_by(r), seen_by(r), 100 * right_by(r) / seen_by(r));
+            ddp_print(&ctx, TR("  rank %d: %g of %g samples right (%.1f %%); global_accuracy() gave %.4f %%%s\n",
+                               "  rank %d：答对 %g 个，共 %g 个样本（%.1f %%）；global_accuracy() 得到 %.4f %%%s\n"),
+                      r, right_by(r), seen_by(r), 100 * right_by(r) / seen_by(r), gots[r],
+                      fabs(gots[r] - want) < 1e-9 ? "" : TR(", wrong", "，不对"));
         lesson_hints(&ctx, 2,
                      TR("in global_accuracy(), every sample must weigh the same: the job's accuracy is the right "
                         "answers of all ranks over the samples of all ranks. The mean of the ranks' percentages "
@@ -68,6 +71,7 @@ int main(int argc, char **argv)
                         "array), and the division comes after it, once.",
                         "对个数做归约，而不是对比值：一次全归约可以同时带上好几个数（一个数组），除法放在它之后，只做一次。"));
     }
+    free(gots);
     ddp_destroy(&ctx);
     return ok ? 0 : 1;
 }

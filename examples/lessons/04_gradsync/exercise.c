@@ -24,6 +24,13 @@
 
 enum { LAYERS = 4, P = 64, D = LAYERS * P, N = 60, BATCH = 4, STEPS = 3 };
 
+/* The check sees every ddp_grad_ready() call and whether it marks the layer whose
+   layer_done() is running (watched_ready, below your part).
+   检查会看到每一次 ddp_grad_ready() 调用，以及它标记的是不是正在运行 layer_done() 的那一层
+   （watched_ready，在你要改的部分下面）。 */
+static inline ddp_result watched_ready(ddp_grad *g, size_t offset, size_t count);
+#define ddp_grad_ready(g, offset, count) watched_ready(g, offset, count)
+
 /* TODO 1: the size of a bucket in bytes, so that each layer is one bucket (0 means
    ddp.h's default, 25 MiB).
    TODO 1：桶的大小（字节），使每一层恰好是一个桶（0 表示 ddp.h 的默认值 25 MiB）。 */
@@ -49,6 +56,21 @@ static ddp_result backward_done(ddp_grad *sync)
     return DDP_OK;
 }
 
+/* The overlap: layer l's elements must be marked while layer_done(sync, l) runs, so that
+   its bucket's all-reduce starts while backward computes the layers below. */
+static int running = -1;         /* the layer whose layer_done() runs, or -1 */
+static int on_time[LAYERS];      /* this step's elements of each layer marked by its own layer_done() */
+static int late = -1, late_in = -2; /* the first layer marked otherwise, and where (a layer, -1: elsewhere) */
+
+static inline ddp_result watched_ready(ddp_grad *g, size_t offset, size_t count)
+{
+    size_t j;
+    for (j = offset; j < offset + count && j < D; j++)
+        if ((int)(j / P) == running) on_time[running]++;
+        else if (late < 0) late = (int)(j / P), late_in = running;
+    return (ddp_grad_ready)(g, offset, count); /* in parentheses: ddp.h's own */
+}
+
 static float feature(size_t i, int j) { return (float)((i * 7 + (size_t)j * 3) % 11) / 11.0f - 0.5f; }
 static float label(size_t i) { return (float)(i % 5); }
 
@@ -67,12 +89,17 @@ static ddp_result train(ddp_sampler *sampler, float *w, float *g, ddp_grad *sync
             err[s] = -label(bt.indices[s]);
             for (j = 0; j < D; j++) err[s] += w[j] * feature(bt.indices[s], j);
         }
+        memset(on_time, 0, sizeof on_time);
         for (layer = LAYERS - 1; layer >= 0; layer--) { /* backward: the last layer first */
             for (j = layer * P; j < (layer + 1) * P; j++)
                 for (g[j] = 0, s = 0; s < bt.num_real; s++) g[j] += err[s] * feature(bt.indices[s], j);
+            running = layer;
             if (sync && (r = layer_done(sync, layer)) != DDP_OK) return r;
+            running = -1;
         }
         if (sync && (r = backward_done(sync)) != DDP_OK) return r;
+        for (layer = 0; sync && layer < LAYERS && late < 0; layer++)
+            if (on_time[layer] != P) late = layer, late_in = -2; /* never marked by ddp_grad_ready() */
         for (j = 0; j < D; j++) w[j] -= 0.5f * g[j] / (float)bt.global_count; /* g: a sum over the global batch */
     }
     return DDP_OK;
@@ -122,7 +149,7 @@ int main(int argc, char **argv)
         failed = failed || diffs[r] < 0;
         same = same && diffs[r] >= 0 && diffs[r] <= 1e-5f;
     }
-    ok = same && sync.num_buckets == LAYERS; /* one problem at a time, the most basic first */
+    ok = same && sync.num_buckets == LAYERS && late < 0; /* one problem at a time, the most basic first */
     if (ok) {
         ddp_print(&ctx, TR("correct: after %d steps all %d ranks hold the weights of one process on the global "
                            "batch; %d buckets, numbered in the order they start: bucket 0 is layer %d (the last)\n",
@@ -155,17 +182,45 @@ int main(int argc, char **argv)
                         "returns, every bucket's all-reduce must be over.",
                         "第 layer 层的区域是从 layer * P 开始的 P 个元素。backward_done() 返回时，所有桶的全归约都"
                         "必须已经完成。"));
-    } else {
+    } else if (sync.num_buckets != LAYERS) {
         ddp_print(&ctx, TR("wrong: the gradient goes in %zu bucket(s), want %d, one per layer\n",
                            "错误：梯度被分成了 %zu 个桶，应为 %d 个，每层一个\n"), sync.num_buckets, LAYERS);
         lesson_hints(&ctx, 4,
-                     TR("bucket_bytes() decides how the gradient is cut into buckets. With ddp.h's default "
-                        "(25 MiB) the whole model is one bucket, whose all-reduce cannot start before backward has "
-                        "finished every layer: nothing overlaps.",
-                        "bucket_bytes() 决定梯度怎样分桶。用 ddp.h 的默认值（25 MiB）时整个模型只有一个桶，它的全归约"
-                        "要等反向传播把每一层都算完才能开始：什么也没有重叠。"),
+                     sync.num_buckets < LAYERS
+                         ? TR("bucket_bytes() decides how the gradient is cut into buckets. With ddp.h's default "
+                              "(25 MiB) the whole model is one bucket, whose all-reduce cannot start before "
+                              "backward has finished every layer: nothing overlaps.",
+                              "bucket_bytes() 决定梯度怎样分桶。用 ddp.h 的默认值（25 MiB）时整个模型只有一个桶，它的"
+                              "全归约要等反向传播把每一层都算完才能开始：什么也没有重叠。")
+                         : TR("bucket_bytes() decides how the gradient is cut into buckets: smaller buckets than a "
+                              "layer make more all-reduces, each paying its start-up cost, with nothing more to "
+                              "overlap.",
+                              "bucket_bytes() 决定梯度怎样分桶：桶比一层还小，全归约的次数就更多，每一次都要付出启动的"
+                              "开销，却没有多出可以重叠的东西。"),
                      TR("A layer is P floats; ddp_grad_desc.bucket_bytes counts bytes.",
                         "一层是 P 个 float；ddp_grad_desc.bucket_bytes 的单位是字节。"));
+    } else {
+        char where[128];
+        if (late_in >= 0)
+            snprintf(where, sizeof where, TR("marked ready in layer %d's layer_done()",
+                                             "是在第 %d 层的 layer_done() 里标记的"), late_in);
+        else if (late_in == -1)
+            snprintf(where, sizeof where, "%s", TR("marked ready after backward", "是在 backward 结束之后才标记的"));
+        else
+            snprintf(where, sizeof where, "%s", TR("never marked with ddp_grad_ready()", "从未用 ddp_grad_ready() 标记过"));
+        ddp_print(&ctx, TR("wrong: the weights are right, but layer %d's gradient was %s: its bucket could not start "
+                           "while backward computed the layers below it\n",
+                           "错误：权重是对的，但第 %d 层的梯度%s：backward 计算它下面各层的时候，它的桶没法开始\n"), late,
+                  where);
+        lesson_hints(&ctx, 4,
+                     TR("layer_done(sync, layer) runs the moment layer `layer` is final: that is when its region "
+                        "must be marked ready, so that its bucket's all-reduce runs while backward goes on. Marking "
+                        "everything at the end gives the right weights, and no overlap.",
+                        "layer_done(sync, layer) 在第 layer 层一算完时运行：这时就要把它的区域标记为就绪，这样它那个桶的"
+                        "全归约才能在 backward 继续的同时进行。最后一起标记也能得到正确的权重，但什么也没有重叠。"),
+                     TR("The region of layer `layer` is the P elements from layer * P on; backward_done() then "
+                        "only ends the step.",
+                        "第 layer 层的区域是从 layer * P 开始的 P 个元素；backward_done() 之后只需结束这一步。"));
     }
     free(diffs);
     ddp_grad_destroy(&sync);
