@@ -960,8 +960,10 @@ static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t
    matmuls) that read k and v where they lie: the scores s = k q^T, key by query, with
    the block's queries packed once as the columns, then out += p v. In between each
    query's online softmax, vectorized across the queries: its max, exp, sum, and zeros
-   for the keys it must not see (they add exactly nothing). Every query sees the same
-   key blocks in the same order whatever the work split. */
+   for the keys it must not see (they add exactly nothing while the values are finite: a
+   NaN or infinity in a later key's value reaches the earlier queries of its block as
+   0 x NaN, as in a dense masked product; the loss is NaN then anyway). Every query sees
+   the same key blocks in the same order whatever the work split. */
 static inline void ddp_attention_forward_cpu(float *out, float *lse, const float *inp,
                                       int B, int T, int C, int NH)
 {
@@ -1090,7 +1092,8 @@ static inline void ddp__attention_backward_rows(float *dinp, const float *dout, 
    and added to dinp at the end; the queries that see a block come DDP__ATT_QB at a time,
    and every product is register-tiled (ddp__gemm_tile): scores q k^T and dp = dout v^T,
    then per row p = exp(s - lse) and ds = p (dp - D), then dq += ds k, dk += ds^T q and
-   dv += p^T dout. Keys a query must not see have p = ds = 0: they add exactly nothing.
+   dv += p^T dout. Keys a query must not see have p = ds = 0: they add exactly nothing
+   (while the inputs are finite, as in the forward).
    dq of query t sums over key blocks in order, dk and dv over queries in order. */
 static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, const float *inp,
                                        const float *out, const float *lse,

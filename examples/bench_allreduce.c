@@ -4,7 +4,8 @@
    For each size: the time of one all-reduce (mean over --iters, slowest rank), the
    algorithm bandwidth (bytes / time) and the bus bandwidth (algbw * 2(n-1)/n, what
    each link carries in a ring: comparable across world sizes), and a check of the
-   result. Options: --iters N (20), --min-bytes B (4096), --max-bytes B (64 MiB). */
+   result. Options: --iters N (20), --min-bytes B (4096), --max-bytes B (64 MiB); the
+   sizes double from min to max, each a multiple of 4 bytes. */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include <stdio.h>
@@ -22,20 +23,50 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static long arg_long(int argc, char **argv, const char *name, long def)
+/* --iters N, --min-bytes B, --max-bytes B (also as --flag=value); the launcher's own
+   flags (--nproc, --max-restarts, --local_rank) are ddp_launch's and ddp_init's. A bad
+   one ends the program with one line, before any rank starts. */
+static const char *const flags[] = {"--iters", "--min-bytes", "--max-bytes"};
+static const long limits[][2] = {{1, 1000000}, {4, 1L << 34}, {4, 1L << 34}};
+static const char *const launcher[] = {"--nproc", "--nproc_per_node", "--nproc-per-node", "--max-restarts",
+                                       "--max_restarts", "--local_rank", "--local-rank", NULL};
+
+static void parse_args(int argc, char **argv, long value[3])
 {
-    int i;
-    for (i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], name) == 0) {
-            char *end;
-            long v = strtol(argv[i + 1], &end, 10);
-            if (*end || v <= 0) {
-                fprintf(stderr, "bench_allreduce: %s needs a positive integer, not '%s'\n", name, argv[i + 1]);
-                exit(2);
-            }
-            return v;
+    int i, k;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '='), *v = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+        const size_t n = eq ? (size_t)(eq - a) : strlen(a);
+        char *end;
+        long x;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: bench_allreduce [--nproc N] [--iters N (20)] [--min-bytes B (4096)] [--max-bytes B (64 "
+                   "MiB)]\n");
+            exit(0);
         }
-    return def;
+        for (k = 0; launcher[k] && !(strlen(launcher[k]) == n && strncmp(a, launcher[k], n) == 0); k++) {}
+        if (launcher[k]) {
+            i += !eq;
+            continue;
+        }
+        for (k = 0; k < 3 && !(strlen(flags[k]) == n && strncmp(a, flags[k], n) == 0); k++) {}
+        if (k == 3) {
+            fprintf(stderr, "bench_allreduce: unknown argument '%s' (--help lists the flags)\n", a);
+            exit(2);
+        }
+        x = v ? strtol(v, &end, 10) : 0;
+        if (!v || end == v || *end || x < limits[k][0] || x > limits[k][1] || (k > 0 && x % 4)) {
+            fprintf(stderr, "bench_allreduce: %s needs %s from %ld to %ld, not '%s'\n", flags[k],
+                    k ? "a multiple of 4 bytes" : "an integer", limits[k][0], limits[k][1], v ? v : "nothing");
+            exit(2);
+        }
+        value[k] = x;
+        i += !eq;
+    }
+    if (value[1] > value[2]) {
+        fprintf(stderr, "bench_allreduce: --min-bytes %ld is past --max-bytes %ld\n", value[1], value[2]);
+        exit(2);
+    }
 }
 
 int main(int argc, char **argv)
@@ -44,14 +75,16 @@ int main(int argc, char **argv)
     ddp_desc desc = {0};
     float *send, *recv, *host;
     size_t bytes, maxb, i;
-    int iters, it, gpu = 0;
+    long value[3] = {20, 4096, 64L << 20}; /* --iters, --min-bytes, --max-bytes */
+    int iters, it, status, gpu = 0;
     (void)gpu; /* used by the GPU build only */
-    int status = ddp_launch(&argc, argv);
+    parse_args(argc, argv, value);
+    status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
     status = 0;
-    iters = (int)arg_long(argc, argv, "--iters", 20);
-    bytes = (size_t)arg_long(argc, argv, "--min-bytes", 4096);
-    maxb = (size_t)arg_long(argc, argv, "--max-bytes", 64L << 20);
+    iters = (int)value[0];
+    bytes = (size_t)value[1];
+    maxb = (size_t)value[2];
     desc.argc = &argc;
     desc.argv = argv;
     if (ddp_init(&ctx, &desc) != DDP_OK) return 1;
@@ -112,6 +145,17 @@ int main(int argc, char **argv)
                   bytes / worst / 1e9 * 2.0 * (ctx.world_size - 1) / ctx.world_size, bad ? "FAIL" : "ok");
         status |= bad;
     }
+#ifdef __CUDACC__
+    if (gpu) {
+        cudaFree(send);
+        cudaFree(recv);
+    } else
+#endif
+    {
+        free(send);
+        free(recv);
+    }
+    free(host);
     ddp_destroy(&ctx);
     return status;
 }

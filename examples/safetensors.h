@@ -485,6 +485,30 @@ ST_DEF const char *st_float(char *out, size_t cap, float x)
     return out;
 }
 
+/* A file that a run writes later (a checkpoint, a log) can be made now: a name, not a
+   directory, in a directory this process may create files in. 0 with the reason in err
+   (flag: the option that named it), so that a run refuses at its start, not after hours. */
+ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t errsize)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[1024];
+    struct stat sb;
+    if (!*path || strlen(path) > 1000) {
+        snprintf(err, errsize, "%s needs a file name of 1 to 1000 bytes", flag);
+        return 0;
+    }
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(err, errsize, "%s %s is a directory: give a file name", flag, path);
+        return 0;
+    }
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    if (access(dir, W_OK | X_OK) != 0) {
+        snprintf(err, errsize, "%s %s: cannot create files in %s: %s", flag, path, dir, strerror(errno));
+        return 0;
+    }
+    return 1;
+}
+
 /* header: the JSON (padded here to a multiple of 8); then n arrays of bytes[i] bytes.
    The data is written as this machine stores it: little-endian on x86 and ARM. */
 ST_DEF int st_write_file(const char *path, st_text *header, const void *const *arrays, const size_t *bytes, int n,
@@ -499,8 +523,12 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
         snprintf(err, errsize, "%s: out of memory for the header", path);
         return 0;
     }
+    if (strlen(path) > 1000) { /* FILE.tmp would be cut to another name */
+        snprintf(err, errsize, "cannot write checkpoint %.100s...: its name is longer than 1000 bytes", path);
+        return 0;
+    }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header->len >> (8 * i));
-    snprintf(tmp, sizeof tmp, "%.1000s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     if (!(f = fopen(tmp, "wb"))) {
         snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
         return 0;

@@ -55,7 +55,7 @@ static float forward(const float *p, const float *x, int y, float *h, float *pro
     for (k = 1; k < K; k++) top = logit[k] > top ? logit[k] : top;
     for (k = 0; k < K; k++) sum += prob[k] = expf(logit[k] - top);
     for (k = 0; k < K; k++) prob[k] /= sum;
-    return -logf(prob[y] > 1e-30f ? prob[y] : 1e-30f);
+    return -logf(prob[y] < 1e-30f ? 1e-30f : prob[y]); /* a NaN stays one: the epoch's check sees it */
 }
 
 static int argmax(const float *prob)
@@ -346,6 +346,7 @@ static const char usage[] =
    they are skipped here. */
 static int parse_options(int argc, char **argv, options *o)
 {
+    char err[1200];
     int i;
     o->epochs = 5;
     o->batch_size = 32;
@@ -365,8 +366,8 @@ static int parse_options(int argc, char **argv, options *o)
             return 1;
         }
         if (!v || strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "train_classifier: %s '%s'\n", v ? "unknown argument" : "missing value or unknown flag",
-                    argv[i]);
+            fprintf(stderr, "train_classifier: %s '%s' (train_classifier --help lists the flags)\n",
+                    v ? "unknown argument" : "missing value or unknown flag", argv[i]);
             return 0;
         }
         if (strcmp(a, "--nproc") == 0 || strcmp(a, "--local_rank") == 0 || strcmp(a, "--local-rank") == 0 ||
@@ -381,10 +382,10 @@ static int parse_options(int argc, char **argv, options *o)
             o->batch_size = (int)x;
         } else if (strcmp(a, "--lr") == 0) {
             o->lr = strtof(v, &end);
-            bad = *end || !(o->lr > 0);
+            bad = *end || !(o->lr > 0) || !isfinite(o->lr);
         } else if (strcmp(a, "--seed") == 0) {
             o->seed = strtoull(v, &end, 10);
-            bad = *end || *v == '-';
+            bad = *end || *v < '0' || *v > '9'; /* strtoull takes " -1" as 2^64 - 1 */
         } else if (strcmp(a, "--out") == 0) {
             o->out = v;
         } else if (strcmp(a, "--init-out") == 0) {
@@ -397,7 +398,7 @@ static int parse_options(int argc, char **argv, options *o)
             o->resume_auto = 1;
             bad = strcmp(v, "auto") != 0; /* the checkpoint is --out's */
         } else {
-            fprintf(stderr, "train_classifier: unknown flag '%s'\n", argv[i]);
+            fprintf(stderr, "train_classifier: unknown flag '%s' (train_classifier --help lists the flags)\n", argv[i]);
             return 0;
         }
         if (bad || (end && end == v)) {
@@ -405,6 +406,15 @@ static int parse_options(int argc, char **argv, options *o)
             return 0;
         }
         i += !eq;
+    }
+    if (!st_writable("--out", o->out, err, sizeof err) || (o->init_out && !st_writable("--init-out", o->init_out, err,
+                                                                                        sizeof err))) {
+        fprintf(stderr, "train_classifier: %s\n", err);
+        return 0;
+    }
+    if (o->init_out && strcmp(o->init_out, o->out) == 0) {
+        fprintf(stderr, "train_classifier: --out and --init-out are one file (%s): give each its own\n", o->out);
+        return 0;
     }
     return 1;
 }
@@ -424,10 +434,7 @@ int main(int argc, char **argv)
     int32_t start = 0; /* epochs already done (--resume auto) */
     int epoch, i, status;
 
-    if (!parse_options(argc, argv, &opt)) {
-        fputs(usage, stderr);
-        return 2;
-    }
+    if (!parse_options(argc, argv, &opt)) return 2;
     if (opt.help) {
         fputs(usage, stdout);
         return 0;
@@ -560,6 +567,12 @@ int main(int argc, char **argv)
            / world_size; acc / len(dataset) * 100 (notes 5 and 6). One collective
            gives every rank the exact global sums and counts. */
         if (ddp_metric_reduce(&ctx, m, 4) != DDP_OK) goto done;
+        if (!isfinite(ddp_metric_mean(&m[0])) || !isfinite(ddp_metric_mean(&m[2]))) { /* every rank has the sums */
+            if (ddp_is_main(&ctx))
+                fprintf(stderr, "train_classifier: the loss is not finite in epoch %d (train %g, val %g): a smaller "
+                        "--lr\n", epoch, ddp_metric_mean(&m[0]), ddp_metric_mean(&m[2]));
+            goto done;
+        }
         /* template: if dist.get_rank() == 0: print(...) (note 7) */
         ddp_print(&ctx, "epoch %d train_loss %.6f train_acc %.6f val_loss %.6f val_acc %.6f\n", epoch,
                   ddp_metric_mean(&m[0]), ddp_metric_percent(&m[1]), ddp_metric_mean(&m[2]),

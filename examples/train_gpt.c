@@ -1149,8 +1149,8 @@ static int float_flag(const char *v, float lo, float hi, float *out)
 {
     char *end;
     float x = strtof(v, &end);
-    *out = x;
-    return end != v && !*end && x >= lo && x <= hi;
+    *out = x; /* a value that rounds to 0 in fp32 (--clip 1e-50) would turn a setting off unsaid */
+    return end != v && !*end && x >= lo && x <= hi && (x != 0 || strtod(v, NULL) == 0);
 }
 
 #define seed_takes 1
@@ -1161,7 +1161,7 @@ static int seed_flag(const char *v, int lo, int hi, uint64_t *out)
     (void)lo, (void)hi;
     errno = 0;
     *out = strtoull(v, &end, 10);
-    return end != v && !*end && *v != '-' && errno == 0;
+    return *v >= '0' && *v <= '9' && !*end && errno == 0; /* strtoull takes " -1" as 2^64 - 1 */
 }
 
 #define text_takes 1
@@ -1269,6 +1269,10 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
             o->compare[0] = argv[i + 1];
             o->compare[1] = argv[i + 2];
             o->compare[2] = i + 3 < argc ? argv[i + 3] : "";
+            if (i + 4 < argc) {
+                snprintf(err, errsize, "--compare takes two files and a prefix: '%s' is one too many", argv[i + 4]);
+                return 0;
+            }
             return 1;
         }
 #define PARSE(group, name, kind, field, def, meta, lo, hi, help) \
@@ -1770,20 +1774,28 @@ static FILE *open_log(const char *path, int resumed_after, char *err, size_t err
     return f;
 }
 
-/* --save's (and --trace's) file must be creatable now, not only at the end. */
-static int check_writable(const char *flag, const char *path, char *err, size_t errsize)
+/* Two of the files a run reads or writes that are one file (--save x --trace x): the
+   later write would replace the other without a word. Names, or the same file twice. */
+static int same_file(const char *a, const char *b)
 {
-    const char *slash = strrchr(path, '/');
-    char dir[1024];
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        snprintf(err, errsize, "%s %s is a directory: give a file name", flag, path);
-        return 0;
-    }
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
-    if (access(dir, W_OK | X_OK) != 0) {
-        snprintf(err, errsize, "%s %s: cannot create files in %s: %s", flag, path, dir, strerror(errno));
-        return 0;
+    struct stat sa, sb;
+    if (!a || !b) return 0;
+    if (strcmp(a, b) == 0) return 1;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static int check_outputs(const options *o, const char *data, char *err, size_t errsize)
+{
+    const char *files[][2] = {{"--save", o->save}, {"--log", o->log}, {"--trace", o->trace}, {"--data", data}};
+    const int outputs = 3;
+    for (int i = 0; i < outputs; i++) {
+        if (files[i][1] && !st_writable(files[i][0], files[i][1], err, errsize)) return 0;
+        for (int j = i + 1; j < 4; j++)
+            if (same_file(files[i][1], files[j][1])) {
+                snprintf(err, errsize, "%s and %s are one file (%s): give each its own", files[i][0], files[j][0],
+                         files[j][1]);
+                return 0;
+            }
     }
     return 1;
 }
@@ -1818,6 +1830,8 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
     }
     t->seed = o->seed;
     describe_run(t); /* what its checkpoints will say, and what every rank must agree on */
+    if (o->nproc > 1) /* this process launches the ranks (workers never see --nproc): the world is known */
+        snprintf(t->id.v[RUN_BATCH], sizeof t->id.v[0], "%zu", batch);
     if (o->resume_auto && access(o->save, F_OK) == 0) t->o.resume = o->save; /* else from scratch */
     if (o->resume) {
         if (!load_checkpoint(&t->model, o->resume, &t->seed, &t->start_step, &t->found, err, errsize)) return 0;
@@ -1829,11 +1843,10 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
                  o->resume, t->start_step, o->steps);
         return 0;
     }
-    if (o->save && !check_writable("--save", o->save, err, errsize)) return 0;
-    if (o->trace && !check_writable("--trace", o->trace, err, errsize)) return 0;
+    if (!check_outputs(o, o->data ? o->data : t->data.source, err, errsize)) return 0;
     /* --stop-after pauses a run (a job's time limit): the schedule still spans --steps */
     t->stop = o->stop_after && o->stop_after < o->steps ? o->stop_after : o->steps;
-    /* (--resume auto's file may yet belong to another global batch: start_rank says) */
+    /* (under another launcher --resume auto's file may yet belong to another global batch: start_rank says) */
     if (t->stop <= t->start_step && !o->resume_auto) return nothing_to_train(t, err, errsize);
     return 1;
 }
@@ -2072,20 +2085,25 @@ int main(int argc, char **argv)
     if (t.o.device_info) return device_info();
     if (t.o.bench_matmul) return bench_matmul(&t.o);
     status = prepare(&t, argv[0], err, sizeof err);
-    if (status < 0) {
-        printf(PROG ": %s\n", err);
-        return 0;
+    if (status <= 0) {
+        if (status < 0) printf(PROG ": %s\n", err);
+        gpt_destroy(&t.model);
+        free(t.data.tokens);
+        return status < 0 ? 0 : fail(err);
     }
-    if (status == 0) return fail(err);
 
     /* "--nproc N": this process becomes the launcher of N ranks and returns here */
     status = ddp_launch(&argc, argv);
-    if (status != DDP_WORKER) return status;
+    if (status != DDP_WORKER) {
+        gpt_destroy(&t.model);
+        free(t.data.tokens);
+        return status;
+    }
     status = start_rank(&t, &argc, argv, err, sizeof err);
     if (status == 0) return fail(err);
     if (status < 0) { /* nothing to train, rank 0 says */
         if (*err) printf(PROG ": %s\n", err);
-        ddp_destroy(&t.ctx);
+        finish(&t);
         return 0;
     }
     print_setup(&t);

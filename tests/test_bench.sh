@@ -2,8 +2,9 @@
 # tests/test_bench.sh - the CPU benchmarks run and print what the README's tables take:
 #   train_gpt --bench-matmul (ours and, where python3 imports torch, PyTorch's, or why
 #   not), and examples/bench_train_gpt.py (the train_gpt forms, one short round, the CPU
-#   named; an unknown form is an error; a failed PyTorch run is tried once more, aloud).
-#   Their numbers are not checked: they measure.
+#   named; an unknown form is an error; a failed PyTorch run is tried once more, aloud),
+#   and examples/bench_allreduce (its rows checked, its flags). Their numbers are not
+#   checked: they measure.
 # The Makefile builds the example.
 cd "$(dirname "$0")/.." || exit 1
 bin=$PWD/examples/train_gpt
@@ -32,6 +33,23 @@ out=$(PYTHONPATH=$PWD/faketorch timeout 300 python3 "$OLDPWD/examples/bench_trai
 [ "$rc" -eq 1 ] && grep -q '^round 1 torch *failed (.*); once more$' <<<"$out" &&
   grep -q '^bench_train_gpt.py: torch failed twice: exit 1: ' <<<"$out" && grep -q "No module named 'torch.nn'" <<<"$out"
 report "bench_train_gpt.py: a failed PyTorch run gets one more try, then stops the benchmark" $? "exit $rc: $out"
+# bench_allreduce: a table of checked rows from --min-bytes to --max-bytes; a flag it does
+# not know, or a size that no row could hold, is one line and exit 2 before any rank starts
+ar=$OLDPWD/examples/bench_allreduce
+out=$(OMP_NUM_THREADS=1 timeout 60 "$ar" --nproc 3 --iters=2 --min-bytes 8 --max-bytes 32 2>&1); rc=$?
+[ "$rc" -eq 0 ] && [ "$(grep -c '^ *[0-9][0-9]* *[0-9][0-9]* .* ok$' <<<"$out")" -eq 3 ] &&
+  grep -q '^ *32 *8 ' <<<"$out" && grep -q '# all_reduce sum f32, 3 ranks, backend cpu, 2 iterations per size' <<<"$out"
+report "bench_allreduce --nproc 3: rows of 8, 16, 32 bytes, each checked" $? "exit $rc: $out"
+for args in "--bogus" "--iters 4294967296" "--iters 0" "--min-bytes 6" "--max-bytes" "--min-bytes 8192 --max-bytes 4096"; do
+  # shellcheck disable=SC2086 # args is a word list
+  out=$(timeout 20 "$ar" --nproc 2 $args 2>&1); rc=$?
+  [ "$rc" -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q '^bench_allreduce: ' <<<"$out"
+  report "bench_allreduce $args: one line, exit 2" $? "exit $rc: $out"
+done
+out=$("$ar" --help 2>&1); rc=$?
+[ "$rc" -eq 0 ] && grep -q '^usage: bench_allreduce' <<<"$out"
+report "bench_allreduce --help: the usage, exit 0 (it ran the whole benchmark)" $? "exit $rc: $(head -c 200 <<<"$out")"
+
 out=$(python3 "$OLDPWD/examples/bench_train_gpt.py" --forms nosuch 2>&1); rc=$?
 [ "$rc" -eq 2 ] && case $out in *"unknown form 'nosuch'"*) true ;; *) false ;; esac
 report "bench_train_gpt.py: an unknown form is an error" $? "exit $rc: $out"

@@ -47,8 +47,30 @@ report "classifier: --flag=value trains as --flag value (the same checkpoint)" $
 
 "$bin" --nproc 2 --no-such-flag 1 >"$tmp/bad.txt" 2>&1
 rc=$?
-[ "$rc" -eq 2 ] && grep -q "^train_classifier: unknown flag '--no-such-flag'" "$tmp/bad.txt" && [ "$(sed -n 2p "$tmp/bad.txt" | cut -c1-6)" = usage: ]
-report "classifier: a bad flag prints one error and the usage, exits 2" $? "exit $rc: $(head -n 2 "$tmp/bad.txt" | tr '\n' ' ')"
+[ "$rc" -eq 2 ] && grep -q "^train_classifier: unknown flag '--no-such-flag' (train_classifier --help lists the flags)$" \
+  "$tmp/bad.txt" && [ "$(wc -l <"$tmp/bad.txt")" -eq 1 ]
+report "classifier: a bad flag prints one line, exits 2" $? "exit $rc: $(head -n 2 "$tmp/bad.txt" | tr '\n' ' ')"
+
+# values that would read as others, and outputs checked before training, not after it
+refused() { # want args...: one line that says it, exit 2
+  local want=$1 rc; shift
+  "$bin" --nproc 2 "$@" >"$tmp/bad.txt" 2>&1
+  rc=$?
+  [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/bad.txt")" -eq 1 ] && grep -qF "train_classifier: $want" "$tmp/bad.txt"
+  report "classifier: $* is refused in one line before training" $? "exit $rc: $(head -c 300 "$tmp/bad.txt")"
+}
+refused "bad value 'inf' for --lr" --lr inf
+refused "bad value ' -1' for --seed" --seed ' -1'
+refused "--out $tmp/nodir/m.st: cannot create files in $tmp/nodir" --out "$tmp/nodir/m.st"
+refused "--out needs a file name" --out=
+refused "--out $tmp is a directory" --out "$tmp"
+refused "--out and --init-out are one file" --out "$tmp/a.st" --init-out "$tmp/a.st"
+# a learning rate that blows the weights up: NaN was clamped into a finite loss and saved
+"$bin" --nproc 2 --lr 50 --epochs 2 --out "$tmp/nan.bin" >"$tmp/nan.txt" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] && grep -q '^train_classifier: the loss is not finite in epoch 0 (train nan, val nan): a smaller --lr$' \
+  "$tmp/nan.txt" && [ ! -e "$tmp/nan.bin" ]
+report "classifier: a diverging run stops, says so, and saves nothing" $? "exit $rc: $(tr '\n' '|' <"$tmp/nan.txt")"
 
 "$bin" --help >"$tmp/help.txt" 2>&1
 rc=$?

@@ -209,6 +209,26 @@ one_line_error "bad number after =" --nproc 2 --lr=fast
 grep -q "bad value 'fast' for --lr:" err.txt
 report "train_gpt: --lr=fast names the flag and the value" $? "$(cat err.txt)"
 one_line_error "a switch given a value" --bench-no-sync=1
+# outputs checked before training, each its own file; values that would read as others
+one_line_error "--log in a missing directory, before the ranks start" --nproc 3 $tiny --log nodir/l.jsonl
+grep -q "^train_gpt: --log nodir/l.jsonl: cannot create files in nodir" err.txt
+report "train_gpt: --log's directory is checked at the start" $? "$(cat err.txt)"
+one_line_error "--save and --trace one file" $tiny --save same.out --trace same.out
+grep -q "^train_gpt: --save and --trace are one file (same.out)" err.txt && [ ! -e same.out ]
+report "train_gpt: --save and --trace naming one file are refused, nothing written" $? "$(cat err.txt)"
+cp data.txt data2.txt
+one_line_error "--log is the data" $tiny --data data2.txt --log data2.txt
+cmp -s data.txt data2.txt
+report "train_gpt: a --log naming the data leaves the data as it was" $? "data2.txt changed"
+one_line_error "--resume auto under --nproc with another global batch, before the ranks start" --nproc 3 $tiny \
+  --batch-size 4 --steps 8 --save resumed.st --resume auto
+grep -q "resumed.st belongs to another run: its global batch .* is 8, this run's is 12" err.txt
+report "train_gpt: --resume auto names the global batch under --nproc" $? "$(cat err.txt)"
+one_line_error "an empty --save" $tiny --save ''
+one_line_error "an empty --trace=" $tiny --trace=
+one_line_error "a --seed with a space and a sign" $tiny --seed ' -1'
+one_line_error "a --clip that is 0 in fp32" $tiny --clip 1e-50
+one_line_error "--compare with one file too many" --compare one.st one.st opt.m. extra
 one_line_error "resume with another model shape" --nproc 2 $tiny --dim 64 --resume one.st
 one_line_error "resume from a truncated checkpoint" --nproc 2 $tiny --resume truncated.st
 one_line_error "compare with a missing file" --compare one.st nothing.st

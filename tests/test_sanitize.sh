@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# tests/test_sanitize.sh - the examples and a few C tests built with AddressSanitizer and
+# UndefinedBehaviorSanitizer (gcc's -fsanitize=address,undefined, leaks included) and run
+# as users run them: several ranks through --nproc (the launcher is a process of its own),
+# a checkpoint saved, resumed and compared, a log and a trace. Each run must exit 0 and
+# print no sanitizer report: a leak on a path that succeeds turns the exit status to 1
+# under LeakSanitizer, an out-of-bounds read or a signed overflow is a report.
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+. tests/lib.sh
+cc=${CC:-cc}
+if ! echo 'int main(void) { return 0; }' | "$cc" -x c -fsanitize=address,undefined - -o "$tmp/probe" 2>/dev/null ||
+  ! "$tmp/probe"; then
+  echo "SKIP sanitize: $cc cannot build or run with -fsanitize=address,undefined here"
+  exit 0
+fi
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export OMP_NUM_THREADS=1
+flags="-std=c99 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+built=""
+for src in examples/train_gpt.c examples/train_classifier.c examples/bench_allreduce.c examples/hello_allreduce.c \
+           tests/test_gradsync.c tests/test_sampler.c tests/test_mismatch.c; do
+  name=$(basename "$src" .c)
+  # two builds at a time: train_gpt alone takes about half a minute
+  ( $cc $flags -fopenmp -I. -Itests "$src" -o "$tmp/$name" -lpthread -lm >"$tmp/$name.build" 2>&1 ||
+      echo "$name" >>"$tmp/failed" ) &
+  [ $(( $(jobs -r | wc -l) )) -ge 2 ] && wait -n
+  built="$built $name"
+done
+wait
+for name in $built; do
+  grep -qx "$name" "$tmp/failed" 2>/dev/null
+  [ $? -ne 0 ]
+  report "sanitize.build_$name" $? "$(head -c 400 "$tmp/$name.build")"
+done
+
+clean_run() { # name dir program args...: exit 0 and no sanitizer report, output in $tmp/name.txt
+  local name=$1 dir=$2 rc; shift 2
+  (cd "$dir" && timeout 300 "$@" >"$tmp/$name.txt" 2>&1)
+  rc=$?
+  [ "$rc" -eq 0 ] && ! grep -q 'Sanitizer\|runtime error:' "$tmp/$name.txt"
+  report "sanitize.$name" $? "exit $rc: $(grep -m 3 -A 3 'Sanitizer\|runtime error:' "$tmp/$name.txt" | tr '\n' '|' |
+    head -c 600)$(tail -n 2 "$tmp/$name.txt" | tr '\n' '|' | head -c 200)"
+}
+mkdir -p "$tmp/run"
+cp examples/train_gpt.txt "$tmp/run/"
+tiny="--layers 2 --heads 2 --dim 32 --ctx 16 --batch-size 2 --val-every 2 --sample-len 8"
+clean_run hello_allreduce_3_ranks "$tmp/run" "$tmp/hello_allreduce" --nproc 3
+clean_run bench_allreduce_3_ranks "$tmp/run" "$tmp/bench_allreduce" --nproc 3 --iters 2 --max-bytes 262144
+clean_run train_classifier_3_ranks "$tmp/run" "$tmp/train_classifier" --nproc 3 --epochs 2 --save-every 1 --out c.st
+clean_run train_classifier_resume_auto "$tmp/run" "$tmp/train_classifier" --nproc 3 --epochs 2 --resume auto \
+  --out c.st
+clean_run train_gpt_2_ranks "$tmp/run" "$tmp/train_gpt" --nproc 2 $tiny --steps 4 --stop-after 2 --save g.st \
+  --log g.jsonl --trace g.json
+clean_run train_gpt_resume "$tmp/run" "$tmp/train_gpt" --nproc 2 $tiny --steps 4 --resume g.st --save g.st --log g.jsonl
+clean_run train_gpt_nothing_left "$tmp/run" "$tmp/train_gpt" --nproc 2 $tiny --steps 4 --resume auto --save g.st
+clean_run train_gpt_compare "$tmp/run" "$tmp/train_gpt" --compare g.st g.st
+for name in test_gradsync test_sampler test_mismatch; do
+  clean_run "$name" "$root" "$tmp/$name"
+done
+exit $fail
