@@ -324,8 +324,9 @@ typedef struct ddp_work {
    Call first in main. Without --nproc (or inside a launched job) it returns
    DDP_WORKER and the program goes on as one rank. With "--nproc N" in argv this
    process becomes the launcher: it runs N copies of the program (argv without
-   --nproc), forwards SIGINT/SIGTERM, stops everything when one rank fails, and
-   returns the exit status for main to return. "--max-restarts N" (torchrun's flag,
+   --nproc), forwards SIGINT/SIGTERM/SIGHUP (the ranks get 30 s to end, then the
+   status is 128 + the signal; signals ignored at its start stay ignored), stops
+   everything when one rank fails, and returns the exit status for main to return. "--max-restarts N" (torchrun's flag,
    also --max_restarts) starts the job again after a failure, up to N times. */
 #define DDP_WORKER (-1)
 DDPDEF int ddp_launch(int *argc, char **argv);
@@ -2996,6 +2997,19 @@ static ddp_result ddp__cpu_run(ddp_ctx *ctx, const ddp__coll *c, void *stream, d
    least min_age seconds old. An arena has its creator's lock before it has a name
    (ddp__shm_create), except where /dev/shm cannot make it unnamed first: a few
    seconds of age cover that instant. */
+static int ddp__arena_name(const char *s) /* ddp.<16 hex digits>.<pid>, nothing else */
+{
+    int i;
+    if (strncmp(s, "ddp.", 4) != 0) return 0;
+    for (i = 4; i < 20; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    if (s[20] != '.' || s[21] < '0' || s[21] > '9') return 0;
+    for (i = 21; s[i] >= '0' && s[i] <= '9'; i++) {}
+    return s[i] == 0;
+}
+
+/* Only arenas are swept: a name of that form, a regular file (a FIFO another user made
+   there would block the open; other ddp.* files are not ours to remove). */
 static void ddp__shm_sweep(const char *prefix, int min_age)
 {
     DIR *dir = opendir("/dev/shm");
@@ -3005,13 +3019,16 @@ static void ddp__shm_sweep(const char *prefix, int min_age)
         char name[300];
         struct stat sb;
         int fd, orphan;
-        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || !ddp__arena_name(e->d_name)) continue;
         snprintf(name, sizeof name, "/%s", e->d_name);
         if (min_age < 0) { shm_unlink(name); continue; }
-        if ((fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0)) < 0) continue;
+        if ((fd = shm_open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0)) < 0) continue;
+        if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+            close(fd);
+            continue;
+        }
         /* time(NULL) lags the clock that stamps files by up to a tick: no age asked, none read */
-        orphan = (!min_age || (fstat(fd, &sb) == 0 && time(NULL) - sb.st_mtime >= min_age)) &&
-                 !ddp__locked(fd, 0, DDP__MAX_CPU_RANKS);
+        orphan = (!min_age || time(NULL) - sb.st_mtime >= min_age) && !ddp__locked(fd, 0, DDP__MAX_CPU_RANKS);
         close(fd);
         if (orphan) shm_unlink(name);
     }
@@ -5148,7 +5165,12 @@ static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said)
    or the status of the rank whose failure stopped the job, described in `why`.
    *final says not to restart (the launcher was signalled, or could not start ranks).
    After the first failure the others have 2 s to end on their own (and say why), then
-   SIGTERM, and SIGKILL 3 s later: the job ends within seconds. */
+   SIGTERM, and SIGKILL 3 s later: the job ends within seconds. A SIGINT, SIGTERM or
+   SIGHUP to the launcher before any failure stops the job: passed on to the ranks, which
+   have 30 s to end (Slurm's and torchrun's grace: time to save a checkpoint) before
+   SIGKILL, or none if the signal comes again; the attempt's status is then 128 + the
+   signal, whatever the ranks' own. A signal the launcher was started ignoring (nohup,
+   a background job of a script) stays ignored, by it and by the ranks. */
 static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt, char *why, size_t why_size,
                         int *final)
 {
@@ -5158,8 +5180,11 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
     int *said;
     char port[16], job[40], num[16], secret[65], prefix[40], report[48] = "1";
     unsigned char raw[32];
-    int i, live = 0, nends = 0, cause = -1, status = 0, others = 0, p, pipefd[2] = {-1, -1};
+    static const int stops[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction chld, dfl;
+    int i, live = 0, nends = 0, cause = -1, status = 0, others = 0, p, pipefd[2] = {-1, -1}, stopped = 0, from_tty = 0;
     int64_t term_at = 0, kill_at = 0;
+    const pid_t launcher = getpid();
     struct stat sb;
     *why = 0;
     *final = 1;
@@ -5199,9 +5224,14 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
        never asynchronously */
     sigemptyset(&block);
     sigaddset(&block, SIGCHLD);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGHUP);
+    for (i = 0; i < 3; i++) {
+        struct sigaction sa;
+        if (sigaction(stops[i], NULL, &sa) != 0 || sa.sa_handler != SIG_IGN) sigaddset(&block, stops[i]);
+    }
+    /* an ignored SIGCHLD (inherited) would reap the ranks unseen: waitpid could not count them */
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGCHLD, &dfl, &chld);
     sigprocmask(SIG_BLOCK, &block, &old);
     fflush(NULL);
     *final = 0;
@@ -5209,7 +5239,9 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
         pid_t pid = fork();
         if (pid == 0) {
             ddp__child_env(i, num, port, job, secret, threads, attempt, report);
-            prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans if the launcher is killed */
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans if the launcher is killed, */
+            if (getppid() != launcher) _exit(128 + SIGKILL); /* also before that line */
+            sigaction(SIGCHLD, &chld, NULL);
             sigprocmask(SIG_SETMASK, &old, NULL);
             execvp(argv[0], argv);
             fprintf(stderr, "ddp: cannot run '%s': %s\n", argv[0], strerror(errno));
@@ -5244,7 +5276,16 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
         if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
             /* a terminal's Ctrl-C already reached the whole process group */
             if (info.si_code != SI_KERNEL) ddp__signal_all(pids, nproc, sig);
-            if (!kill_at) kill_at = ddp__now_ms() + 3000;
+            if (stopped) { /* again: no more grace */
+                ddp__signal_all(pids, nproc, SIGKILL);
+                kill_at = INT64_MAX;
+            } else if (ddp__first_cause(ends, nends) < 0 && !term_at) { /* the user's stop, not a failure's end */
+                stopped = sig;
+                from_tty = info.si_code == SI_KERNEL;
+                kill_at = ddp__now_ms() + 30000;
+            } else if (!kill_at) {
+                kill_at = ddp__now_ms() + 3000;
+            }
             *final = 1; /* the user stops the job: never restarted */
         }
         while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
@@ -5290,7 +5331,13 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
     }
 
     sigprocmask(SIG_SETMASK, &old, NULL);
+    sigaction(SIGCHLD, &chld, NULL);
     if (pipefd[0] >= 0) close(pipefd[0]);
+    if (stopped) { /* the ranks' ends were the stop's, even an exit 0 of a rank that caught it */
+        status = 128 + stopped;
+        snprintf(why, why_size, "stopped by signal %d (%s)%s", stopped, strsignal(stopped),
+                 from_tty ? "" : " sent to the launcher");
+    }
     /* whatever shared memory a crash left behind goes with the attempt */
     snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));
     ddp__shm_sweep(prefix, -1);

@@ -86,4 +86,65 @@ out=$(env -u OMP_NUM_THREADS timeout 60 examples/ddprun -n 3 --max-restarts 2 "$
 [ $rc -eq 0 ] && [ "$(grep -c '^ddp: .*OMP_NUM_THREADS=[0-9]' <<<"$out")" -eq $((cores > 1)) ]
 if [ $? -eq 0 ]; then echo "PASS ddprun.omp_note_once_per_job"
 else echo "FAIL ddprun.omp_note_once_per_job: status $rc, want 0 and $((cores > 1)) note(s) over 3 attempts: $(head -c 400 <<<"$out" | tr '\n' ' ')"; fail=1; fi
+
+# Signals to the launcher. A user's stop (SIGTERM, SIGINT, SIGHUP) before any failure ends
+# the job with 128 + the signal and a line saying so, even when the ranks catch it and
+# exit 0; a signal the launcher was started ignoring (nohup) stays ignored; a second stop
+# ends the 30 s grace at once; a launcher started with SIGCHLD ignored still sees its
+# ranks end (it waited forever).
+cat >"$tmp/waiter" <<'EOF2'
+#!/bin/sh
+# a rank: says it started, waits for the file "go"; HUP is noted, IGNORE ignored, EXIT0 exits 0
+d=$(dirname "$0")
+trap 'echo "hup $RANK" >>"$d/got"' HUP
+[ -n "$IGNORE" ] && trap '' "$IGNORE"
+[ -n "$EXIT0" ] && trap 'exit 0' "$EXIT0"
+echo started >"$d/started.$RANK"
+while [ ! -e "$d/go" ]; do sleep 0.05; done
+echo "finished $RANK"
+EOF2
+chmod +x "$tmp/waiter"
+launch() { # command...: in the background (pid), once both ranks have started
+  rm -f "$tmp"/started.* "$tmp/go" "$tmp/got"
+  "$@" >"$tmp/sig.txt" 2>&1 &
+  pid=$!
+  for _ in $(seq 400); do [ -e "$tmp/started.0" ] && [ -e "$tmp/started.1" ] && return; sleep 0.05; done
+}
+pending() { # signal number: 1 while it is pending for the launcher
+  local mask
+  mask=$(sed -n 's/^ShdPnd:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null)
+  [ -n "$mask" ] && [ $(( (0x$mask >> ($1 - 1)) & 1 )) -eq 1 ]
+}
+sigcheck() { # name ok why
+  if [ "$2" -eq 0 ]; then echo "PASS ddprun.$1"; else echo "FAIL ddprun.$1: $3"; fail=1; fi
+}
+launch timeout 60 sh -c "trap '' HUP; exec examples/ddprun -n 2 $tmp/waiter"
+kill -HUP "$(pgrep -P $pid)" 2>/dev/null
+# the job goes on: the old launcher SIGKILLed the ranks (which ignore it too) 3 s later
+for _ in $(seq 80); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
+touch "$tmp/go"
+wait $pid
+rc=$?
+[ $rc -eq 0 ] && [ ! -e "$tmp/got" ] && [ "$(grep -c '^finished' "$tmp/sig.txt")" -eq 2 ]
+sigcheck signal_ignored_at_start_stays_ignored $? "status $rc (want 0), $(cat "$tmp/got" 2>/dev/null | tr '\n' ' ')$(tr '\n' ' ' <"$tmp/sig.txt")"
+launch env EXIT0=TERM timeout 60 examples/ddprun -n 2 "$tmp/waiter"
+kill -TERM "$(pgrep -P $pid)"
+wait $pid
+rc=$?
+[ $rc -eq 143 ] && grep -q '^ddp: stopped by signal 15 (Terminated) sent to the launcher$' "$tmp/sig.txt"
+sigcheck stopped_job_is_not_a_success $? "status $rc (want 143): $(tr '\n' ' ' <"$tmp/sig.txt")"
+launch env --default-signal=INT IGNORE=INT timeout 60 examples/ddprun -n 2 "$tmp/waiter"
+start=$(date +%s)
+ddprun_pid=$(pgrep -P $pid)
+kill -INT "$ddprun_pid"
+pid=$ddprun_pid
+for _ in $(seq 100); do pending 2 || break; sleep 0.02; done # taken, before it comes again
+kill -INT "$ddprun_pid"
+wait
+took=$(($(date +%s) - start))
+grep -q '^ddp: stopped by signal 2 (Interrupt) sent to the launcher$' "$tmp/sig.txt" && [ $took -lt 20 ]
+sigcheck second_stop_signal_ends_the_grace $? "after $took s (the grace is 30 s): $(tr '\n' ' ' <"$tmp/sig.txt")"
+out=$(timeout 30 bash -c "trap '' CHLD; exec examples/ddprun -n 2 true" 2>&1)
+rc=$?
+sigcheck sigchld_ignored_at_start $rc "status $rc (124: the launcher never saw its ranks end): $out"
 exit $fail

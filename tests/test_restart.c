@@ -59,7 +59,7 @@ static int read_attempts(const char *dir, attempt_line *a, int max)
 /* The name an arena of this job would have: what the launcher sweeps after an attempt. */
 static void arena_name(char *out, size_t n, const char *job)
 {
-    snprintf(out, n, "/ddp.%016llx.test", (unsigned long long)ddp__hash(job));
+    snprintf(out, n, "/ddp.%016llx.1", (unsigned long long)ddp__hash(job)); /* <job>.<creator pid> */
 }
 
 /* Before init, attempt k > 0 checks what attempt k - 1 left behind. */

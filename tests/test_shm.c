@@ -213,6 +213,46 @@ static void test_launcher_sweeps(const char *self)
           name);
 }
 
+/* What is not an arena stays, and does not stop a job: a FIFO named like an arena (any
+   user can make one in /dev/shm; opening it waited for a writer, and the job timed out),
+   a FIFO and a file that only start with "ddp." (they were deleted). */
+static void test_strangers_in_dev_shm(void)
+{
+    const char *fifo = "/dev/shm/ddp.0123456789abcdef.99999999", *other = "/dev/shm/ddp.test-not-an-arena";
+    const char *odd = "/dev/shm/ddp.test-fifo";
+    char p[3][64];
+    test_job job;
+    double t0;
+    int k, made, kept;
+    unlink(fifo);
+    unlink(other);
+    unlink(odd);
+    made = mkfifo(fifo, 0666) == 0 && mkfifo(odd, 0666) == 0;
+    k = open(other, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    made = made && k >= 0 && write(k, "x", 1) == 1;
+    if (k >= 0) close(k);
+    snprintf(p[0], sizeof p[0], "/%s", fifo + 9);
+    snprintf(p[1], sizeof p[1], "/%s", other + 9);
+    snprintf(p[2], sizeof p[2], "/%s", odd + 9);
+    for (k = 0; k < 3; k++) { /* a minute old: past the sweep's age */
+        struct timespec t[2];
+        clock_gettime(CLOCK_REALTIME, &t[0]);
+        t[0].tv_sec -= 60;
+        t[1] = t[0];
+        utimensat(AT_FDCWD, k == 0 ? fifo : k == 1 ? other : odd, t, 0);
+    }
+    t0 = test_now_s();
+    test_spawn(&job, 2, plain_job, NULL);
+    t0 = test_now_s() - t0;
+    kept = shm_exists(p[0]) && shm_exists(p[1]) && shm_exists(p[2]);
+    unlink(fifo);
+    unlink(other);
+    unlink(odd);
+    CHECK("shm.strangers_in_dev_shm_kept_and_harmless", made && job.failed == 0 && kept && t0 < 8,
+          "made %d; the job: %s in %.1f s; FIFOs and file %s", made, test_job_why(&job, NULL, 0), t0,
+          kept ? "kept" : "removed");
+}
+
 /* ---- namespaces (root) ---- */
 
 /* A private /dev/shm of `size` for this process and its children. */
@@ -370,6 +410,7 @@ int main(int argc, char **argv)
     test_killed_rank0_leaves_nothing();
     test_held_arena_kept();
     test_launcher_sweeps(argv[0]);
+    test_strangers_in_dev_shm();
     unsetenv("DDP_TIMEOUT");
     test_small_shm();
     test_pid_namespace();
