@@ -5079,11 +5079,49 @@ static int ddp__free_port(void)
     return port;
 }
 
-static void ddp__signal_all(const pid_t *pids, int n, int sig)
+/* Every other process of the attempt beyond its ranks (a wrapper script's program, what
+   a rank started, a daemon that left the session) carries the attempt's job id in its
+   environment: sig to each of them (a rank's parent may be gone, so the launcher cannot
+   find them by parentage). Returns how many there were. */
+static int ddp__signal_job(const char *job, int sig)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    char want[64], path[64], buf[4096];
+    int n = 0, wl = snprintf(want, sizeof want, "DDP_JOB_ID=%s", job);
+    const pid_t self = getpid();
+    if (!d) return 0;
+    while ((e = readdir(d)) != NULL) {
+        const pid_t pid = (pid_t)atoi(e->d_name);
+        int fd, pos = 0, same = 1, found = 0;
+        ssize_t k, i;
+        if (pid <= 0 || pid == self) continue;
+        snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) continue; /* another user's, or gone */
+        while (!found && (k = read(fd, buf, sizeof buf)) > 0) /* NUL-ended entries, matched as they stream */
+            for (i = 0; i < k && !found; i++) {
+                if (buf[i]) {
+                    same = same && pos < wl && buf[i] == want[pos];
+                    pos++;
+                } else {
+                    found = same && pos == wl;
+                    pos = 0;
+                    same = 1;
+                }
+            }
+        close(fd);
+        if (found && kill(pid, sig) == 0) n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void ddp__signal_all(const pid_t *pids, int n, const char *job, int sig)
 {
     int i;
     for (i = 0; i < n; i++)
         if (pids[i] > 0) kill(pids[i], sig);
+    ddp__signal_job(job, sig);
 }
 
 /* The launcher a rank of an already launched job was started by, or NULL. A job of one
@@ -5275,9 +5313,9 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
         sig = sigtimedwait(&block, &info, &ts);
         if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
             /* a terminal's Ctrl-C already reached the whole process group */
-            if (info.si_code != SI_KERNEL) ddp__signal_all(pids, nproc, sig);
+            if (info.si_code != SI_KERNEL) ddp__signal_all(pids, nproc, job, sig);
             if (stopped) { /* again: no more grace */
-                ddp__signal_all(pids, nproc, SIGKILL);
+                ddp__signal_all(pids, nproc, job, SIGKILL);
                 kill_at = INT64_MAX;
             } else if (ddp__first_cause(ends, nends) < 0 && !term_at) { /* the user's stop, not a failure's end */
                 stopped = sig;
@@ -5321,11 +5359,11 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
                 snprintf(why + n, why_size - (size_t)n, "; stopped the other %d", others);
         }
         if (term_at && now >= term_at && live > 0 && !kill_at) {
-            ddp__signal_all(pids, nproc, SIGTERM);
+            ddp__signal_all(pids, nproc, job, SIGTERM);
             kill_at = now + 3000;
         }
         if (kill_at && now >= kill_at) {
-            ddp__signal_all(pids, nproc, SIGKILL);
+            ddp__signal_all(pids, nproc, job, SIGKILL);
             kill_at = INT64_MAX;
         }
     }
@@ -5337,6 +5375,20 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
         status = 128 + stopped;
         snprintf(why, why_size, "stopped by signal %d (%s)%s", stopped, strsignal(stopped),
                  from_tty ? "" : " sent to the launcher");
+    }
+    /* a failed or stopped attempt takes what its ranks started with it (SIGTERM, SIGKILL
+       3 s later): nothing of it runs beside the next attempt, or after the launcher */
+    if (status != 0) {
+        int64_t until = ddp__now_ms() + 3000;
+        int sig = SIGTERM;
+        while (ddp__signal_job(job, sig) > 0 && sig != 0) {
+            struct timespec ts = {0, 20000000L};
+            nanosleep(&ts, NULL);
+            if (ddp__now_ms() >= until) {
+                sig = sig == SIGTERM ? SIGKILL : 0; /* past SIGKILL, only what cannot die is left */
+                until = ddp__now_ms() + 2000;
+            }
+        }
     }
     /* whatever shared memory a crash left behind goes with the attempt */
     snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));

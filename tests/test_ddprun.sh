@@ -144,6 +144,41 @@ wait
 took=$(($(date +%s) - start))
 grep -q '^ddp: stopped by signal 2 (Interrupt) sent to the launcher$' "$tmp/sig.txt" && [ $took -lt 20 ]
 sigcheck second_stop_signal_ends_the_grace $? "after $took s (the grace is 30 s): $(tr '\n' ' ' <"$tmp/sig.txt")"
+# What the ranks started goes with a failed or stopped attempt: a wrapper script's program
+# (the wrapper, the launcher's child, dies of SIGTERM; its program went on as an orphan),
+# and before a restart whatever a rank left running (it ran beside the next attempt).
+printf '#!/bin/sh\n"$(dirname "$0")/waiter"\n' >"$tmp/wrap"
+cat >"$tmp/lingerer" <<'EOF2'
+#!/bin/sh
+d=$(dirname "$0")
+while [ ! -e "$d/attempt1" ]; do sleep 0.05; done
+echo "a process of attempt $TORCHELASTIC_RESTART_COUNT ran in attempt 1" >>"$d/overlap"
+EOF2
+cat >"$tmp/leaver" <<'EOF2'
+#!/bin/sh
+d=$(dirname "$0")
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  [ "$RANK" = 1 ] && { "$d/lingerer" & kill -9 $$; }
+  while :; do sleep 0.05; done
+fi
+touch "$d/attempt1"
+EOF2
+chmod +x "$tmp/wrap" "$tmp/lingerer" "$tmp/leaver"
+launch timeout 60 examples/ddprun -n 2 "$tmp/wrap"
+kill -TERM "$(pgrep -P $pid)"
+wait $pid
+rc=$?
+left=$(pgrep -f "$tmp/waiter" | wc -l)
+touch "$tmp/go"
+[ $rc -eq 143 ] && [ "$left" -eq 0 ]
+sigcheck wrapped_programs_end_with_the_job $? "status $rc (want 143), $left wrapped ranks still running"
+rm -f "$tmp/attempt1" "$tmp/overlap"
+out=$(timeout 60 examples/ddprun -n 2 --max-restarts 1 "$tmp/leaver" 2>&1)
+rc=$?
+for _ in $(seq 60); do [ -e "$tmp/overlap" ] || ! pgrep -f "$tmp/lingerer" >/dev/null || break; sleep 0.05; done
+pkill -f "$tmp/lingerer"
+[ $rc -eq 0 ] && [ ! -e "$tmp/overlap" ] && grep -q 'restarting the job: attempt 2 of 2' <<<"$out"
+sigcheck restart_after_every_process_of_the_attempt_before $? "status $rc: $(cat "$tmp/overlap" 2>/dev/null) $(tr '\n' ' ' <<<"$out")"
 out=$(timeout 30 bash -c "trap '' CHLD; exec examples/ddprun -n 2 true" 2>&1)
 rc=$?
 sigcheck sigchld_ignored_at_start $rc "status $rc (124: the launcher never saw its ranks end): $out"
