@@ -332,7 +332,8 @@ typedef struct ddp_work {
 DDPDEF int ddp_launch(int *argc, char **argv);
 /* Runs nproc copies of argv (argv[0] looked up in PATH) as ranks 0..nproc-1 of one
    job on this host; returns 0 if all succeeded, else the status of the rank whose
-   failure stopped the job (128+signal for a signal). Prints one line naming it. */
+   failure stopped the job (128+signal for a signal). Prints one line naming it. A
+   program that cannot run is one line and 127 (not found) or 126 (not runnable). */
 DDPDEF int ddp_run(int nproc, char *const argv[]);
 /* ddp_run, and after a failed attempt the whole job again, up to max_restarts times
    (a signal to the launcher is never restarted). Each attempt is a new job (job id,
@@ -5209,8 +5210,8 @@ static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said)
    SIGKILL, or none if the signal comes again; the attempt's status is then 128 + the
    signal, whatever the ranks' own. A signal the launcher was started ignoring (nohup,
    a background job of a script) stays ignored, by it and by the ranks. */
-static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt, char *why, size_t why_size,
-                        int *final)
+static int ddp__attempt(int nproc, const char *path, char *const argv[], int threads, int attempt, char *why,
+                        size_t why_size, int *final)
 {
     sigset_t block, old;
     pid_t *pids, *started;
@@ -5281,7 +5282,7 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
             if (getppid() != launcher) _exit(128 + SIGKILL); /* also before that line */
             sigaction(SIGCHLD, &chld, NULL);
             sigprocmask(SIG_SETMASK, &old, NULL);
-            execvp(argv[0], argv);
+            execvp(path, argv);
             fprintf(stderr, "ddp: cannot run '%s': %s\n", argv[0], strerror(errno));
             _exit(127);
         }
@@ -5397,18 +5398,59 @@ static int ddp__attempt(int nproc, char *const argv[], int threads, int attempt,
     return status;
 }
 
+/* 0 if path can be run as execvp would (a name without '/' looked up in PATH), else
+   the shell's status for it (127: not found, 126: found but not runnable), said once
+   here rather than by every rank, and never restarted. */
+static int ddp__runnable(const char *path)
+{
+    const char *dirs = getenv("PATH"), *d, *end;
+    char full[4096];
+    struct stat sb;
+    int seen = 0;
+    if (strchr(path, '/')) {
+        if (stat(path, &sb) != 0) seen = -1;
+        else if (S_ISREG(sb.st_mode) && access(path, X_OK) == 0) return 0;
+        else seen = 1;
+    } else {
+        for (d = dirs && *dirs ? dirs : "/usr/local/bin:/usr/bin:/bin"; ; d = end + 1) {
+            end = strchr(d, ':');
+            if (!end) end = d + strlen(d);
+            snprintf(full, sizeof full, "%.*s/%s", (int)(end - d), end > d ? d : ".", path);
+            if (stat(full, &sb) == 0) {
+                if (S_ISREG(sb.st_mode) && access(full, X_OK) == 0) return 0;
+                seen = 1;
+            }
+            if (!*end) break;
+        }
+        seen = seen ? 1 : -1;
+    }
+    fprintf(stderr, "ddp: cannot run '%s': %s\n", path, seen < 0 ? (strchr(path, '/') ? "no such file" :
+            "not found in PATH") : "not an executable file (or no permission to run it)");
+    return seen < 0 ? 127 : 126;
+}
+
+static int ddp__run(int nproc, int max_restarts, const char *path, char *const argv[]);
+
 int ddp_run(int nproc, char *const argv[]) { return ddp_run_restarts(nproc, 0, argv); }
 
 int ddp_run_restarts(int nproc, int max_restarts, char *const argv[])
+{
+    return ddp__run(nproc, max_restarts, argv ? argv[0] : NULL, argv);
+}
+
+/* The launcher: path is the program to start (ddp_launch's is this one's own binary,
+   whatever argv[0] says), argv its arguments, argv[0] included. */
+static int ddp__run(int nproc, int max_restarts, const char *path, char *const argv[])
 {
     char why[300];
     int attempt, status, final, threads;
     long cores = ddp__cores_allowed();
     const char *outer = ddp__launched_by(), *omp = getenv("OMP_NUM_THREADS");
-    if (nproc < 1 || !argv || !argv[0] || max_restarts < 0) {
+    if (nproc < 1 || !argv || !argv[0] || !path || max_restarts < 0) {
         fprintf(stderr, "ddp: nothing to run (nproc %d, max_restarts %d)\n", nproc, max_restarts);
         return 2;
     }
+    if ((status = ddp__runnable(path)) != 0) return status;
     if (outer) { /* a job inside a job would be nproc unrelated jobs */
         fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
         return 2;
@@ -5423,7 +5465,7 @@ int ddp_run_restarts(int nproc, int max_restarts, char *const argv[])
                 "OpenMP would otherwise start %ld threads); set OMP_NUM_THREADS to choose another number\n",
                 nproc, cores, threads, cores);
     for (attempt = 0;; attempt++) {
-        status = ddp__attempt(nproc, argv, threads, attempt, why, sizeof why, &final);
+        status = ddp__attempt(nproc, path, argv, threads, attempt, why, sizeof why, &final);
         if (status == 0) return 0;
         if (final || attempt == max_restarts) break;
         fprintf(stderr, "ddp: %s; restarting the job: attempt %d of %d\n", why, attempt + 2, max_restarts + 1);
@@ -5486,7 +5528,9 @@ int ddp_launch(int *argc, char **argv)
                 "launcher, give it to that launcher)\n");
         return 2;
     }
-    return nproc_given ? ddp_run_restarts((int)nproc, (int)restarts, argv) : DDP_WORKER;
+    /* this very program, also where argv[0] names no file (exec -a, a name PATH does not hold) */
+    return nproc_given ? ddp__run((int)nproc, (int)restarts, access("/proc/self/exe", X_OK) == 0 ? "/proc/self/exe" :
+                                  argv[0], argv) : DDP_WORKER;
 }
 /* ---- >>sampler ------------------------------------------------------------------------------ */
 /* MT19937, seeded like torch.Generator.manual_seed (init_genrand on the low 32 bits). */

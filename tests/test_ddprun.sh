@@ -179,6 +179,22 @@ for _ in $(seq 60); do [ -e "$tmp/overlap" ] || ! pgrep -f "$tmp/lingerer" >/dev
 pkill -f "$tmp/lingerer"
 [ $rc -eq 0 ] && [ ! -e "$tmp/overlap" ] && grep -q 'restarting the job: attempt 2 of 2' <<<"$out"
 sigcheck restart_after_every_process_of_the_attempt_before $? "status $rc: $(cat "$tmp/overlap" 2>/dev/null) $(tr '\n' ' ' <<<"$out")"
+# A program that cannot run is one line and the shell's status, never restarted (a line per
+# rank and attempt, thousands a second); a ddp_launch program started under another name
+# (exec -a) starts copies of itself.
+for case in "$tmp/no-such-program|127|no such file" "no-such-program-in-path|127|not found in PATH" \
+            "$tmp|126|not an executable file"; do
+  IFS='|' read -r prog want say <<<"$case"
+  out=$(timeout 30 examples/ddprun -n 3 --max-restarts 1000 "$prog" 2>&1)
+  rc=$?
+  [ $rc -eq "$want" ] && [ "$(grep -c "^ddp: cannot run '$prog': $say" <<<"$out")" -eq 1 ] && ! grep -q restart <<<"$out"
+  ok=$?
+  sigcheck "cannot_run_${prog##*/}" $ok "status $rc (want $want): $(head -c 300 <<<"$out" | tr '\n' ' ')"
+done
+out=$(h=$PWD/$hello && cd "$tmp" && timeout 30 bash -c "exec -a hello_under_another_name $h --nproc 2" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q '^sum 3, expected 3, world 2' <<<"$out"
+sigcheck launch_under_another_name $? "status $rc: $(head -c 300 <<<"$out" | tr '\n' ' ')"
 out=$(timeout 30 bash -c "trap '' CHLD; exec examples/ddprun -n 2 true" 2>&1)
 rc=$?
 sigcheck sigchld_ignored_at_start $rc "status $rc (124: the launcher never saw its ranks end): $out"

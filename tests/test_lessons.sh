@@ -209,7 +209,8 @@ for script in examples/lessons/04_gradsync/draw_trace.py examples/lessons/01_lau
 runpy.run_path(sys.argv[0], run_name="__main__")' "$script" "$tmp/trace.json" "$tmp/none.png" 2>&1)
   rc=$?
   [ $rc -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q 'matplotlib.*pip install matplotlib' <<<"$out"
-  report "lessons.$(basename "$script" .py)_without_matplotlib: one line on how to install it" $? "exit $rc: $out"
+  ok=$? # (before the name's $(...), which would set $? to its own status)
+  report "lessons.$(basename "$script" .py)_without_matplotlib: one line on how to install it" $ok "exit $rc: $out"
 done
 if ! "$py" -c 'import matplotlib' 2>/dev/null; then
   echo "SKIP lessons.draw_scripts: python3 cannot import matplotlib"
