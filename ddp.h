@@ -5401,7 +5401,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
 /* 0 if path can be run as execvp would (a name without '/' looked up in PATH), else
    the shell's status for it (127: not found, 126: found but not runnable), said once
    here rather than by every rank, and never restarted. */
-static int ddp__runnable(const char *path)
+static int ddp__runnable(const char *path, int quiet)
 {
     const char *dirs = getenv("PATH"), *d, *end;
     char full[4096];
@@ -5424,8 +5424,9 @@ static int ddp__runnable(const char *path)
         }
         seen = seen ? 1 : -1;
     }
-    fprintf(stderr, "ddp: cannot run '%s': %s\n", path, seen < 0 ? (strchr(path, '/') ? "no such file" :
-            "not found in PATH") : "not an executable file (or no permission to run it)");
+    if (!quiet)
+        fprintf(stderr, "ddp: cannot run '%s': %s\n", path, seen < 0 ? (strchr(path, '/') ? "no such file" :
+                "not found in PATH") : "not an executable file (or no permission to run it)");
     return seen < 0 ? 127 : 126;
 }
 
@@ -5450,7 +5451,7 @@ static int ddp__run(int nproc, int max_restarts, const char *path, char *const a
         fprintf(stderr, "ddp: nothing to run (nproc %d, max_restarts %d)\n", nproc, max_restarts);
         return 2;
     }
-    if ((status = ddp__runnable(path)) != 0) return status;
+    if ((status = ddp__runnable(path, 0)) != 0) return status;
     if (outer) { /* a job inside a job would be nproc unrelated jobs */
         fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
         return 2;
@@ -5528,9 +5529,11 @@ int ddp_launch(int *argc, char **argv)
                 "launcher, give it to that launcher)\n");
         return 2;
     }
-    /* this very program, also where argv[0] names no file (exec -a, a name PATH does not hold) */
-    return nproc_given ? ddp__run((int)nproc, (int)restarts, access("/proc/self/exe", X_OK) == 0 ? "/proc/self/exe" :
-                                  argv[0], argv) : DDP_WORKER;
+    /* argv[0] as the user started it (under valgrind or ld.so, /proc/self/exe is those),
+       else this very binary (exec -a, a name PATH does not hold) */
+    if (!nproc_given) return DDP_WORKER;
+    return ddp__run((int)nproc, (int)restarts, ddp__runnable(argv[0], 1) == 0 || access("/proc/self/exe", X_OK) != 0 ?
+                    argv[0] : "/proc/self/exe", argv);
 }
 /* ---- >>sampler ------------------------------------------------------------------------------ */
 /* MT19937, seeded like torch.Generator.manual_seed (init_genrand on the low 32 bits). */
