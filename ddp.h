@@ -620,6 +620,7 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -1837,6 +1838,7 @@ struct ddp__server {
     char broken[200];        /* why the job can no longer make progress */
     char farewell[200];      /* why rank 0 leaves, when it fails */
     char loopback[300];      /* set where the store listens on loopback in a job of several hosts */
+    int spare_fd;            /* given up for an instant when out of descriptors, to turn a caller away */
 };
 
 /* grows an array of n elements to hold n + 1; NULL when out of memory */
@@ -2192,11 +2194,40 @@ static int ddp__server_read(ddp__server *s, ddp__conn *c)
     return 0;
 }
 
+/* Out of descriptors: while ranks are still to join, the job cannot form (say so now,
+   not as a timeout); after that, a caller waiting in the backlog is turned away (it
+   kept poll answering at once: a spinning store). */
+static void ddp__server_no_fd(ddp__server *s, int err)
+{
+    struct rlimit rl;
+    char why[200];
+    int r, joined = 0;
+    for (r = 0; r < s->world; r++) joined += s->joined[r];
+    if (joined < s->world) {
+        if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+            snprintf(why, sizeof why, "rank 0 ran out of file descriptors with %d of %d ranks joined (ulimit -n is "
+                     "%llu, and the store holds one per rank): raise it", joined, s->world, (unsigned long long)rl.rlim_cur);
+        else
+            snprintf(why, sizeof why, "rank 0 cannot accept connections with %d of %d ranks joined: %s", joined, s->world,
+                     strerror(err));
+        ddp__server_break(s, why);
+    }
+    if (s->spare_fd >= 0) {
+        int fd;
+        close(s->spare_fd);
+        if ((fd = accept(s->listen_fd, NULL, NULL)) >= 0) close(fd);
+        s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+}
+
 static void ddp__server_accept(ddp__server *s)
 {
     int fd = accept(s->listen_fd, NULL, NULL), one = 1, i, oldest = -1;
     ddp__conn *c;
-    if (fd < 0) return;
+    if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) ddp__server_no_fd(s, errno);
+        return;
+    }
     fcntl(fd, F_SETFD, FD_CLOEXEC); /* accept4 would need _GNU_SOURCE before the user's first header */
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     if (s->nconns == s->cap) { /* full of newcomers: the oldest one makes room */
@@ -2264,6 +2295,7 @@ static void ddp__server_free(ddp__server *s)
     while (s->ngathers) ddp__gather_free(s, s->ngathers - 1);
     DDP_FREE(s->kv); DDP_FREE(s->gathers); DDP_FREE(s->conns); DDP_FREE(s->joined);
     if (s->listen_fd >= 0) close(s->listen_fd);
+    if (s->spare_fd >= 0) close(s->spare_fd);
     if (s->wake[0] >= 0) { close(s->wake[0]); close(s->wake[1]); }
     pthread_mutex_destroy(&s->mu);
     DDP_FREE(s);
@@ -2351,6 +2383,7 @@ static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);
     s->listen_fd = s->wake[0] = s->wake[1] = -1;
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     s->world = ctx->world_size;
     s->cap = ctx->world_size + DDP__STORE_PENDING;
     ddp__copy(s->job_id, sizeof s->job_id, cfg->job_id);

@@ -195,6 +195,16 @@ out=$(h=$PWD/$hello && cd "$tmp" && timeout 30 bash -c "exec -a hello_under_anot
 rc=$?
 [ $rc -eq 0 ] && grep -q '^sum 3, expected 3, world 2' <<<"$out"
 sigcheck launch_under_another_name $? "status $rc: $(head -c 300 <<<"$out" | tr '\n' ' ')"
+# rank 0's store out of file descriptors while ranks are still to join: every rank stops
+# at once naming the limit (the store spun at 100% CPU until DDP_TIMEOUT, which then blamed
+# the ranks left in its backlog)
+start=$(date +%s)
+out=$(ulimit -n 40 && DDP_TIMEOUT=60 OMP_NUM_THREADS=1 timeout 50 $hello --nproc 60 2>&1)
+rc=$?
+took=$(($(date +%s) - start))
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 30 ] &&
+  grep -q '^ddp: error: rank 0/60: rank 0 ran out of file descriptors with [0-9]* of 60 ranks joined (ulimit -n is 40' <<<"$out"
+sigcheck store_out_of_descriptors $? "status $rc after $took s: $(grep 'rank 0/60' <<<"$out" | head -c 300)"
 out=$(timeout 30 bash -c "trap '' CHLD; exec examples/ddprun -n 2 true" 2>&1)
 rc=$?
 sigcheck sigchld_ignored_at_start $rc "status $rc (124: the launcher never saw its ranks end): $out"
