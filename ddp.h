@@ -1047,6 +1047,7 @@ struct ddp__state {
     int pmi_fd;              /* Hydra's PMI connection once asked for the kvsname, else -1 */
     char pmi_kvs[128];       /* Hydra's kvsname once asked for */
     int report_fd;           /* the built-in launcher's pipe, else -1: how this rank's first failure came about */
+#define DDP__JOINING 1000    /* (a report's code: this rank started ddp_init) */
     ddp__server *server;     /* rank 0 only */
     uint64_t seq;            /* collectives issued */
     const ddp__backend *be;
@@ -1553,8 +1554,11 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
         int fd = -1;
         if ((v = getenv("DDP_LAUNCHER")) && sscanf(v, "%d:%lu", &fd, &ino) == 2 && fstat(fd, &sb) == 0 &&
             S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino) {
+            char msg[32];
+            int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), DDP__JOINING);
             fcntl(fd, F_SETFD, FD_CLOEXEC); /* the rank's own children are not ranks */
             ctx->st->report_fd = fd;
+            if (write(fd, msg, (size_t)n) < 0) {} /* this rank uses ddp.h: it ending before the others is a failure */
         }
     }
     s->backend = d->backend;
@@ -5200,6 +5204,7 @@ typedef struct ddp__end {
     int status; /* its exit status, or 128 + the signal that killed it */
     int signal; /* that signal, or 0 */
     int caused; /* its first failure was another rank's (it said DDP_ERR_PEER or DDP_ERR_ABORTED) */
+    int early;  /* status 0 before it started ddp_init, while ranks that did wait for it */
 } ddp__end;
 
 /* The failure to report: the first that no other rank caused (a signal, or an exit for
@@ -5209,15 +5214,16 @@ static int ddp__first_cause(const ddp__end *ends, int n)
 {
     int i, first = -1;
     for (i = 0; i < n; i++) {
-        if (ends[i].status == 0) continue;
+        if (ends[i].status == 0 && !ends[i].early) continue;
         if (!ends[i].caused) return i;
         if (first < 0) first = i;
     }
     return first;
 }
 
-/* Reads what ranks said about their first failure ("pid code" lines): said[rank] = code. */
-static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said)
+/* Reads what ranks said about their first failure ("pid code" lines): said[rank] = code;
+   joined[rank] once it said it started ddp_init. */
+static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, unsigned char *joined)
 {
     char buf[4096], *line, *end;
     ssize_t k;
@@ -5227,7 +5233,8 @@ static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said)
             int pid = 0, code = 0, i;
             if (sscanf(line, "%d %d", &pid, &code) != 2) continue;
             for (i = 0; i < n; i++)
-                if (pids[i] == pid && said[i] < 0) said[i] = code;
+                if (pids[i] == pid && code == DDP__JOINING) joined[i] = 1;
+                else if (pids[i] == pid && said[i] < 0) said[i] = code;
         }
     }
 }
@@ -5249,7 +5256,8 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     sigset_t block, old;
     pid_t *pids, *started;
     ddp__end *ends;
-    int *said;
+    int *said, any_joined = 0;
+    unsigned char *joined;
     char port[16], job[40], num[16], secret[65], prefix[40], report[48] = "1";
     unsigned char raw[32];
     static const int stops[] = {SIGINT, SIGTERM, SIGHUP};
@@ -5271,12 +5279,13 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     started = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *started * (size_t)nproc));
     ends = DDP__CAST(ddp__end *, DDP_MALLOC(sizeof *ends * (size_t)nproc));
     said = DDP__CAST(int *, DDP_MALLOC(sizeof *said * (size_t)nproc));
-    if (!pids || !started || !ends || !said) {
-        DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said);
+    joined = DDP__CAST(unsigned char *, DDP_MALLOC((size_t)nproc));
+    if (!pids || !started || !ends || !said || !joined) {
+        DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said); DDP_FREE(joined);
         snprintf(why, why_size, "out of memory");
         return 1;
     }
-    for (i = 0; i < nproc; i++) said[i] = -1;
+    for (i = 0; i < nproc; i++) said[i] = -1, joined[i] = 0;
     /* ranks say how their first failure came about through a pipe (nonblocking: a rank
        never waits for the launcher), named to them with its inode */
     if (pipe(pipefd) == 0 && fstat(pipefd[1], &sb) == 0) {
@@ -5371,9 +5380,14 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             ends[nends].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             ends[nends++].caused = 0;
         }
-        if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said); /* written before they exited */
-        for (i = 0; i < nends; i++)
+        if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said, joined); /* written before they exited */
+        for (i = 0; i < nproc; i++) any_joined |= joined[i];
+        for (i = 0; i < nends; i++) {
             ends[i].caused = said[ends[i].rank] == DDP_ERR_PEER || said[ends[i].rank] == DDP_ERR_ABORTED;
+            /* a rank of a ddp.h program that left before ddp_init: the others would wait DDP_TIMEOUT for it
+               (a program that never calls ddp_init, under ddprun, has no rank that joined) */
+            ends[i].early = ends[i].status == 0 && !joined[ends[i].rank] && any_joined && i + 1 < nproc;
+        }
         now = ddp__now_ms();
         c = ddp__first_cause(ends, nends);
         if (c >= 0 && !term_at) {
@@ -5385,8 +5399,11 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             int n;
             cause = c;
             status = ends[c].status;
+            if (ends[c].early) status = 1; /* the job failed, though the rank's own status was 0 */
             n = ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)", ends[c].rank,
                                           ends[c].pid, ends[c].signal, strsignal(ends[c].signal))
+                : ends[c].early ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 before ddp_init, while "
+                                           "the others waited for it", ends[c].rank, ends[c].pid)
                                : snprintf(why, why_size, "rank %d (pid %d) exited with status %d", ends[c].rank,
                                           ends[c].pid, status);
             if (others && n > 0 && (size_t)n < why_size)
@@ -5427,7 +5444,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     /* whatever shared memory a crash left behind goes with the attempt */
     snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));
     ddp__shm_sweep(prefix, -1);
-    DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said);
+    DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said); DDP_FREE(joined);
     return status;
 }
 
