@@ -1843,6 +1843,7 @@ struct ddp__server {
     char farewell[200];      /* why rank 0 leaves, when it fails */
     char loopback[300];      /* set where the store listens on loopback in a job of several hosts */
     int spare_fd;            /* given up for an instant when out of descriptors, to turn a caller away */
+    int64_t listen_pause;    /* without one: the listener is not polled until then (no spinning) */
 };
 
 /* grows an array of n elements to hold n + 1; NULL when out of memory */
@@ -2222,6 +2223,7 @@ static void ddp__server_no_fd(ddp__server *s, int err)
         if ((fd = accept(s->listen_fd, NULL, NULL)) >= 0) close(fd);
         s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
+    if (s->spare_fd < 0) s->listen_pause = ddp__now_ms() + 100; /* (another thread took it) */
 }
 
 static void ddp__server_accept(ddp__server *s)
@@ -2260,7 +2262,8 @@ static void *ddp__server_main(void *arg)
         /* strangers (an idle connection, a port scan) do not keep a finished job waiting */
         if (s->stop_deadline && (members == 0 || ddp__now_ms() > s->stop_deadline)) break;
         pf[n].fd = s->wake[0]; pf[n++].events = POLLIN;
-        pf[n].fd = s->listen_fd; pf[n++].events = POLLIN;
+        pf[n].fd = s->listen_pause > ddp__now_ms() ? -1 : s->listen_fd; /* poll skips a negative fd */
+        pf[n++].events = POLLIN;
         for (i = 0; i < nc; i++) { pf[n].fd = s->conns[i].fd; pf[n++].events = POLLIN; }
         for (i = 0; i < n; i++) pf[i].revents = 0;
         if (poll(pf, (nfds_t)n, 200) < 0 && errno != EINTR) break;
@@ -5120,8 +5123,8 @@ static int ddp__free_port(void)
 /* Every other process of the attempt beyond its ranks (a wrapper script's program, what
    a rank started, a daemon that left the session) carries the attempt's job id in its
    environment: sig to each of them (a rank's parent may be gone, so the launcher cannot
-   find them by parentage). Returns how many there were. */
-static int ddp__signal_job(const char *job, int sig)
+   find them by parentage), not to the ranks in `ranks`. Returns how many there were. */
+static int ddp__signal_job(const char *job, const pid_t *ranks, int nranks, int sig)
 {
     DIR *d = opendir("/proc");
     struct dirent *e;
@@ -5131,9 +5134,10 @@ static int ddp__signal_job(const char *job, int sig)
     if (!d) return 0;
     while ((e = readdir(d)) != NULL) {
         const pid_t pid = (pid_t)atoi(e->d_name);
-        int fd, pos = 0, same = 1, found = 0;
+        int fd, pos = 0, same = 1, found = 0, r;
         ssize_t k, i;
-        if (pid <= 0 || pid == self) continue;
+        for (r = 0; r < nranks && ranks[r] != pid; r++) {}
+        if (pid <= 0 || pid == self || r < nranks) continue; /* the ranks are signalled once, by the caller */
         snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
         if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) continue; /* another user's, or gone */
         while (!found && (k = read(fd, buf, sizeof buf)) > 0) /* NUL-ended entries, matched as they stream */
@@ -5159,7 +5163,7 @@ static void ddp__signal_all(const pid_t *pids, int n, const char *job, int sig)
     int i;
     for (i = 0; i < n; i++)
         if (pids[i] > 0) kill(pids[i], sig);
-    ddp__signal_job(job, sig);
+    ddp__signal_job(job, pids, n, sig);
 }
 
 /* The launcher a rank of an already launched job was started by, or NULL. A job of one
@@ -5419,8 +5423,6 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         }
     }
 
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    sigaction(SIGCHLD, &chld, NULL);
     if (pipefd[0] >= 0) close(pipefd[0]);
     if (stopped) { /* the ranks' ends were the stop's, even an exit 0 of a rank that caught it */
         status = 128 + stopped;
@@ -5432,7 +5434,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     if (status != 0) {
         int64_t until = ddp__now_ms() + 3000;
         int sig = SIGTERM;
-        while (ddp__signal_job(job, sig) > 0 && sig != 0) {
+        while (ddp__signal_job(job, NULL, 0, sig) > 0 && sig != 0) {
             struct timespec ts = {0, 20000000L};
             nanosleep(&ts, NULL);
             if (ddp__now_ms() >= until) {
@@ -5444,6 +5446,9 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     /* whatever shared memory a crash left behind goes with the attempt */
     snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));
     ddp__shm_sweep(prefix, -1);
+    /* the signals again as they were, the cleanup done: one that came during it acts now */
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    sigaction(SIGCHLD, &chld, NULL);
     DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said); DDP_FREE(joined);
     return status;
 }
@@ -5465,7 +5470,7 @@ static int ddp__runnable(const char *path, int quiet)
         for (d = dirs && *dirs ? dirs : "/usr/local/bin:/usr/bin:/bin"; ; d = end + 1) {
             end = strchr(d, ':');
             if (!end) end = d + strlen(d);
-            snprintf(full, sizeof full, "%.*s/%s", (int)(end - d), end > d ? d : ".", path);
+            snprintf(full, sizeof full, "%.*s/%s", end > d ? (int)(end - d) : 1, end > d ? d : ".", path);
             if (stat(full, &sb) == 0) {
                 if (S_ISREG(sb.st_mode) && access(full, X_OK) == 0) return 0;
                 seen = 1;

@@ -27,18 +27,18 @@ static double now_s(void)
    flags (--nproc, --max-restarts, --local_rank) are ddp_launch's and ddp_init's. A bad
    one ends the program with one line, before any rank starts. */
 static const char *const flags[] = {"--iters", "--min-bytes", "--max-bytes"};
-static const long limits[][2] = {{1, 1000000}, {4, 1L << 34}, {4, 1L << 34}};
+static const long long limits[][2] = {{1, 1000000}, {4, 1LL << 34}, {4, 1LL << 34}};
 static const char *const launcher[] = {"--nproc", "--nproc_per_node", "--nproc-per-node", "--max-restarts",
                                        "--max_restarts", "--local_rank", "--local-rank", NULL};
 
-static void parse_args(int argc, char **argv, long value[3])
+static void parse_args(int argc, char **argv, long long value[3])
 {
     int i, k;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '='), *v = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
         const size_t n = eq ? (size_t)(eq - a) : strlen(a);
         char *end;
-        long x;
+        long long x;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             printf("usage: bench_allreduce [--nproc N] [--iters N (20)] [--min-bytes B (4096)] [--max-bytes B (64 "
                    "MiB)]\n");
@@ -54,9 +54,9 @@ static void parse_args(int argc, char **argv, long value[3])
             fprintf(stderr, "bench_allreduce: unknown argument '%s' (--help lists the flags)\n", a);
             exit(2);
         }
-        x = v ? strtol(v, &end, 10) : 0;
+        x = v ? strtoll(v, &end, 10) : 0;
         if (!v || end == v || *end || x < limits[k][0] || x > limits[k][1] || (k > 0 && x % 4)) {
-            fprintf(stderr, "bench_allreduce: %s needs %s from %ld to %ld, not '%s'\n", flags[k],
+            fprintf(stderr, "bench_allreduce: %s needs %s from %lld to %lld, not '%s'\n", flags[k],
                     k ? "a multiple of 4 bytes" : "an integer", limits[k][0], limits[k][1], v ? v : "nothing");
             exit(2);
         }
@@ -64,7 +64,7 @@ static void parse_args(int argc, char **argv, long value[3])
         i += !eq;
     }
     if (value[1] > value[2]) {
-        fprintf(stderr, "bench_allreduce: --min-bytes %ld is past --max-bytes %ld\n", value[1], value[2]);
+        fprintf(stderr, "bench_allreduce: --min-bytes %lld is past --max-bytes %lld\n", value[1], value[2]);
         exit(2);
     }
 }
@@ -75,7 +75,7 @@ int main(int argc, char **argv)
     ddp_desc desc = {0};
     float *send, *recv, *host;
     size_t bytes, maxb, i;
-    long value[3] = {20, 4096, 64L << 20}; /* --iters, --min-bytes, --max-bytes */
+    long long value[3] = {20, 4096, 64LL << 20}; /* --iters, --min-bytes, --max-bytes */
     int iters, it, status, gpu = 0;
     (void)gpu; /* used by the GPU build only */
     parse_args(argc, argv, value);

@@ -9,7 +9,7 @@ hello=examples/hello_allreduce
 for form in "-n 3" "--nproc 3" "--nproc=3" "--nproc_per_node 3" "--nproc_per_node=3" "--nproc-per-node=5"; do
   n=${form##*[ =]}
   name="ddprun.$(echo "$form" | sed -e 's/^-*//' -e 's/=/_eq_/' | tr ' -' '_')"
-  out=$(timeout 60 examples/ddprun $form $hello 2>&1); rc=$?
+  out=$(timeout -k 5 60 examples/ddprun $form $hello 2>&1); rc=$?
   want="sum $((n * (n + 1) / 2)), expected $((n * (n + 1) / 2)), world $n,"
   if [ $rc -eq 0 ] && grep -q "^$want" <<<"$out" && [ "$(grep -c 'my sum is' <<<"$out")" -eq "$n" ]; then
     echo "PASS $name"
@@ -19,7 +19,7 @@ for form in "-n 3" "--nproc 3" "--nproc=3" "--nproc_per_node 3" "--nproc_per_nod
 done
 for bad in "--nproc_per_node=0 $hello" "--nproc_per_node=x $hello" "--nproc_per_node $hello" "-n 2" "--nproc_per_node=2" "-x 2 $hello"; do
   name="ddprun.refuses.$(echo "$bad" | sed -e "s|$hello|prog|" -e 's/^-*//' -e 's/=/_eq_/' | tr ' -' '_')"
-  out=$(timeout 60 examples/ddprun $bad 2>&1); rc=$?
+  out=$(timeout -k 5 60 examples/ddprun $bad 2>&1); rc=$?
   if [ $rc -eq 2 ] && ! grep -q 'my sum' <<<"$out" && grep -Eq 'usage|process count' <<<"$out"; then echo "PASS $name"
   else echo "FAIL $name: 'ddprun $bad' status $rc, want 2 with a usage line and no rank started: $(head -c 300 <<<"$out" | tr '\n' ' ')"; fail=1; fi
 done
@@ -62,7 +62,7 @@ EOF2
 chmod +x "$tmp/flaky"
 for form in "--max-restarts 2" "--max_restarts=2"; do
   rm -f "$tmp/seen"
-  out=$(timeout 60 examples/ddprun -n 3 $form "$tmp/flaky" 2>&1); rc=$?
+  out=$(timeout -k 5 60 examples/ddprun -n 3 $form "$tmp/flaky" 2>&1); rc=$?
   name="ddprun.$(echo "$form" | sed -e 's/^-*//' -e 's/=/_eq_/' | tr ' -' '_')"
   # (the other ranks of a failed attempt may be stopped before they write their line)
   if [ $rc -eq 0 ] && grep -qx 'attempt 0 rank 1' "$tmp/seen" && grep -qx 'attempt 1 rank 1' "$tmp/seen" &&
@@ -73,16 +73,16 @@ for form in "--max-restarts 2" "--max_restarts=2"; do
     echo "FAIL $name: status $rc, want 0 after 3 attempts of 3 ranks; seen: $(tr '\n' ' ' <"$tmp/seen"); $(head -c 300 <<<"$out" | tr '\n' ' ')"; fail=1
   fi
 done
-out=$(timeout 60 examples/ddprun -n 3 --max-restarts 1 "$tmp/flaky" 2>&1); rc=$?
+out=$(timeout -k 5 60 examples/ddprun -n 3 --max-restarts 1 "$tmp/flaky" 2>&1); rc=$?
 [ $rc -eq 137 ] && grep -q 'no restart left (attempt 2 of 2)' <<<"$out"
 if [ $? -eq 0 ]; then echo "PASS ddprun.max_restarts_used_up_ends_with_the_status"
 else echo "FAIL ddprun.max_restarts_used_up_ends_with_the_status: status $rc (want 137): $(head -c 300 <<<"$out" | tr '\n' ' ')"; fail=1; fi
-out=$(timeout 60 examples/ddprun -n 3 --max-restarts x "$tmp/flaky" 2>&1); rc=$?
+out=$(timeout -k 5 60 examples/ddprun -n 3 --max-restarts x "$tmp/flaky" 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q 'restart count' <<<"$out"; then echo "PASS ddprun.refuses.max_restarts_x"
 else echo "FAIL ddprun.refuses.max_restarts_x: status $rc, want 2 and a line about the count: $out"; fail=1; fi
 # the note comes once per job, not once per restart attempt
 rm -f "$tmp/seen"
-out=$(env -u OMP_NUM_THREADS timeout 60 examples/ddprun -n 3 --max-restarts 2 "$tmp/flaky" 2>&1); rc=$?
+out=$(env -u OMP_NUM_THREADS timeout -k 5 60 examples/ddprun -n 3 --max-restarts 2 "$tmp/flaky" 2>&1); rc=$?
 [ $rc -eq 0 ] && [ "$(grep -c '^ddp: .*OMP_NUM_THREADS=[0-9]' <<<"$out")" -eq $((cores > 1)) ]
 if [ $? -eq 0 ]; then echo "PASS ddprun.omp_note_once_per_job"
 else echo "FAIL ddprun.omp_note_once_per_job: status $rc, want 0 and $((cores > 1)) note(s) over 3 attempts: $(head -c 400 <<<"$out" | tr '\n' ' ')"; fail=1; fi
@@ -118,7 +118,7 @@ pending() { # signal number: 1 while it is pending for the launcher
 sigcheck() { # name ok why
   if [ "$2" -eq 0 ]; then echo "PASS ddprun.$1"; else echo "FAIL ddprun.$1: $3"; fail=1; fi
 }
-launch timeout 60 sh -c "trap '' HUP; exec examples/ddprun -n 2 $tmp/waiter"
+launch timeout -k 5 60 sh -c "trap '' HUP; exec examples/ddprun -n 2 $tmp/waiter"
 kill -HUP "$(pgrep -P $pid)" 2>/dev/null
 # the job goes on: the old launcher SIGKILLed the ranks (which ignore it too) 3 s later
 for _ in $(seq 80); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
@@ -127,13 +127,13 @@ wait $pid
 rc=$?
 [ $rc -eq 0 ] && [ ! -e "$tmp/got" ] && [ "$(grep -c '^finished' "$tmp/sig.txt")" -eq 2 ]
 sigcheck signal_ignored_at_start_stays_ignored $? "status $rc (want 0), $(cat "$tmp/got" 2>/dev/null | tr '\n' ' ')$(tr '\n' ' ' <"$tmp/sig.txt")"
-launch env EXIT0=TERM timeout 60 examples/ddprun -n 2 "$tmp/waiter"
+launch env EXIT0=TERM timeout -k 5 60 examples/ddprun -n 2 "$tmp/waiter"
 kill -TERM "$(pgrep -P $pid)"
 wait $pid
 rc=$?
 [ $rc -eq 143 ] && grep -q '^ddp: stopped by signal 15 (Terminated) sent to the launcher$' "$tmp/sig.txt"
 sigcheck stopped_job_is_not_a_success $? "status $rc (want 143): $(tr '\n' ' ' <"$tmp/sig.txt")"
-launch env --default-signal=INT IGNORE=INT timeout 60 examples/ddprun -n 2 "$tmp/waiter"
+launch env --default-signal=INT IGNORE=INT timeout -k 5 60 examples/ddprun -n 2 "$tmp/waiter"
 start=$(date +%s)
 ddprun_pid=$(pgrep -P $pid)
 kill -INT "$ddprun_pid"
@@ -164,7 +164,7 @@ fi
 touch "$d/attempt1"
 EOF2
 chmod +x "$tmp/wrap" "$tmp/lingerer" "$tmp/leaver"
-launch timeout 60 examples/ddprun -n 2 "$tmp/wrap"
+launch timeout -k 5 60 examples/ddprun -n 2 "$tmp/wrap"
 kill -TERM "$(pgrep -P $pid)"
 wait $pid
 rc=$?
@@ -173,9 +173,12 @@ touch "$tmp/go"
 [ $rc -eq 143 ] && [ "$left" -eq 0 ]
 sigcheck wrapped_programs_end_with_the_job $? "status $rc (want 143), $left wrapped ranks still running"
 rm -f "$tmp/attempt1" "$tmp/overlap"
-out=$(timeout 60 examples/ddprun -n 2 --max-restarts 1 "$tmp/leaver" 2>&1)
+out=$(timeout -k 5 60 examples/ddprun -n 2 --max-restarts 1 "$tmp/leaver" 2>&1)
 rc=$?
-for _ in $(seq 60); do [ -e "$tmp/overlap" ] || ! pgrep -f "$tmp/lingerer" >/dev/null || break; sleep 0.05; done
+for _ in $(seq 60); do # until attempt 0's lingerer has written, or is gone
+  if [ -e "$tmp/overlap" ] || ! pgrep -f "$tmp/lingerer" >/dev/null; then break; fi
+  sleep 0.05
+done
 pkill -f "$tmp/lingerer"
 [ $rc -eq 0 ] && [ ! -e "$tmp/overlap" ] && grep -q 'restarting the job: attempt 2 of 2' <<<"$out"
 sigcheck restart_after_every_process_of_the_attempt_before $? "status $rc: $(cat "$tmp/overlap" 2>/dev/null) $(tr '\n' ' ' <<<"$out")"
@@ -185,13 +188,18 @@ sigcheck restart_after_every_process_of_the_attempt_before $? "status $rc: $(cat
 for case in "$tmp/no-such-program|127|no such file" "no-such-program-in-path|127|not found in PATH" \
             "$tmp|126|not an executable file"; do
   IFS='|' read -r prog want say <<<"$case"
-  out=$(timeout 30 examples/ddprun -n 3 --max-restarts 1000 "$prog" 2>&1)
+  out=$(timeout -k 5 30 examples/ddprun -n 3 --max-restarts 1000 "$prog" 2>&1)
   rc=$?
   [ $rc -eq "$want" ] && [ "$(grep -c "^ddp: cannot run '$prog': $say" <<<"$out")" -eq 1 ] && ! grep -q restart <<<"$out"
   ok=$?
   sigcheck "cannot_run_${prog##*/}" $ok "status $rc (want $want): $(head -c 300 <<<"$out" | tr '\n' ' ')"
 done
-out=$(h=$PWD/$hello && cd "$tmp" && timeout 30 bash -c "exec -a hello_under_another_name $h --nproc 2" 2>&1)
+printf '#!/bin/sh\necho "here $RANK"\n' >"$tmp/in_dot" && chmod +x "$tmp/in_dot"
+out=$(d=$PWD && cd "$tmp" && PATH="$PATH:" timeout -k 5 30 "$d/examples/ddprun" -n 2 in_dot 2>&1)
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^here [01]$' <<<"$out")" -eq 2 ]
+sigcheck runs_a_program_found_through_an_empty_path_entry $? "status $rc: $(head -c 300 <<<"$out" | tr '\n' ' ')"
+out=$(h=$PWD/$hello && cd "$tmp" && timeout -k 5 30 bash -c "exec -a hello_under_another_name $h --nproc 2" 2>&1)
 rc=$?
 [ $rc -eq 0 ] && grep -q '^sum 3, expected 3, world 2' <<<"$out"
 sigcheck launch_under_another_name $? "status $rc: $(head -c 300 <<<"$out" | tr '\n' ' ')"
@@ -199,13 +207,13 @@ sigcheck launch_under_another_name $? "status $rc: $(head -c 300 <<<"$out" | tr 
 # at once naming the limit (the store spun at 100% CPU until DDP_TIMEOUT, which then blamed
 # the ranks left in its backlog)
 start=$(date +%s)
-out=$(ulimit -n 40 && DDP_TIMEOUT=60 OMP_NUM_THREADS=1 timeout 50 $hello --nproc 60 2>&1)
+out=$(ulimit -n 40 && DDP_TIMEOUT=60 OMP_NUM_THREADS=1 timeout -k 5 50 $hello --nproc 60 2>&1)
 rc=$?
 took=$(($(date +%s) - start))
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 30 ] &&
   grep -q '^ddp: error: rank 0/60: rank 0 ran out of file descriptors with [0-9]* of 60 ranks joined (ulimit -n is 40' <<<"$out"
 sigcheck store_out_of_descriptors $? "status $rc after $took s: $(grep 'rank 0/60' <<<"$out" | head -c 300)"
-out=$(timeout 30 bash -c "trap '' CHLD; exec examples/ddprun -n 2 true" 2>&1)
+out=$(timeout -k 5 30 bash -c "trap '' CHLD; exec examples/ddprun -n 2 true" 2>&1)
 rc=$?
 sigcheck sigchld_ignored_at_start $rc "status $rc (124: the launcher never saw its ranks end): $out"
 exit $fail

@@ -322,6 +322,9 @@ static void test_store(void)
 }
 
 /* ---- the launcher ---- */
+static volatile sig_atomic_t terms; /* SIGTERMs this rank got */
+static void count_term(int sig) { (void)sig; terms++; }
+
 static int launched_child(const char *mode)
 {
     ddp_ctx ctx;
@@ -335,6 +338,22 @@ static int launched_child(const char *mode)
     if (strcmp(mode, "exit3") == 0 && ctx.rank == 2) return 3;
     if (strcmp(mode, "segv") == 0 && ctx.rank == 1) raise(SIGSEGV);
     if (strcmp(mode, "wait") == 0 && ctx.rank != 0) pause(); /* until a signal ends it */
+    if (strcmp(mode, "count_term") == 0) { /* says how many SIGTERMs came: the launcher's stop, once */
+        struct sigaction sa;
+        struct timespec ts = {0, 300000000L};
+        char path[300];
+        FILE *out;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = count_term;
+        sigaction(SIGTERM, &sa, NULL);
+        f = fopen(getenv("PID_FILE"), "a");
+        if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); } /* ready: the handler is in place */
+        while (!terms) pause();
+        while (nanosleep(&ts, &ts) != 0) {} /* a second one would come within the launcher's scan of /proc */
+        snprintf(path, sizeof path, "%s.%d", getenv("PID_FILE"), ctx.rank);
+        if ((out = fopen(path, "w"))) { fprintf(out, "%d\n", (int)terms); fclose(out); }
+        _exit(0);
+    }
     if (strcmp(mode, "kill5") == 0) { /* rank 5 dies as the OOM killer would take it; the others fail after it */
         if (ctx.rank == 5) raise(SIGKILL);
         return ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK ? 0 : 1;
@@ -498,6 +517,46 @@ static void test_launcher_signal(const char *self)
           lines, WIFEXITED(st) ? WEXITSTATUS(st) : -1, dt, orphans);
 }
 
+/* A stop signal reaches each rank once (it came twice: to the rank, and again from the
+   scan for the attempt's other processes; "save on the first, abort on the second" aborted). */
+static void test_launcher_signal_once(const char *self)
+{
+    char pidfile[] = "/tmp/ddp-test-pids-XXXXXX", path[64];
+    char *args[4];
+    int fd = mkstemp(pidfile), st = 0, pid, lines = 0, r, counts[3] = {0, 0, 0};
+    double t0;
+    pid_t launcher;
+    FILE *f;
+    close(fd);
+    setenv("PID_FILE", pidfile, 1);
+    setenv("DDP_TIMEOUT", "600", 1);
+    args[0] = (char *)self; args[1] = (char *)"--launched"; args[2] = (char *)"count_term"; args[3] = NULL;
+    fflush(NULL);
+    if ((launcher = fork()) == 0) _exit(ddp_run(3, args));
+    for (t0 = now_s(); lines < 6 && now_s() - t0 < 10;) { /* each rank: its pid twice (started, handler set) */
+        struct timespec ts = {0, 20000000L};
+        lines = 0;
+        if ((f = fopen(pidfile, "r")) != NULL) {
+            while (fscanf(f, "%d", &pid) == 1) lines++;
+            fclose(f);
+        }
+        if (lines < 6) nanosleep(&ts, NULL); /* polling a file the ranks write */
+    }
+    kill(launcher, SIGTERM);
+    waitpid(launcher, &st, 0);
+    for (r = 0; r < 3; r++) {
+        snprintf(path, sizeof path, "%s.%d", pidfile, r);
+        if ((f = fopen(path, "r"))) { if (fscanf(f, "%d", &counts[r]) != 1) counts[r] = -1; fclose(f); }
+        unlink(path);
+    }
+    unlink(pidfile);
+    unsetenv("DDP_TIMEOUT");
+    CHECK("launcher.stop_signal_reaches_each_rank_once", lines == 6 && counts[0] == 1 && counts[1] == 1 &&
+          counts[2] == 1 && WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGTERM,
+          "SIGTERMs per rank %d %d %d (want 1 each), launcher status %d", counts[0], counts[1], counts[2],
+          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
 int main(int argc, char **argv)
 {
     test_job job;
@@ -533,6 +592,7 @@ int main(int argc, char **argv)
     test_launcher(argv[0], "segv", 128 + SIGSEGV);
     test_launcher(argv[0], "exit0_before_init", 1);
     test_launcher_signal(argv[0]);
+    test_launcher_signal_once(argv[0]);
     test_launcher_blame(argv[0]);
     TEST_EXIT();
 }

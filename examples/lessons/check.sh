@@ -21,7 +21,16 @@ pid=
 # timeout runs each try in a process group of its own (its pid): whatever the try leaves
 # running, and the try itself when make is stopped with Ctrl-C, ends with that group
 trap 'rm -f "$out"' EXIT
-trap '[ -n "$pid" ] && kill -KILL -$pid 2>/dev/null; exit 130' INT TERM
+trap '[ -n "$pid" ] && kill -KILL -$pid 2>/dev/null; exit 130' INT
+trap '[ -n "$pid" ] && kill -KILL -$pid 2>/dev/null; exit 143' TERM
+# the processes of group $1 that have not ended (a zombie has, also where nobody reaps it)
+alive() {
+  if [ -r /proc/self/stat ]; then
+    cat /proc/[0-9]*/stat 2>/dev/null | awk -v g="$1" '{ sub(/.*\) /, ""); if ($3 == g && $1 != "Z") n++ } END { exit !n }'
+  else
+    kill -0 -"$1" 2>/dev/null
+  fi
+}
 # The exercises use no OpenMP: a thread count keeps the launcher's note about it away.
 # A rank left waiting is named by ddp.h after 20 s; timeout is the last resort.
 export OMP_NUM_THREADS=1 DDP_TIMEOUT=20
@@ -31,7 +40,7 @@ for w in 3 1 2 4 5 7; do
   wait $pid
   rc=$?
   left=
-  if kill -0 -$pid 2>/dev/null; then
+  if alive $pid; then
     left=1
     kill -KILL -$pid 2>/dev/null
   fi
