@@ -2581,7 +2581,7 @@ static int ddp__dial(ddp_ctx *ctx, ddp_result *r)
     for (ai = res; ai && fd < 0; ai = ai->ai_next) {
         struct timeval tv;
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd < 0) continue;
+        if (fd < 0) { err = errno; continue; }
         tv.tv_sec = 5; tv.tv_usec = 0; /* bounds connect() to an unreachable host */
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) { err = errno; close(fd); fd = -1; }
@@ -2606,6 +2606,13 @@ static ddp_result ddp__store_connect(ddp_ctx *ctx)
     for (;;) {
         int fd = ddp__dial(ctx, &r), admitted;
         if (r != DDP_OK) return r;
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE)) { /* no retry mends that */
+            struct rlimit rl;
+            err = errno;
+            return ddp__fail(ctx, DDP_ERR_SYSTEM, "rank %d cannot open a socket to the store: %s (ulimit -n is %llu)",
+                             ctx->rank, strerror(err), getrlimit(RLIMIT_NOFILE, &rl) == 0 ?
+                             (unsigned long long)rl.rlim_cur : 0ULL);
+        }
         if (fd < 0) err = errno;
         else {
             admitted = ddp__store_hello(ctx, fd, deadline, why, sizeof why);

@@ -210,8 +210,8 @@ start=$(date +%s)
 out=$(ulimit -n 40 && DDP_TIMEOUT=60 OMP_NUM_THREADS=1 timeout -k 5 50 $hello --nproc 60 2>&1)
 rc=$?
 took=$(($(date +%s) - start))
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 30 ] &&
-  grep -q '^ddp: error: rank 0/60: rank 0 ran out of file descriptors with [0-9]* of 60 ranks joined (ulimit -n is 40' <<<"$out"
+# (rank 0's line: its own failure, or the store's refusal of its hello, or its own socket)
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 30 ] && grep -q '^ddp: error: rank 0/60: .*ulimit -n is 40' <<<"$out"
 sigcheck store_out_of_descriptors $? "status $rc after $took s: $(grep 'rank 0/60' <<<"$out" | head -c 300)"
 out=$(timeout -k 5 30 bash -c "trap '' CHLD; exec examples/ddprun -n 2 true" 2>&1)
 rc=$?

@@ -478,6 +478,25 @@ static void test_launcher_blame(const char *self)
     unsetenv("DDP_TIMEOUT");
 }
 
+/* Polls the file the ranks append their pids to until it has `want` lines (10 s at
+   most); returns how many it has. */
+static int pid_lines(const char *path, int want)
+{
+    double t0;
+    int lines = 0, pid;
+    FILE *f;
+    for (t0 = now_s(); lines < want && now_s() - t0 < 10;) {
+        struct timespec ts = {0, 20000000L};
+        lines = 0;
+        if ((f = fopen(path, "r")) != NULL) {
+            while (fscanf(f, "%d", &pid) == 1) lines++;
+            fclose(f);
+        }
+        if (lines < want) nanosleep(&ts, NULL);
+    }
+    return lines;
+}
+
 /* SIGTERM to the launcher reaches every rank: the job ends, nothing is left. */
 static void test_launcher_signal(const char *self)
 {
@@ -493,16 +512,7 @@ static void test_launcher_signal(const char *self)
     args[0] = (char *)self; args[1] = (char *)"--launched"; args[2] = (char *)"wait"; args[3] = NULL;
     fflush(NULL);
     if ((launcher = fork()) == 0) _exit(ddp_run(3, args));
-    /* wait until all three ranks have started: each appends its pid to the file */
-    for (t0 = now_s(); lines < 3 && now_s() - t0 < 10;) {
-        struct timespec ts = {0, 20000000L};
-        lines = 0;
-        if ((f = fopen(pidfile, "r")) != NULL) {
-            while (fscanf(f, "%d", &pid) == 1) lines++;
-            fclose(f);
-        }
-        if (lines < 3) nanosleep(&ts, NULL); /* polling a file the ranks write */
-    }
+    lines = pid_lines(pidfile, 3); /* all three ranks have started: each appends its pid to the file */
     t0 = now_s();
     kill(launcher, SIGTERM);
     waitpid(launcher, &st, 0);
@@ -523,8 +533,7 @@ static void test_launcher_signal_once(const char *self)
 {
     char pidfile[] = "/tmp/ddp-test-pids-XXXXXX", path[64];
     char *args[4];
-    int fd = mkstemp(pidfile), st = 0, pid, lines = 0, r, counts[3] = {0, 0, 0};
-    double t0;
+    int fd = mkstemp(pidfile), st = 0, lines, r, counts[3] = {0, 0, 0};
     pid_t launcher;
     FILE *f;
     close(fd);
@@ -533,15 +542,7 @@ static void test_launcher_signal_once(const char *self)
     args[0] = (char *)self; args[1] = (char *)"--launched"; args[2] = (char *)"count_term"; args[3] = NULL;
     fflush(NULL);
     if ((launcher = fork()) == 0) _exit(ddp_run(3, args));
-    for (t0 = now_s(); lines < 6 && now_s() - t0 < 10;) { /* each rank: its pid twice (started, handler set) */
-        struct timespec ts = {0, 20000000L};
-        lines = 0;
-        if ((f = fopen(pidfile, "r")) != NULL) {
-            while (fscanf(f, "%d", &pid) == 1) lines++;
-            fclose(f);
-        }
-        if (lines < 6) nanosleep(&ts, NULL); /* polling a file the ranks write */
-    }
+    lines = pid_lines(pidfile, 6); /* each rank: its pid twice (started, handler set) */
     kill(launcher, SIGTERM);
     waitpid(launcher, &st, 0);
     for (r = 0; r < 3; r++) {
