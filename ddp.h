@@ -326,8 +326,9 @@ typedef struct ddp_work {
    process becomes the launcher: it runs N copies of the program (argv without
    --nproc), forwards SIGINT/SIGTERM/SIGHUP (the ranks get 30 s to end, then the
    status is 128 + the signal; signals ignored at its start stay ignored), stops
-   everything when one rank fails, and returns the exit status for main to return. "--max-restarts N" (torchrun's flag,
-   also --max_restarts) starts the job again after a failure, up to N times. */
+   everything when one rank fails, and returns the exit status for main to return.
+   "--max-restarts N" (torchrun's flag, also --max_restarts) starts the job again
+   after a failure, up to N times. */
 #define DDP_WORKER (-1)
 DDPDEF int ddp_launch(int *argc, char **argv);
 /* Runs nproc copies of argv (argv[0] looked up in PATH) as ranks 0..nproc-1 of one
@@ -5501,8 +5502,8 @@ int ddp_run_restarts(int nproc, int max_restarts, char *const argv[])
     return ddp__run(nproc, max_restarts, argv ? argv[0] : NULL, argv);
 }
 
-/* The launcher: path is the program to start (ddp_launch's is this one's own binary,
-   whatever argv[0] says), argv its arguments, argv[0] included. */
+/* The launcher: path is the program to start (ddp_launch's: argv[0], or this very
+   binary where argv[0] names no program), argv its arguments, argv[0] included. */
 static int ddp__run(int nproc, int max_restarts, const char *path, char *const argv[])
 {
     char why[300];

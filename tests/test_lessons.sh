@@ -113,8 +113,8 @@ wrong_answer() { # lesson-folder what sed-edit expected-line(grep -E)
   [ $rc -eq 1 ] && grep -q "^lesson ${1:1:1}: not yet" "$tmp/out" && grep -Eq "$4" "$tmp/out" && [ "$left" -eq 0 ]
   report "lessons.checker: $2: not yet" $? "exit $rc, $left processes left: $(tr '\n' ' ' <"$tmp/out" | head -c 500)"
 }
-wrong_answer 01_launch "an exit(0) in my_piece() before the verdict" \
-  's|^\( *\)\*end = (ctx->rank + 1) \* N / ctx->world_size;|&\n\1exit(0);|' 'printed no verdict'
+wrong_answer 01_launch "every rank returns 0 before the verdict" \
+  's|^\( *\)for (ok = inside|\1ddp_destroy(\&ctx);\n\1return 0;\n&|' 'printed no verdict'
 wrong_answer 01_launch "the right pieces, and a child of rank 1 left running" \
   's|^\( *\)\*end = (ctx->rank + 1) \* N / ctx->world_size;|&\n\1if (ctx->rank == 1 \&\& fork() == 0) { sleep(1000); _exit(0); }|; s|^#include <stdio.h>|&\n#include <unistd.h>|' \
   'left processes running'
