@@ -334,7 +334,8 @@ DDPDEF int ddp_launch(int *argc, char **argv);
 /* Runs nproc copies of argv (argv[0] looked up in PATH) as ranks 0..nproc-1 of one
    job on this host; returns 0 if all succeeded, else the status of the rank whose
    failure stopped the job (128+signal for a signal). Prints one line naming it. A
-   program that cannot run is one line and 127 (not found) or 126 (not runnable). */
+   program that cannot run is one line and 127 (not found) or 126 (not runnable).
+   Waits for its ranks only: other children of the caller are left to the caller. */
 DDPDEF int ddp_run(int nproc, char *const argv[]);
 /* ddp_run, and after a failed attempt the whole job again, up to max_restarts times
    (a signal to the launcher is never restarted). Each attempt is a new job (job id,
@@ -1049,6 +1050,7 @@ struct ddp__state {
     char pmi_kvs[128];       /* Hydra's kvsname once asked for */
     int report_fd;           /* the built-in launcher's pipe, else -1: how this rank's first failure came about */
 #define DDP__JOINING 1000    /* (a report's code: this rank started ddp_init) */
+#define DDP__LEAVING 1001    /* (a report's code: this rank left with ddp_destroy) */
     ddp__server *server;     /* rank 0 only */
     uint64_t seq;            /* collectives issued */
     const ddp__backend *be;
@@ -5103,6 +5105,11 @@ void ddp_destroy(ddp_ctx *ctx)
     /* the last meeting: nobody leaves while others still expect it in a collective,
        and those that do expect it learn at once that it left */
     if (!st->broken && st->be && ctx->world_size > 1) (void)ddp__post(ctx, DDP__DESTROY, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);
+    if (st->report_fd >= 0) { /* left cleanly: its exit is not what stopped the others */
+        char msg[32];
+        int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), DDP__LEAVING);
+        if (write(st->report_fd, msg, (size_t)n) < 0) {}
+    }
     ddp__release(ctx);
     ddp__trace_free(st);
     pthread_mutex_destroy(&st->mu);
@@ -5166,12 +5173,16 @@ static int ddp__signal_job(const char *job, const pid_t *ranks, int nranks, int 
     return n;
 }
 
-static void ddp__signal_all(const pid_t *pids, int n, const char *job, int sig)
+/* sig to the ranks and the rest of the attempt; a rank held stopped (SIGSTOP, SIGTSTP)
+   is continued after it, so that it can act on the signal (sig 0: only that) */
+static void ddp__signal_all(const pid_t *pids, const int *halted, int n, const char *job, int sig)
 {
     int i;
     for (i = 0; i < n; i++)
-        if (pids[i] > 0) kill(pids[i], sig);
-    ddp__signal_job(job, pids, n, sig);
+        if (pids[i] > 0 && sig) kill(pids[i], sig);
+    if (sig) ddp__signal_job(job, pids, n, sig);
+    for (i = 0; i < n; i++)
+        if (pids[i] > 0 && halted[i] && sig != SIGKILL) kill(pids[i], SIGCONT);
 }
 
 /* The launcher a rank of an already launched job was started by, or NULL. A job of one
@@ -5217,24 +5228,30 @@ typedef struct ddp__end {
     int signal; /* that signal, or 0 */
     int caused; /* its first failure was another rank's (it said DDP_ERR_PEER or DDP_ERR_ABORTED) */
     int early;  /* status 0 before it started ddp_init, while ranks that did wait for it */
+    int left;   /* status 0 after ddp_init without ddp_destroy: the others may still have needed it */
 } ddp__end;
 
 /* The failure to report: the first that no other rank caused (a signal, or an exit for
-   a reason of the rank's own), else the first; -1 if every rank so far exited 0. The
-   ranks that a killed rank takes down end first as often as not. */
+   a reason of the rank's own); else, where the others only failed because a rank was
+   gone, the first that exited 0 without ddp_destroy (they lost it in a collective);
+   else the first; -1 if no rank failed so far. The ranks that a killed rank takes down
+   end first as often as not. */
 static int ddp__first_cause(const ddp__end *ends, int n)
 {
-    int i, first = -1;
+    int i, first = -1, left = -1;
     for (i = 0; i < n; i++) {
-        if (ends[i].status == 0 && !ends[i].early) continue;
+        if (ends[i].status == 0 && !ends[i].early) {
+            if (ends[i].left && left < 0) left = i;
+            continue;
+        }
         if (!ends[i].caused) return i;
         if (first < 0) first = i;
     }
-    return first;
+    return first >= 0 && left >= 0 ? left : first;
 }
 
 /* Reads what ranks said about their first failure ("pid code" lines): said[rank] = code;
-   joined[rank] once it said it started ddp_init. */
+   joined[rank] 1 once it said it started ddp_init, 2 once it left with ddp_destroy. */
 static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, unsigned char *joined)
 {
     char buf[4096], *line, *end;
@@ -5245,7 +5262,7 @@ static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, unsig
             int pid = 0, code = 0, i;
             if (sscanf(line, "%d %d", &pid, &code) != 2) continue;
             for (i = 0; i < n; i++)
-                if (pids[i] == pid && code == DDP__JOINING) joined[i] = 1;
+                if (pids[i] == pid && (code == DDP__JOINING || code == DDP__LEAVING)) joined[i] = code == DDP__JOINING ? 1 : 2;
                 else if (pids[i] == pid && said[i] < 0) said[i] = code;
         }
     }
@@ -5268,7 +5285,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     sigset_t block, old;
     pid_t *pids, *started;
     ddp__end *ends;
-    int *said, any_joined = 0;
+    int *said, *halted, any_joined = 0;
     unsigned char *joined;
     char port[16], job[40], num[16], secret[65], prefix[40], report[48] = "1";
     unsigned char raw[32];
@@ -5291,13 +5308,14 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     started = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *started * (size_t)nproc));
     ends = DDP__CAST(ddp__end *, DDP_MALLOC(sizeof *ends * (size_t)nproc));
     said = DDP__CAST(int *, DDP_MALLOC(sizeof *said * (size_t)nproc));
+    halted = DDP__CAST(int *, DDP_MALLOC(sizeof *halted * (size_t)nproc));
     joined = DDP__CAST(unsigned char *, DDP_MALLOC((size_t)nproc));
-    if (!pids || !started || !ends || !said || !joined) {
-        DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said); DDP_FREE(joined);
+    if (!pids || !started || !ends || !said || !halted || !joined) {
+        DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said); DDP_FREE(halted); DDP_FREE(joined);
         snprintf(why, why_size, "out of memory");
         return 1;
     }
-    for (i = 0; i < nproc; i++) said[i] = -1, joined[i] = 0;
+    for (i = 0; i < nproc; i++) said[i] = -1, halted[i] = 0, joined[i] = 0;
     /* ranks say how their first failure came about through a pipe (nonblocking: a rank
        never waits for the launcher), named to them with its inode */
     if (pipe(pipefd) == 0 && fstat(pipefd[1], &sb) == 0) {
@@ -5368,9 +5386,9 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         sig = sigtimedwait(&block, &info, &ts);
         if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
             /* a terminal's Ctrl-C already reached the whole process group */
-            if (info.si_code != SI_KERNEL) ddp__signal_all(pids, nproc, job, sig);
+            ddp__signal_all(pids, halted, nproc, job, info.si_code != SI_KERNEL ? sig : 0);
             if (stopped) { /* again: no more grace */
-                ddp__signal_all(pids, nproc, job, SIGKILL);
+                ddp__signal_all(pids, halted, nproc, job, SIGKILL);
                 kill_at = INT64_MAX;
             } else if (ddp__first_cause(ends, nends) < 0 && !term_at) { /* the user's stop, not a failure's end */
                 stopped = sig;
@@ -5381,16 +5399,20 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             }
             *final = 1; /* the user stops the job: never restarted */
         }
-        while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-            for (i = 0; i < nproc && pids[i] != pid; i++) {}
-            if (i == nproc) continue;
+        for (i = 0; i < nproc; i++) { /* its own ranks only: a program that embeds ddp_run may have other children */
+            if (pids[i] <= 0 || (pid = waitpid(pids[i], &st, WNOHANG | WUNTRACED | WCONTINUED)) <= 0) continue;
+            if (WIFSTOPPED(st) || WIFCONTINUED(st)) {
+                halted[i] = WIFSTOPPED(st) ? WSTOPSIG(st) : 0;
+                continue;
+            }
             pids[i] = 0;
             live--;
             ends[nends].rank = i;
             ends[nends].pid = (int)pid;
             ends[nends].signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
             ends[nends].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            ends[nends++].caused = 0;
+            ends[nends].caused = ends[nends].early = ends[nends].left = 0;
+            nends++;
         }
         if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said, joined); /* written before they exited */
         for (i = 0; i < nproc; i++) any_joined |= joined[i];
@@ -5399,6 +5421,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             /* a rank of a ddp.h program that left before ddp_init: the others would wait DDP_TIMEOUT for it
                (a program that never calls ddp_init, under ddprun, has no rank that joined) */
             ends[i].early = ends[i].status == 0 && !joined[ends[i].rank] && any_joined && i + 1 < nproc;
+            ends[i].left = ends[i].status == 0 && joined[ends[i].rank] == 1;
         }
         now = ddp__now_ms();
         c = ddp__first_cause(ends, nends);
@@ -5408,25 +5431,32 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         }
         /* the cause, once no rank that may still be it is left (or the moment is over) */
         if (cause < 0 && c >= 0 && (!ends[c].caused || live == 0 || now >= term_at)) {
-            int n;
+            int n, h;
             cause = c;
             status = ends[c].status;
-            if (ends[c].early) status = 1; /* the job failed, though the rank's own status was 0 */
-            n = ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)", ends[c].rank,
-                                          ends[c].pid, ends[c].signal, strsignal(ends[c].signal))
+            if (!status) status = 1; /* the job failed, though the rank's own status was 0 (early, left) */
+            /* a rank held stopped (SIGSTOP, a debugger's attach gone wrong): the others time out waiting */
+            for (h = 0; h < nproc && !(pids[h] > 0 && halted[h]); h++) {}
+            n = h < nproc && !ends[c].signal && (ends[c].caused || said[ends[c].rank] == DDP_ERR_TIMEOUT)
+                    ? snprintf(why, why_size, "rank %d (pid %d) stayed stopped by signal %d (%s) until rank %d exited with "
+                               "status %d", h, started[h], halted[h], strsignal(halted[h]), ends[c].rank, status)
+                : ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)", ends[c].rank,
+                                            ends[c].pid, ends[c].signal, strsignal(ends[c].signal))
                 : ends[c].early ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 before ddp_init, while "
                                            "the others waited for it", ends[c].rank, ends[c].pid)
-                               : snprintf(why, why_size, "rank %d (pid %d) exited with status %d", ends[c].rank,
-                                          ends[c].pid, status);
+                : ends[c].status == 0 ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 without ddp_destroy "
+                                                 "while the others still needed it", ends[c].rank, ends[c].pid)
+                                      : snprintf(why, why_size, "rank %d (pid %d) exited with status %d", ends[c].rank,
+                                                 ends[c].pid, status);
             if (others && n > 0 && (size_t)n < why_size)
                 snprintf(why + n, why_size - (size_t)n, "; stopped the other %d", others);
         }
         if (term_at && now >= term_at && live > 0 && !kill_at) {
-            ddp__signal_all(pids, nproc, job, SIGTERM);
+            ddp__signal_all(pids, halted, nproc, job, SIGTERM);
             kill_at = now + 3000;
         }
         if (kill_at && now >= kill_at) {
-            ddp__signal_all(pids, nproc, job, SIGKILL);
+            ddp__signal_all(pids, halted, nproc, job, SIGKILL);
             kill_at = INT64_MAX;
         }
     }
@@ -5457,7 +5487,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     /* the signals again as they were, the cleanup done: one that came during it acts now */
     sigprocmask(SIG_SETMASK, &old, NULL);
     sigaction(SIGCHLD, &chld, NULL);
-    DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said); DDP_FREE(joined);
+    DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said); DDP_FREE(halted); DDP_FREE(joined);
     return status;
 }
 

@@ -358,6 +358,14 @@ static int launched_child(const char *mode)
         if (ctx.rank == 5) raise(SIGKILL);
         return ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK ? 0 : 1;
     }
+    if (strcmp(mode, "vanish") == 0 || strcmp(mode, "halt") == 0) { /* rank 1 leaves (or stops) between two collectives */
+        if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
+        if (ctx.rank == 1 && mode[0] == 'v') return 0; /* without ddp_destroy */
+        if (ctx.rank == 1) raise(SIGSTOP);
+        if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
+        ddp_destroy(&ctx);
+        return 0;
+    }
     if (strcmp(mode, "lastwords") == 0) { /* as lesson 5 with a bad checkpoint: all give up, rank 0 says why */
         ddp_barrier(&ctx);
         if (ctx.rank == 0) { printf("rank 0's last words\n"); fflush(stdout); }
@@ -462,6 +470,7 @@ static void test_launcher_blame(const char *self)
     char out[] = "/tmp/ddp-test-out-XXXXXX";
     int fd = mkstemp(out), i, named = 0, spoke = 0, rc, runs = 3;
     char bad[300] = "";
+    double t0, dt;
     close(fd);
     setenv("DDP_TIMEOUT", "600", 1);
     for (i = 0; i < runs; i++) {
@@ -474,8 +483,41 @@ static void test_launcher_blame(const char *self)
     for (i = 0; i < 10; i++)
         spoke += launch_to_file(self, "lastwords", 8, out, 0) == 1 && file_has(out, "rank 0's last words");
     CHECK("launcher.last_words_reach_the_output", spoke == 10, "rank 0's line was in the output of %d of 10 runs", spoke);
+    /* a rank that exits 0 mid-job is what failed, not the rank that lost it first */
+    for (named = 0, bad[0] = 0, i = 0; i < runs; i++) {
+        rc = launch_to_file(self, "vanish", 5, out, i > 0);
+        if (rc == 1 && file_has(out, "ddp: rank 1 (pid ") && file_has(out, "status 0 without ddp_destroy")) named++;
+        else if (!bad[0]) snprintf(bad, sizeof bad, "status %d, %s", rc, file_has(out, "ddp: rank 1 (pid ") ? "rank 1 named" : "rank 1 not named");
+    }
+    CHECK("launcher.names_the_rank_that_left_mid_job", named == runs, "%d of %d runs named rank 1 with status 1; the first other: %s",
+          named, runs, bad);
+    /* a stopped rank is why the others time out; it is continued to take the launcher's SIGTERM */
+    setenv("DDP_TIMEOUT", "1", 1);
+    t0 = now_s();
+    rc = launch_to_file(self, "halt", 3, out, 0);
+    dt = now_s() - t0;
+    CHECK("launcher.names_the_stopped_rank", rc == 1 && file_has(out, "ddp: rank 1 (pid ") && file_has(out, "stayed stopped by signal") &&
+          dt < 6, "status %d after %.1f s, %s", rc, dt, file_has(out, "ddp: rank 1 (pid ") ? "rank 1 named" : "rank 1 not named");
     unlink(out);
     unsetenv("DDP_TIMEOUT");
+}
+
+/* ddp_run waits for its own ranks only: a child the calling program started before
+   is still there for the program to wait for (the launcher took any child's end). */
+static void test_launcher_children(const char *self)
+{
+    char *args[4];
+    int st = 0, rc;
+    pid_t mine, got;
+    setenv("PID_FILE", "/dev/null", 1);
+    fflush(NULL);
+    if ((mine = fork()) == 0) _exit(42);
+    args[0] = (char *)self; args[1] = (char *)"--launched"; args[2] = (char *)"plain"; args[3] = NULL;
+    rc = ddp_run(3, args);
+    got = waitpid(mine, &st, 0);
+    CHECK("launcher.leaves_the_callers_children", rc == 0 && got == mine && WIFEXITED(st) && WEXITSTATUS(st) == 42,
+          "ddp_run gave %d; the caller's own child: waitpid %s, status %d", rc, got == mine ? "found it" : "did not find it",
+          got == mine && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 /* Polls the file the ranks append their pids to until it has `want` lines (10 s at
@@ -595,5 +637,6 @@ int main(int argc, char **argv)
     test_launcher_signal(argv[0]);
     test_launcher_signal_once(argv[0]);
     test_launcher_blame(argv[0]);
+    test_launcher_children(argv[0]);
     TEST_EXIT();
 }
