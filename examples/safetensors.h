@@ -21,6 +21,7 @@
 #define _POSIX_C_SOURCE 200809L /* stat, fileno, fsync: effective when included before other headers */
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -146,8 +147,18 @@ ST_DEF int st_json_value(st_json *j, int depth)
         j->tok[self].type = ST_JSON_STRING;
         j->tok[self].start = ++j->pos;
         while (j->pos < j->len && j->s[j->pos] != '"') {
-            if ((unsigned char)j->s[j->pos] < 0x20) return -1; /* JSON escapes control characters */
-            j->pos += j->s[j->pos] == '\\' ? 2 : 1;
+            const unsigned char b = (unsigned char)j->s[j->pos];
+            size_t n = b < 0x80 ? 1 : b >= 0xc2 && b < 0xe0 ? 2 : b >= 0xe0 && b < 0xf0 ? 3 : b >= 0xf0 && b < 0xf5 ? 4 : 0, e;
+            if (b < 0x20 || !n || j->len - j->pos < n) return -1; /* JSON escapes control characters; UTF-8 only */
+            for (e = 1; e < n; e++)
+                if (((unsigned char)j->s[j->pos + e] & 0xc0) != 0x80) return -1;
+            if (n == 3 && ((b == 0xe0 && (unsigned char)j->s[j->pos + 1] < 0xa0) ||   /* overlong */
+                           (b == 0xed && (unsigned char)j->s[j->pos + 1] >= 0xa0)))   /* a surrogate */
+                return -1;
+            if (n == 4 && ((b == 0xf0 && (unsigned char)j->s[j->pos + 1] < 0x90) ||   /* overlong */
+                           (b == 0xf4 && (unsigned char)j->s[j->pos + 1] >= 0x90)))   /* past U+10FFFF */
+                return -1;
+            j->pos += b == '\\' ? 2 : n;
         }
         if (j->pos >= j->len) return -1;
         j->tok[self].end = j->pos++;
@@ -155,7 +166,7 @@ ST_DEF int st_json_value(st_json *j, int depth)
         return self;
     } else if (c == '-' || (c >= '0' && c <= '9')) {
         j->tok[self].type = ST_JSON_NUMBER;
-        while (j->pos < j->len && strchr("+-.eE0123456789", j->s[j->pos])) j->pos++;
+        while (j->pos < j->len && j->s[j->pos] && strchr("+-.eE0123456789", j->s[j->pos])) j->pos++;
     } else if (j->len - j->pos >= 4 && (!memcmp(j->s + j->pos, "true", 4) || !memcmp(j->s + j->pos, "null", 4))) {
         j->tok[self].type = ST_JSON_LITERAL;
         j->pos += 4;
@@ -208,6 +219,7 @@ ST_DEF int st_json_u64(const st_json *j, int t, uint64_t *v)
     size_t i;
     *v = 0;
     if (j->tok[t].type != ST_JSON_NUMBER || j->tok[t].start == j->tok[t].end) return 0;
+    if (j->s[j->tok[t].start] == '0' && j->tok[t].end - j->tok[t].start > 1) return 0; /* JSON has no leading zeros */
     for (i = j->tok[t].start; i < j->tok[t].end; i++) {
         const unsigned d = (unsigned)(j->s[i] - '0');
         if (d > 9 || *v > (UINT64_MAX - d) / 10) return 0;
@@ -326,6 +338,37 @@ ST_DEF int st_read_tensor(const st_json *j, int t, st_tensor *ts, const unsigned
     return 1;
 }
 
+ST_DEF const char *st_meta(const st_file *f, const char *key)
+{
+    int i;
+    for (i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_key[i], key) == 0) return f->meta_val[i];
+    return "";
+}
+
+ST_DEF int st_by_name(const void *a, const void *b)
+{
+    return strcmp((*(const st_tensor *const *)a)->name, (*(const st_tensor *const *)b)->name);
+}
+
+/* Every tensor's name once: readers differ on which of two counts (the first here, the
+   last in the reference), so a file with one name twice means different things to each. */
+ST_DEF int st_unique(const st_file *f, char *why, size_t whysize)
+{
+    const st_tensor **order = (const st_tensor **)malloc(sizeof *order * ((size_t)f->n + 1));
+    int i;
+    if (!order) {
+        snprintf(why, whysize, "out of memory");
+        return 0;
+    }
+    for (i = 0; i < f->n; i++) order[i] = &f->t[i];
+    qsort(order, (size_t)f->n, sizeof *order, st_by_name);
+    for (i = 1; i < f->n && strcmp(order[i - 1]->name, order[i]->name) != 0; i++) {}
+    if (i < f->n) snprintf(why, whysize, "tensor %s is named twice", order[i]->name);
+    free(order);
+    return i >= f->n;
+}
+
 ST_DEF int st_by_offset(const void *a, const void *b)
 {
     const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
@@ -366,7 +409,7 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
     size_t size, data_size;
     const unsigned char *data;
     st_json j;
-    int i, k, entries;
+    int i, k, entries, metadata = 0;
     memset(f, 0, sizeof *f);
     if (!(f->bytes = st_read_file(path, &size, err, errsize))) return 0;
     for (i = 0; i < 8 && size >= 8; i++) hlen |= (uint64_t)f->bytes[i] << (8 * i);
@@ -389,19 +432,27 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
     for (i = 0, k = 1; f->t && i < entries; i++, k = j.tok[k + 1].next) {
         char key[96];
         if (!st_json_string(&j, k, key, sizeof key)) {
-            snprintf(why, sizeof why, "a name longer than %zu bytes", sizeof key - 1);
+            if (j.tok[k].end - j.tok[k].start < sizeof key)
+                snprintf(why, sizeof why, "a name with an escape other than \\\" \\\\ \\/ (\\n, \\u...: not in a name here)");
+            else
+                snprintf(why, sizeof why, "a name longer than %zu bytes", sizeof key - 1);
             break;
         }
         if (strcmp(key, "__metadata__") == 0) { /* string values only, as the format says */
             const int count = j.tok[k + 1].type == ST_JSON_OBJECT ? j.tok[k + 1].size : -1;
             int m, e = k + 2;
+            if (metadata++) {
+                snprintf(why, sizeof why, "two __metadata__ objects");
+                break;
+            }
             for (m = 0; m < count && f->n_meta < 32; m++, e = j.tok[e + 1].next, f->n_meta++)
                 if (!st_json_string(&j, e, f->meta_key[f->n_meta], sizeof f->meta_key[0]) ||
                     j.tok[e + 1].type != ST_JSON_STRING ||
-                    !st_json_string(&j, e + 1, f->meta_val[f->n_meta], sizeof f->meta_val[0]))
+                    !st_json_string(&j, e + 1, f->meta_val[f->n_meta], sizeof f->meta_val[0]) ||
+                    *st_meta(f, f->meta_key[f->n_meta])) /* a key twice: readers differ on which one counts */
                     break;
             if (m < count || count < 0) {
-                snprintf(why, sizeof why, "__metadata__ is not an object of up to 32 short strings");
+                snprintf(why, sizeof why, "__metadata__ is not an object of up to 32 short strings, each key once");
                 break;
             }
         } else {
@@ -411,21 +462,13 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
         }
     }
     free(j.tok);
-    if (f->t && i == entries && !st_tiles(f, data_size, why, sizeof why)) i = -1;
+    if (f->t && i == entries && (!st_unique(f, why, sizeof why) || !st_tiles(f, data_size, why, sizeof why))) i = -1;
     if (!f->t || i < entries) {
         snprintf(err, errsize, "%s: corrupt safetensors header: %s", path, why);
         st_free(f);
         return 0;
     }
     return 1;
-}
-
-ST_DEF const char *st_meta(const st_file *f, const char *key)
-{
-    int i;
-    for (i = 0; i < f->n_meta; i++)
-        if (strcmp(f->meta_key[i], key) == 0) return f->meta_val[i];
-    return "";
 }
 
 ST_DEF const st_tensor *st_find(const st_file *f, const char *name)
@@ -516,8 +559,8 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
 {
     char tmp[1100];
     unsigned char len8[8];
-    FILE *f;
-    int i, ok;
+    FILE *f = NULL;
+    int i, ok, fd;
     while (!header->failed && header->len % 8) st_put(header, " ");
     if (header->failed) {
         snprintf(err, errsize, "%s: out of memory for the header", path);
@@ -529,7 +572,10 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header->len >> (8 * i));
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (!(f = fopen(tmp, "wb"))) {
+    /* a fresh file, never one that FILE.tmp links to (left there by someone else) */
+    fd = unlink(tmp) == 0 || errno == ENOENT ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666) : -1;
+    if (fd < 0 || !(f = fdopen(fd, "wb"))) {
+        if (fd >= 0) close(fd);
         snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
         return 0;
     }

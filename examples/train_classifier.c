@@ -384,8 +384,9 @@ static int parse_options(int argc, char **argv, options *o)
             o->lr = strtof(v, &end);
             bad = *end || !(o->lr > 0) || !isfinite(o->lr);
         } else if (strcmp(a, "--seed") == 0) {
+            errno = 0;
             o->seed = strtoull(v, &end, 10);
-            bad = *end || *v < '0' || *v > '9'; /* strtoull takes " -1" as 2^64 - 1 */
+            bad = *end || *v < '0' || *v > '9' || errno == ERANGE; /* strtoull takes " -1" as 2^64 - 1 */
         } else if (strcmp(a, "--out") == 0) {
             o->out = v;
         } else if (strcmp(a, "--init-out") == 0) {

@@ -981,7 +981,7 @@ static int load_tokens(dataset *d, const char *path, int vocab, char *err, size_
         n = size;
     }
     if (n == 0) {
-        snprintf(err, errsize, "%s: no tokens (empty file)", path);
+        snprintf(err, errsize, "%s: no tokens (%s)", path, size ? "a header only" : "empty file");
         free(buf);
         return 0;
     }
@@ -1018,9 +1018,7 @@ static int load_default(dataset *d, const char *argv0, int vocab, char *err, siz
     snprintf(path[1], sizeof path[1], "examples/train_gpt.txt");
     snprintf(path[2], sizeof path[2], "train_gpt.txt");
     for (k = 0; k < 3; k++) {
-        FILE *f = fopen(path[k], "rb");
-        if (!f) continue;
-        fclose(f);
+        if (access(path[k], F_OK) != 0) continue; /* not opened here: a FIFO would wait for a writer */
         snprintf(d->source, sizeof d->source, "%.500s", path[k]);
         return load_tokens(d, path[k], vocab, err, errsize);
     }
@@ -2066,6 +2064,29 @@ static int diverged(trainer *t, int step, const step_stats *st)
     return 1;
 }
 
+/* Before a save: an update that went wrong (the loss was computed before it) leaves
+   the last good checkpoint as it is; rank 0 says so. 1 if weights and moments are finite. */
+static int finite_state(trainer *t, int step)
+{
+    const float *arrays[3] = {t->model.params, t->model.m, t->model.v};
+    static const char *const what[3] = {"a weight", "Adam's first moment", "Adam's second moment"};
+    size_t e;
+    int k;
+    for (k = 0; k < 3; k++)
+        for (e = 0; e < t->model.num_params; e++)
+            if (!isfinite(arrays[k][e])) {
+                if (t->line_open) printf("\n");
+                if (ddp_is_main(&t->ctx)) {
+                    fprintf(stderr, PROG ": step %d: %s is %g after the update: training diverged, %s not written (a "
+                            "lower --lr, or --clip, may help)\n", step + 1, what[k], (double)arrays[k][e], t->o.save);
+                    fflush(stderr);
+                }
+                ddp_barrier(&t->ctx);
+                return 0;
+            }
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     trainer t;
@@ -2121,10 +2142,11 @@ int main(int argc, char **argv)
         if (!isfinite(st.loss) || !isfinite(st.norm) || !isfinite(st.val_loss)) return diverged(&t, step, &st);
         log_step(&t, step, &st);
         /* template: if rank == 0: torch.save(...) */
-        if (ddp_is_main(&t.ctx) && t.o.save &&
-            ((t.o.save_every && (step + 1) % t.o.save_every == 0) || step + 1 == t.stop)) {
+        if (t.o.save && ((t.o.save_every && (step + 1) % t.o.save_every == 0) || step + 1 == t.stop)) {
             if (t.dev) gpu_to_host(&t.model, t.dev); /* the same file as a CPU run's */
-            if (!save_checkpoint(&t.model, t.o.save, step + 1, &t.id, t.ctx.world_size, err, sizeof err))
+            if (!finite_state(&t, step)) return 1; /* every rank holds the same weights: all stop */
+            if (ddp_is_main(&t.ctx) &&
+                !save_checkpoint(&t.model, t.o.save, step + 1, &t.id, t.ctx.world_size, err, sizeof err))
                 return fail(err);
         }
     }
@@ -2190,10 +2212,12 @@ static int save_checkpoint(const gpt *g, const char *path, int step, const run_i
     return ok;
 }
 
-/* A metadata value as an integer in [lo, hi]. */
+/* A metadata value as an integer in [lo, hi], written as this program writes it: digits
+   only, no sign, space or leading zero (as a reader in another language would parse it). */
 static int meta_int(const st_file *f, const char *key, long lo, long hi, int *out)
 {
-    return int_flag(st_meta(f, key), lo, hi, out);
+    const char *v = st_meta(f, key);
+    return isdigit((unsigned char)v[0]) && (v[0] != '0' || !v[1]) && int_flag(v, lo, hi, out);
 }
 
 /* Fills params, m and v from a checkpoint of the same model (same tensor names and
@@ -2206,7 +2230,7 @@ static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, 
     const int want[5] = {g->cfg.layers, g->cfg.heads, g->cfg.dim, g->cfg.ctx, g->cfg.vocab};
     static const char *const keys[5] = {"layers", "heads", "dim", "ctx", "vocab"};
     st_file f;
-    char name[128], *end;
+    char name[128];
     int i, k, have;
     if (!st_read(&f, path, err, errsize)) return 0;
     for (k = 0; k < 5; k++)
@@ -2219,8 +2243,7 @@ static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, 
         snprintf(err, errsize, "%s: metadata step '%s' is not a step count", path, st_meta(&f, "step"));
         goto fail;
     }
-    *seed = strtoull(st_meta(&f, "seed"), &end, 10);
-    if (!*st_meta(&f, "seed") || *end || *st_meta(&f, "seed") == '-') {
+    if (!seed_flag(st_meta(&f, "seed"), 0, 0, seed)) {
         snprintf(err, errsize, "%s: metadata seed '%s' is not a seed", path, st_meta(&f, "seed"));
         goto fail;
     }
@@ -2244,9 +2267,11 @@ static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, 
             }
             memcpy(arrays[k] + t->offset, s->data, t->numel * sizeof(float));
             for (e = 0; e < t->numel; e++)
-                if (!isfinite(arrays[k][t->offset + e])) {
-                    snprintf(err, errsize, "%s: tensor %s holds %g at element %zu (a diverged run?)", path, name,
-                             (double)arrays[k][t->offset + e], e);
+                if (!isfinite(arrays[k][t->offset + e]) || (k == 2 && arrays[k][t->offset + e] < 0)) {
+                    snprintf(err, errsize, "%s: tensor %s holds %g at element %zu (%s)", path, name,
+                             (double)arrays[k][t->offset + e], e,
+                             k == 2 && isfinite(arrays[k][t->offset + e]) ? "Adam's second moment is never negative"
+                                                                         : "a diverged run?");
                     goto fail;
                 }
         }
@@ -2281,7 +2306,7 @@ static int compare_checkpoints(const char *a_path, const char *b_path, const cha
     st_file a, b;
     char err[1200], nonfinite[300] = "";
     double worst = 0.0;
-    const char *worst_name = "";
+    char worst_name[sizeof a.t->name] = ""; /* a copy: the files are freed before it is printed */
     int i, d, ok = 1, compared = 0;
     if (!st_read(&a, a_path, err, sizeof err)) return fail(err);
     if (!st_read(&b, b_path, err, sizeof err)) {
@@ -2322,7 +2347,7 @@ static int compare_checkpoints(const char *a_path, const char *b_path, const cha
         }
         if (diff > 0 && (scale == 0 || diff / scale > worst)) {
             worst = scale > 0 ? diff / scale : INFINITY;
-            worst_name = ta->name;
+            snprintf(worst_name, sizeof worst_name, "%s", ta->name);
         }
     }
     st_free(&a);

@@ -54,7 +54,9 @@ clean_run train_gpt_2_ranks "$tmp/run" "$tmp/train_gpt" --nproc 2 $tiny --steps 
   --log g.jsonl --trace g.json
 clean_run train_gpt_resume "$tmp/run" "$tmp/train_gpt" --nproc 2 $tiny --steps 4 --resume g.st --save g.st --log g.jsonl
 clean_run train_gpt_nothing_left "$tmp/run" "$tmp/train_gpt" --nproc 2 $tiny --steps 4 --resume auto --save g.st
+clean_run train_gpt_2_steps "$tmp/run" "$tmp/train_gpt" --nproc 2 $tiny --steps 2 --save g2.st
 clean_run train_gpt_compare "$tmp/run" "$tmp/train_gpt" --compare g.st g.st
+clean_run train_gpt_compare_different "$tmp/run" "$tmp/train_gpt" --compare g.st g2.st  # names the worst tensor
 for name in test_gradsync test_sampler test_mismatch; do
   clean_run "$name" "$root" "$tmp/$name"
 done

@@ -253,6 +253,62 @@ one_line_error "--compare a shape whose size overflows" --compare overflow.st ov
 grep -q 'overflows' err.txt
 report "train_gpt --compare says the shape's size overflows" $? "$(cat err.txt)"
 one_line_error "--resume a shape whose size overflows" $tiny --resume overflow.st
+# files other readers take differently, or that hold what training never writes
+python3 - one.st <<'EOF' >mutate.txt 2>&1
+import re, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head, data = raw[8:8 + n].decode().rstrip(), raw[8 + n:]
+def write(name, text, body=data):
+    b = text.encode()
+    b += b" " * (-len(b) % 8)
+    open(name, "wb").write(struct.pack("<Q", len(b)) + b + body)
+m = re.search(r'"wte\.weight":\{[^}]*"data_offsets":\[(\d+),(\d+)\]\}', head)
+lo, hi = int(m.group(1)), int(m.group(2))
+again = '"wte.weight":{"dtype":"F32","shape":%s,"data_offsets":[%d,%d]}' % (
+    re.search(r'"shape":(\[[^]]*\])', m.group(0)).group(1), len(data), len(data) + hi - lo)
+write("twice.st", head[:-1] + "," + again + "}", data + data[lo:hi])         # a tensor named twice
+write("twokeys.st", head.replace('"__metadata__":{', '"__metadata__":{"step":"1",', 1))  # a key twice
+write("twometa.st", head[:-1] + ',"__metadata__":{"format":"pt"}}')         # two __metadata__
+write("bigseed.st", re.sub(r'"seed":"\d+"', '"seed":"99999999999999999999"', head))
+write("zeros.st", re.sub(r'"shape":\[(\d)', r'"shape":[0\1', head, count=1))  # JSON has no 08
+write("escaped.st", head.replace('"wte.weight"', '"wte\\u002eweight"', 1))
+v = re.search(r'"opt\.v\.wte\.weight":\{[^}]*"data_offsets":\[(\d+),', head)
+at = int(v.group(1))
+write("negv.st", head, data[:at] + struct.pack("<4f", -1, -1, -1, -1) + data[at + 16:])
+m = re.search(r'"opt\.m\.wpe\.weight":\{[^}]*"data_offsets":\[(\d+),', head)
+at = int(m.group(1))  # a first moment near FLT_MAX: the next update makes weights infinite
+write("hugem.st", head, data[:at] + struct.pack("<4f", 3e38, 3e38, 3e38, 3e38) + data[at + 16:])
+EOF
+report "train_gpt: malformed checkpoints made" $? "$(head -c 300 mutate.txt)"
+for f in twice.st twokeys.st twometa.st; do
+  one_line_error "a checkpoint with a name twice ($f)" $tiny --resume $f
+  grep -q 'twice\|two __metadata__\|each key once' err.txt
+  report "train_gpt: $f is refused as ambiguous" $? "$(cat err.txt)"
+  one_line_error "--compare with a name twice ($f)" --compare $f one.st
+done
+one_line_error "a checkpoint's seed past 2^64" $tiny --resume bigseed.st
+one_line_error "a checkpoint's shape with a leading zero" $tiny --resume zeros.st
+one_line_error "a checkpoint's name with a \\u escape" $tiny --resume escaped.st
+grep -q 'a name with an escape' err.txt
+report "train_gpt: an escaped name is named as such (not 'longer than 95 bytes')" $? "$(cat err.txt)"
+one_line_error "a negative Adam second moment" $tiny --resume negv.st --save negv_out.st --steps 9
+grep -q "opt.v.wte.weight holds -1 at element 0 (Adam's second moment is never negative)" err.txt && [ ! -e negv_out.st ]
+report "train_gpt: a negative second moment is refused, nothing saved" $? "$(cat err.txt)"
+cp one.st kept.st
+timeout 60 "$bin" --nproc 2 $tiny --batch-size 4 --val-every 0 --resume hugem.st --save kept.st --steps 9 >/dev/null 2>err.txt
+[ $? -eq 1 ] && [ "$(grep -c "step 9: a weight is -\?inf after the update: training diverged, kept.st not written" err.txt)" -eq 1 ] &&
+  cmp -s one.st kept.st
+report "train_gpt: weights that are not finite are not saved over the last good checkpoint" $? "$(cat err.txt)"
+# a FILE.tmp left as a link to another file: the save writes a fresh file, the other stays
+echo keep >victim.txt && ln -sf victim.txt linked.st.tmp
+run linked --nproc 1 --batch-size 8 --steps 1 --save linked.st
+[ "$(cat victim.txt)" = keep ] && [ -f linked.st ] && [ ! -L linked.st ] && [ ! -e linked.st.tmp ]
+report "train_gpt --save: a link at FILE.tmp is not followed" $? "victim: $(head -c 40 victim.txt | tr '\n' ' '), $(ls -l linked.st* | tr '\n' ' ')"
+# --compare of two files that differ names the worst tensor (from a copy: it was read from freed memory)
+out=$("$bin" --compare one.st linked.st 2>&1)
+case $out in "max_rel_diff "*" over 84 tensors, worst "[a-z]*.*) true ;; *) false ;; esac
+report "train_gpt --compare of files that differ names the worst tensor" $? "$out"
 
 # two ranks started by hand (each node's own command line) with another --lr: both stop,
 # naming the flag and both values, instead of training apart
