@@ -4582,9 +4582,13 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
     else if (ctx->rank == 0) { /* whether rank 0 can write the file, before anything is sent */
         if (!path || !*path || strlen(path) > 4096) problem = 1;
         else {
+            int fd;
             snprintf(tmp, sizeof tmp, "%s.tmp", path);
-            if (!(f = fopen(tmp, "w"))) problem = 1;
+            /* a fresh file, never one that a link left at PATH.tmp points to */
+            fd = unlink(tmp) == 0 || errno == ENOENT ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666) : -1;
             err = errno;
+            if (fd >= 0 && !(f = fdopen(fd, "w"))) err = errno, close(fd);
+            if (!f) problem = 1;
             made = f != NULL;
         }
     }

@@ -301,10 +301,17 @@ timeout 60 "$bin" --nproc 2 $tiny --batch-size 4 --val-every 0 --resume hugem.st
   cmp -s one.st kept.st
 report "train_gpt: weights that are not finite are not saved over the last good checkpoint" $? "$(cat err.txt)"
 # a FILE.tmp left as a link to another file: the save writes a fresh file, the other stays
-echo keep >victim.txt && ln -sf victim.txt linked.st.tmp
-run linked --nproc 1 --batch-size 8 --steps 1 --save linked.st
-[ "$(cat victim.txt)" = keep ] && [ -f linked.st ] && [ ! -L linked.st ] && [ ! -e linked.st.tmp ]
-report "train_gpt --save: a link at FILE.tmp is not followed" $? "victim: $(head -c 40 victim.txt | tr '\n' ' '), $(ls -l linked.st* | tr '\n' ' ')"
+echo keep >victim.txt && ln -sf victim.txt linked.st.tmp && ln -sf victim.txt linked.json.tmp
+run linked --nproc 2 --batch-size 4 --steps 1 --save linked.st --trace linked.json
+[ "$(cat victim.txt)" = keep ] && [ -f linked.st ] && [ ! -L linked.st ] && [ ! -e linked.st.tmp ] &&
+  [ -f linked.json ] && [ ! -L linked.json ] && [ ! -e linked.json.tmp ]
+report "train_gpt --save, --trace: a link at FILE.tmp is not followed" $? "victim: $(head -c 40 victim.txt | tr '\n' ' '), $(ls -l linked.* | tr '\n' ' ')"
+# the default data (next to the program) a FIFO: refused at once, no wait for a writer
+mkdir alone && cp "$bin" alone/train_gpt && mkfifo alone/train_gpt.txt
+(cd alone && timeout 10 ./train_gpt --steps 1 >/dev/null 2>../err.txt)
+rc=$?
+[ "$rc" -eq 1 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q 'pipe' err.txt
+report "train_gpt without --data: a FIFO in the story's place is refused, no hang" $? "exit $rc: $(head -c 300 err.txt)"
 # --compare of two files that differ names the worst tensor (from a copy: it was read from freed memory)
 out=$("$bin" --compare one.st linked.st 2>&1)
 case $out in "max_rel_diff "*" over 84 tensors, worst "[a-z]*.*) true ;; *) false ;; esac
