@@ -665,6 +665,10 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #define DDP__DEFAULT_TIMEOUT_MS 300000
 #define DDP__DEFAULT_PORT 29500
 #define DDP__DEFAULT_CHUNK ((size_t)1 << 20)
+/* the chain's chunk when DDP_SHM_CHUNK is not set: small enough that a 4 MB all-reduce
+   runs in 8 rounds, so the hosts work at once (2 hosts x 2 ranks: 4 MiB chunks, one
+   round at 4 MB, were 0.9-1.0x the exchange there; 512 KiB 1.2-1.65x) */
+#define DDP__MPI_CHAIN_CHUNK ((size_t)512 << 10)
 #define DDP__DEFAULT_BUCKET_BYTES ((size_t)25 << 20) /* PyTorch's bucket_cap_mb */
 #define DDP__MAX_CPU_RANKS 256
 #define DDP__QUEUE 64          /* async collectives in flight per context (host backends) */
@@ -3825,13 +3829,10 @@ typedef struct ddp__mpi {
     MPI_Win win;           /* the host's slots: one input per local rank, 2 partials in, 2 out */
     char *slots;
     size_t slot;           /* bytes of one */
+    int64_t ask;           /* the question after a timeout: sent without waiting, it outlives the asking */
 } ddp__mpi;
 
 #define DDP__MPI_TAG 11
-/* the chain's chunk when DDP_SHM_CHUNK is not set: small enough that a 4 MB all-reduce
-   runs in 8 rounds, so the hosts work at once (2 hosts x 2 ranks: 4 MiB chunks, one
-   round at 4 MB, were 0.9-1.0x the exchange there; 512 KiB 1.2-1.65x) */
-#define DDP__MPI_CHAIN_CHUNK ((size_t)512 << 10)
 /* bytes of the accumulator of each dtype: the partial sums that pass between hosts */
 static const size_t ddp__acc_sizes[] = {
 #define DDP__ACC_SIZE(e, name, T, A, nccl, load, store) sizeof(A),
@@ -3876,17 +3877,27 @@ static void ddp__mpi_answer(ddp__mpi *b, const ddp__coll *c)
 static int ddp__mpi_late(ddp_ctx *ctx, const ddp__coll *c, char *out, size_t size)
 {
     ddp__mpi *b = ddp__mpi_of(ctx);
-    int64_t ask = (int64_t)c->seq, deadline = ddp__now_ms() + 1000, *where;
-    int r, answered = 0, late = 0;
+    int64_t deadline = ddp__now_ms() + 1000, *where;
+    MPI_Request *sent;
+    int r, answered = 0, late = 0, all_sent = 0;
     out[0] = 0;
-    if (!(where = DDP__CAST(int64_t *, DDP_MALLOC(sizeof *where * 2 * (size_t)ctx->world_size)))) return 0;
+    where = DDP__CAST(int64_t *, DDP_MALLOC(sizeof *where * 2 * (size_t)ctx->world_size));
+    sent = DDP__CAST(MPI_Request *, DDP_MALLOC(sizeof *sent * (size_t)ctx->world_size));
+    if (!where || !sent) {
+        DDP_FREE(where); DDP_FREE(sent);
+        return 0;
+    }
+    /* not MPI_Send: to a host that is gone it waits for TCP's connect (minutes), past the timeout */
+    b->ask = (int64_t)c->seq;
     for (r = 0; r < ctx->world_size; r++) {
         where[2 * r] = -1;
-        if (r != ctx->rank) MPI_Send(&ask, 1, MPI_INT64_T, r, DDP__MPI_ASK, b->ctl);
+        sent[r] = MPI_REQUEST_NULL;
+        if (r != ctx->rank) MPI_Isend(&b->ask, 1, MPI_INT64_T, r, DDP__MPI_ASK, b->ctl, &sent[r]);
     }
     while (answered < ctx->world_size - 1 && ddp__now_ms() < deadline) {
         MPI_Status s;
         int got = 0;
+        if (!all_sent) MPI_Testall(ctx->world_size, sent, &all_sent, MPI_STATUSES_IGNORE);
         ddp__mpi_answer(b, c); /* the others ask too */
         if (MPI_Iprobe(MPI_ANY_SOURCE, DDP__MPI_ANSWER, b->ctl, &got, &s) == MPI_SUCCESS && got) {
             MPI_Recv(&where[2 * s.MPI_SOURCE], 2, MPI_INT64_T, s.MPI_SOURCE, DDP__MPI_ANSWER, b->ctl, MPI_STATUS_IGNORE);
@@ -3895,6 +3906,9 @@ static int ddp__mpi_late(ddp_ctx *ctx, const ddp__coll *c, char *out, size_t siz
             ddp__sleep_us(500);
         }
     }
+    for (r = 0; r < ctx->world_size; r++) /* a question still on its way goes on without us */
+        if (sent[r] != MPI_REQUEST_NULL) MPI_Request_free(&sent[r]);
+    DDP_FREE(sent);
     for (r = 0; r < ctx->world_size; r++) {
         if (r == ctx->rank || (where[2 * r] == (int64_t)c->seq && where[2 * r + 1] == c->kind)) continue;
         if (where[2 * r] < 0)
@@ -5078,8 +5092,11 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
         (r = ddp__choose_backend(ctx, launcher)) != DDP_OK)
         return st->broken = r;
     ddp__warn_nproc(ctx, desc);
-    snprintf(cfg->agree, sizeof cfg->agree, "ddp.h=%s backend=%s shm_chunk=%zu check=%d", DDP__VERSION,
-             ddp_backend_name(ctx->backend), ctx->backend != DDP_BACKEND_NCCL ? cfg->chunk : 0, cfg->check);
+    /* (the MPI chain's chunk is its own default where DDP_SHM_CHUNK is unset: 1048576 set on
+       some ranks only would give them other rounds than the rest) */
+    snprintf(cfg->agree, sizeof cfg->agree, "ddp.h=%s backend=%s shm_chunk=%zu mpi_chunk=%zu check=%d", DDP__VERSION,
+             ddp_backend_name(ctx->backend), ctx->backend != DDP_BACKEND_NCCL ? cfg->chunk : 0,
+             ctx->backend == DDP_BACKEND_MPI ? (cfg->chunk_default ? DDP__MPI_CHAIN_CHUNK : cfg->chunk) : 0, cfg->check);
     if (st->be->group) r = st->be->group(ctx); /* the backend forms the group itself (MPI) */
     else if (ctx->world_size > 1 && (r = ddp__resolve_store(ctx, desc, launcher)) == DDP_OK) r = ddp__join(ctx);
     if (r != DDP_OK) {
