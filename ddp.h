@@ -520,7 +520,7 @@ typedef struct ddp_grad_desc {
     int sum;               /* 1: leave the sum over ranks instead of the average */
     void *params;          /* optional: broadcast from rank 0 by ddp_grad_init */
     size_t param_count;    /* default: count */
-    ddp_dtype param_dtype; /* default DDP_F32 */
+    ddp_dtype param_dtype; /* default DDP_F32 (fp32 master weights), whatever dtype is: bf16 params need DDP_BF16 */
     void *stream;          /* NCCL: the cudaStream_t the backward pass runs on */
 } ddp_grad_desc;
 
@@ -1053,6 +1053,7 @@ struct ddp__state {
     int pmi_fd;              /* Hydra's PMI connection once asked for the kvsname, else -1 */
     char pmi_kvs[128];       /* Hydra's kvsname once asked for */
     int report_fd;           /* the built-in launcher's pipe, else -1: how this rank's first failure came about */
+    int reported;            /* that first failure was told */
 #define DDP__JOINING 1000    /* (a report's code: this rank started ddp_init) */
 #define DDP__LEAVING 1001    /* (a report's code: this rank left with ddp_destroy) */
     ddp__server *server;     /* rank 0 only */
@@ -1104,10 +1105,10 @@ static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt
     memcpy(ctx->st->err, text, sizeof text);
     snprintf(msg, sizeof msg, "rank %d/%d: %s", ctx->rank, ctx->world_size, text);
     ctx->st->log(ctx->st->log_user, DDP_LOG_ERROR, msg);
-    if (ctx->st->report_fd >= 0) { /* the launcher blames the first rank whose failure was its own */
+    if (ctx->st->report_fd >= 0 && !ctx->st->reported) { /* the launcher blames the first rank whose failure was its own */
         int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), (int)code);
         if (write(ctx->st->report_fd, msg, (size_t)n) < 0) {}
-        ctx->st->report_fd = -1; /* the first failure says how it came about */
+        ctx->st->reported = 1; /* the first failure says how it came about */
     }
     return code;
 }
@@ -3829,7 +3830,6 @@ typedef struct ddp__mpi {
     MPI_Win win;           /* the host's slots: one input per local rank, 2 partials in, 2 out */
     char *slots;
     size_t slot;           /* bytes of one */
-    int64_t ask;           /* the question after a timeout: sent without waiting, it outlives the asking */
 } ddp__mpi;
 
 #define DDP__MPI_TAG 11
@@ -3879,7 +3879,7 @@ static int ddp__mpi_late(ddp_ctx *ctx, const ddp__coll *c, char *out, size_t siz
     ddp__mpi *b = ddp__mpi_of(ctx);
     int64_t deadline = ddp__now_ms() + 1000, *where;
     MPI_Request *sent;
-    int r, answered = 0, late = 0, all_sent = 0;
+    int r, answered = 0, late = 0;
     out[0] = 0;
     where = DDP__CAST(int64_t *, DDP_MALLOC(sizeof *where * 2 * (size_t)ctx->world_size));
     sent = DDP__CAST(MPI_Request *, DDP_MALLOC(sizeof *sent * (size_t)ctx->world_size));
@@ -3887,17 +3887,20 @@ static int ddp__mpi_late(ddp_ctx *ctx, const ddp__coll *c, char *out, size_t siz
         DDP_FREE(where); DDP_FREE(sent);
         return 0;
     }
-    /* not MPI_Send: to a host that is gone it waits for TCP's connect (minutes), past the timeout */
-    b->ask = (int64_t)c->seq;
+    /* not MPI_Send: to a host that is gone it waits for TCP's connect (minutes), past the
+       timeout; the question's buffer outlives the sends left on their way (its value unread) */
+    static const int64_t question = 0;
     for (r = 0; r < ctx->world_size; r++) {
         where[2 * r] = -1;
         sent[r] = MPI_REQUEST_NULL;
-        if (r != ctx->rank) MPI_Isend(&b->ask, 1, MPI_INT64_T, r, DDP__MPI_ASK, b->ctl, &sent[r]);
+        if (r != ctx->rank) MPI_Isend(&question, 1, MPI_INT64_T, r, DDP__MPI_ASK, b->ctl, &sent[r]);
     }
     while (answered < ctx->world_size - 1 && ddp__now_ms() < deadline) {
         MPI_Status s;
         int got = 0;
-        if (!all_sent) MPI_Testall(ctx->world_size, sent, &all_sent, MPI_STATUSES_IGNORE);
+        for (r = 0; r < ctx->world_size; r++) /* the questions on their way (a done one becomes NULL) */
+            if (sent[r] != MPI_REQUEST_NULL) MPI_Test(&sent[r], &got, MPI_STATUS_IGNORE);
+        got = 0;
         ddp__mpi_answer(b, c); /* the others ask too */
         if (MPI_Iprobe(MPI_ANY_SOURCE, DDP__MPI_ANSWER, b->ctl, &got, &s) == MPI_SUCCESS && got) {
             MPI_Recv(&where[2 * s.MPI_SOURCE], 2, MPI_INT64_T, s.MPI_SOURCE, DDP__MPI_ANSWER, b->ctl, MPI_STATUS_IGNORE);
@@ -5121,12 +5124,13 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
 void ddp_destroy(ddp_ctx *ctx)
 {
     struct ddp__state *st;
+    ddp_result r = DDP_OK;
     if (!ctx || !ctx->st) return;
     st = ctx->st;
     /* the last meeting: nobody leaves while others still expect it in a collective,
        and those that do expect it learn at once that it left */
-    if (!st->broken && st->be && ctx->world_size > 1) (void)ddp__post(ctx, DDP__DESTROY, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);
-    if (st->report_fd >= 0) { /* left cleanly: its exit is not what stopped the others */
+    if (!st->broken && st->be && ctx->world_size > 1) r = ddp__post(ctx, DDP__DESTROY, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);
+    if (st->report_fd >= 0 && r == DDP_OK && !st->broken) { /* left cleanly: its exit stops nobody */
         char msg[32];
         int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), DDP__LEAVING);
         if (write(st->report_fd, msg, (size_t)n) < 0) {}
@@ -5249,12 +5253,12 @@ typedef struct ddp__end {
     int signal; /* that signal, or 0 */
     int caused; /* its first failure was another rank's (it said DDP_ERR_PEER or DDP_ERR_ABORTED) */
     int early;  /* status 0 before it started ddp_init, while ranks that did wait for it */
-    int left;   /* status 0 after ddp_init without ddp_destroy: the others may still have needed it */
+    int left;   /* status 0 after ddp_init, not through a ddp_destroy that all met: the others may have needed it */
 } ddp__end;
 
 /* The failure to report: the first that no other rank caused (a signal, or an exit for
    a reason of the rank's own); else, where the others only failed because a rank was
-   gone, the first that exited 0 without ddp_destroy (they lost it in a collective);
+   gone, the first that exited 0 without a ddp_destroy they all met (they lost it);
    else the first; -1 if no rank failed so far. The ranks that a killed rank takes down
    end first as often as not. */
 static int ddp__first_cause(const ddp__end *ends, int n)
@@ -5272,13 +5276,19 @@ static int ddp__first_cause(const ddp__end *ends, int n)
 }
 
 /* Reads what ranks said about their first failure ("pid code" lines): said[rank] = code;
-   joined[rank] 1 once it said it started ddp_init, 2 once it left with ddp_destroy. */
-static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, unsigned char *joined)
+   joined[rank] 1 once it said it started ddp_init, 2 once it left with ddp_destroy. Each
+   line is one write below PIPE_BUF, but a read may end inside one: its start waits in
+   part (size 64) for the next read. */
+static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, unsigned char *joined, char *part)
 {
-    char buf[4096], *line, *end;
+    char buf[4096 + 64], *line, *end;
+    size_t have;
     ssize_t k;
-    while ((k = read(fd, buf, sizeof buf - 1)) > 0) { /* whole lines: each is one write below PIPE_BUF */
-        buf[k] = 0;
+    for (;;) {
+        have = strlen(part);
+        memcpy(buf, part, have);
+        if ((k = read(fd, buf + have, sizeof buf - 1 - have)) <= 0) return;
+        buf[have + (size_t)k] = 0;
         for (line = buf; (end = strchr(line, '\n')) != NULL; line = end + 1) {
             int pid = 0, code = 0, i;
             if (sscanf(line, "%d %d", &pid, &code) != 2) continue;
@@ -5286,6 +5296,7 @@ static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, unsig
                 if (pids[i] == pid && (code == DDP__JOINING || code == DDP__LEAVING)) joined[i] = code == DDP__JOINING ? 1 : 2;
                 else if (pids[i] == pid && said[i] < 0) said[i] = code;
         }
+        ddp__copy(part, 64, strlen(line) < 64 ? line : ""); /* a line is 24 bytes at most */
     }
 }
 
@@ -5308,7 +5319,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     ddp__end *ends;
     int *said, *halted, any_joined = 0;
     unsigned char *joined;
-    char port[16], job[40], num[16], secret[65], prefix[40], report[48] = "1";
+    char port[16], job[40], num[16], secret[65], prefix[40], report[48] = "1", part[64] = "";
     unsigned char raw[32];
     static const int stops[] = {SIGINT, SIGTERM, SIGHUP};
     struct sigaction chld, dfl;
@@ -5343,6 +5354,9 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         fcntl(pipefd[0], F_SETFD, FD_CLOEXEC);
         fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
         fcntl(pipefd[1], F_SETFL, O_NONBLOCK);
+#ifdef F_SETPIPE_SZ
+        fcntl(pipefd[1], F_SETPIPE_SZ, 1 << 20); /* room for thousands of ranks' lines at once (else 64 KiB) */
+#endif
         snprintf(report, sizeof report, "%d:%lu", pipefd[1], (unsigned long)sb.st_ino);
     }
     ddp__random(raw, sizeof raw);
@@ -5435,7 +5449,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             ends[nends].caused = ends[nends].early = ends[nends].left = 0;
             nends++;
         }
-        if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said, joined); /* written before they exited */
+        if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said, joined, part); /* written before they exited */
         for (i = 0; i < nproc; i++) any_joined |= joined[i];
         for (i = 0; i < nends; i++) {
             ends[i].caused = said[ends[i].rank] == DDP_ERR_PEER || said[ends[i].rank] == DDP_ERR_ABORTED;
@@ -5465,8 +5479,8 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
                                             ends[c].pid, ends[c].signal, strsignal(ends[c].signal))
                 : ends[c].early ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 before ddp_init, while "
                                            "the others waited for it", ends[c].rank, ends[c].pid)
-                : ends[c].status == 0 ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 without ddp_destroy "
-                                                 "while the others still needed it", ends[c].rank, ends[c].pid)
+                : ends[c].status == 0 ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 while the others "
+                                                 "still needed it", ends[c].rank, ends[c].pid)
                                       : snprintf(why, why_size, "rank %d (pid %d) exited with status %d", ends[c].rank,
                                                  ends[c].pid, status);
             if (others && n > 0 && (size_t)n < why_size)
@@ -5505,9 +5519,12 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     /* whatever shared memory a crash left behind goes with the attempt */
     snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));
     ddp__shm_sweep(prefix, -1);
-    /* the signals again as they were, the cleanup done: one that came during it acts now */
-    sigprocmask(SIG_SETMASK, &old, NULL);
+    /* the signals again as they were, the cleanup done: one that came during it acts now.
+       The caller's SIGCHLD handler first, told once (its own children may have ended, and
+       their signal was taken here with the ranks') */
     sigaction(SIGCHLD, &chld, NULL);
+    if (chld.sa_handler != SIG_DFL && chld.sa_handler != SIG_IGN) raise(SIGCHLD);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said); DDP_FREE(halted); DDP_FREE(joined);
     return status;
 }
@@ -5838,10 +5855,10 @@ ddp_batch ddp_sampler_batch(ddp_sampler *s, uint64_t epoch, size_t b)
 void ddp_metric_add(ddp_metric *m, double value, double weight)
 {
     if (!m || weight == 0) return;
-    if (m->count == 0) {
+    if (m->count == 0 || value != value) { /* a NaN wins, wherever and whenever it comes (as DDP_MIN/MAX's) */
         m->min = m->max = value;
     } else {
-        if (value < m->min) m->min = value;
+        if (value < m->min) m->min = value; /* false against a NaN: it stays */
         if (value > m->max) m->max = value;
     }
     m->sum += value * weight;
@@ -5859,8 +5876,8 @@ void ddp_metric_merge(ddp_metric *into, const ddp_metric *from, size_t n)
                 a->min = b->min;
                 a->max = b->max;
             } else {
-                if (b->min < a->min) a->min = b->min;
-                if (b->max > a->max) a->max = b->max;
+                if (b->min < a->min || b->min != b->min) a->min = b->min; /* a NaN wins */
+                if (b->max > a->max || b->max != b->max) a->max = b->max;
             }
         }
         a->sum += b->sum;

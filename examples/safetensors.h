@@ -440,19 +440,25 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
         }
         if (strcmp(key, "__metadata__") == 0) { /* string values only, as the format says */
             const int count = j.tok[k + 1].type == ST_JSON_OBJECT ? j.tok[k + 1].size : -1;
-            int m, e = k + 2;
+            int m, e = k + 2, o, twice = 0;
             if (metadata++) {
                 snprintf(why, sizeof why, "two __metadata__ objects");
                 break;
             }
-            for (m = 0; m < count && f->n_meta < 32; m++, e = j.tok[e + 1].next, f->n_meta++)
+            for (m = 0; m < count && f->n_meta < 32 && !twice; m++, e = j.tok[e + 1].next, f->n_meta++) {
                 if (!st_json_string(&j, e, f->meta_key[f->n_meta], sizeof f->meta_key[0]) ||
                     j.tok[e + 1].type != ST_JSON_STRING ||
-                    !st_json_string(&j, e + 1, f->meta_val[f->n_meta], sizeof f->meta_val[0]) ||
-                    *st_meta(f, f->meta_key[f->n_meta])) /* a key twice: readers differ on which one counts */
+                    !st_json_string(&j, e + 1, f->meta_val[f->n_meta], sizeof f->meta_val[0]))
                     break;
+                for (o = 0; o < f->n_meta; o++) twice |= strcmp(f->meta_key[o], f->meta_key[f->n_meta]) == 0;
+            }
+            if (twice) { /* readers differ on which one counts */
+                snprintf(why, sizeof why, "__metadata__ has the key '%s' twice", f->meta_key[f->n_meta - 1]);
+                break;
+            }
             if (m < count || count < 0) {
-                snprintf(why, sizeof why, "__metadata__ is not an object of up to 32 short strings, each key once");
+                snprintf(why, sizeof why, "__metadata__ is not an object of up to 32 strings, each key below 32 bytes "
+                         "and each value below 128, without escapes other than \\\" \\\\ \\/");
                 break;
             }
         } else {

@@ -2243,7 +2243,7 @@ static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, 
         snprintf(err, errsize, "%s: metadata step '%s' is not a step count", path, st_meta(&f, "step"));
         goto fail;
     }
-    if (!seed_flag(st_meta(&f, "seed"), 0, 0, seed)) {
+    if (!seed_flag(st_meta(&f, "seed"), 0, 0, seed) || (st_meta(&f, "seed")[0] == '0' && st_meta(&f, "seed")[1])) {
         snprintf(err, errsize, "%s: metadata seed '%s' is not a seed", path, st_meta(&f, "seed"));
         goto fail;
     }

@@ -358,14 +358,20 @@ static int launched_child(const char *mode)
         if (ctx.rank == 5) raise(SIGKILL);
         return ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK ? 0 : 1;
     }
-    if (strcmp(mode, "vanish") == 0 || strcmp(mode, "halt") == 0) { /* rank 1 leaves (or stops) between two collectives */
+    /* rank 1 leaves (or stops) between two collectives */
+    if (strcmp(mode, "vanish") == 0 || strcmp(mode, "early_destroy") == 0 || strcmp(mode, "halt") == 0) {
         if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
         if (ctx.rank == 1 && mode[0] == 'v') return 0; /* without ddp_destroy */
+        if (ctx.rank == 1 && mode[0] == 'e') { /* ddp_destroy while the others are in a collective */
+            ddp_destroy(&ctx);
+            return 0;
+        }
         if (ctx.rank == 1) raise(SIGSTOP);
         if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
         ddp_destroy(&ctx);
         return 0;
     }
+    if (strcmp(mode, "kill_callers_child") == 0 && ctx.rank == 0) kill((pid_t)atoi(getenv("KILL_PID")), SIGKILL);
     if (strcmp(mode, "lastwords") == 0) { /* as lesson 5 with a bad checkpoint: all give up, rank 0 says why */
         ddp_barrier(&ctx);
         if (ctx.rank == 0) { printf("rank 0's last words\n"); fflush(stdout); }
@@ -486,11 +492,15 @@ static void test_launcher_blame(const char *self)
     /* a rank that exits 0 mid-job is what failed, not the rank that lost it first */
     for (named = 0, bad[0] = 0, i = 0; i < runs; i++) {
         rc = launch_to_file(self, "vanish", 5, out, i > 0);
-        if (rc == 1 && file_has(out, "ddp: rank 1 (pid ") && file_has(out, "status 0 without ddp_destroy")) named++;
+        if (rc == 1 && file_has(out, "ddp: rank 1 (pid ") && file_has(out, "status 0 while the others still needed it")) named++;
         else if (!bad[0]) snprintf(bad, sizeof bad, "status %d, %s", rc, file_has(out, "ddp: rank 1 (pid ") ? "rank 1 named" : "rank 1 not named");
     }
     CHECK("launcher.names_the_rank_that_left_mid_job", named == runs, "%d of %d runs named rank 1 with status 1; the first other: %s",
           named, runs, bad);
+    rc = launch_to_file(self, "early_destroy", 3, out, 0);
+    CHECK("launcher.names_the_rank_that_destroyed_early", rc == 1 && file_has(out, "ddp: rank 1 (pid ") &&
+          file_has(out, "status 0 while the others still needed it"), "status %d, %s", rc,
+          file_has(out, "ddp: rank 1 (pid ") ? "rank 1 named" : "rank 1 not named");
     /* a stopped rank is why the others time out; it is continued to take the launcher's SIGTERM */
     setenv("DDP_TIMEOUT", "1", 1);
     t0 = now_s();
@@ -502,22 +512,37 @@ static void test_launcher_blame(const char *self)
     unsetenv("DDP_TIMEOUT");
 }
 
-/* ddp_run waits for its own ranks only: a child the calling program started before
-   is still there for the program to wait for (the launcher took any child's end). */
+/* ddp_run waits for its own ranks only: a child the calling program started is still
+   there for the program to wait for (the launcher took any child's end), and the
+   program's SIGCHLD handler hears of it. Rank 0 ends that child during the run. */
+static volatile sig_atomic_t chlds; /* SIGCHLDs the caller's handler got */
+static void on_chld(int sig) { (void)sig; chlds++; }
+
 static void test_launcher_children(const char *self)
 {
-    char *args[4];
+    char *args[4], num[16];
     int st = 0, rc;
     pid_t mine, got;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_chld;
+    sigaction(SIGCHLD, &sa, &old);
     setenv("PID_FILE", "/dev/null", 1);
     fflush(NULL);
-    if ((mine = fork()) == 0) _exit(42);
-    args[0] = (char *)self; args[1] = (char *)"--launched"; args[2] = (char *)"plain"; args[3] = NULL;
+    if ((mine = fork()) == 0) {
+        for (;;) pause(); /* until rank 0 kills it */
+    }
+    snprintf(num, sizeof num, "%d", (int)mine);
+    setenv("KILL_PID", num, 1);
+    chlds = 0;
+    args[0] = (char *)self; args[1] = (char *)"--launched"; args[2] = (char *)"kill_callers_child"; args[3] = NULL;
     rc = ddp_run(3, args);
     got = waitpid(mine, &st, 0);
-    CHECK("launcher.leaves_the_callers_children", rc == 0 && got == mine && WIFEXITED(st) && WEXITSTATUS(st) == 42,
-          "ddp_run gave %d; the caller's own child: waitpid %s, status %d", rc, got == mine ? "found it" : "did not find it",
-          got == mine && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    CHECK("launcher.leaves_the_callers_children", rc == 0 && got == mine && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL &&
+          chlds > 0, "ddp_run gave %d; the caller's own child: waitpid %s, %s; its SIGCHLD handler ran %d times", rc,
+          got == mine ? "found it" : "did not find it", got == mine && WIFSIGNALED(st) ? "killed" : "not killed", (int)chlds);
+    unsetenv("KILL_PID");
+    sigaction(SIGCHLD, &old, NULL);
 }
 
 /* Polls the file the ranks append their pids to until it has `want` lines (10 s at

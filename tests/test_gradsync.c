@@ -301,6 +301,29 @@ static void metrics(worker *w)
     check_all(w, "metrics reduce: exact mean, count, min, max with padding", ok, why);
 }
 
+/* A NaN loss on one rank: every rank's min and max are NaN after the reduce, whichever
+   rank held it and whatever came before or after it (they were NaN on some ranks only). */
+static void metrics_nan(worker *w)
+{
+    ddp_metric m, alone;
+    const int nan_rank = w->ctx.world_size > 1 ? 1 : 0;
+    int ok = 1;
+    char why[200] = "";
+    memset(&m, 0, sizeof m);
+    memset(&alone, 0, sizeof alone);
+    ddp_metric_add(&alone, 1, 1);
+    ddp_metric_add(&alone, NAN, 1); /* after a number: it counts too */
+    ddp_metric_add(&alone, 2, 1);
+    if (!isnan(alone.min) || !isnan(alone.max)) ok = 0, snprintf(why, sizeof why, "alone: min %g max %g", alone.min, alone.max);
+    ddp_metric_add(&m, 1.0 + w->ctx.rank, 1);
+    if (w->ctx.rank == nan_rank) ddp_metric_add(&m, NAN, 1);
+    ddp_metric_add(&m, 2.0 + w->ctx.rank, 1);
+    ok = ddp_metric_reduce(&w->ctx, &m, 1) == DDP_OK && ok;
+    if (ok && (!isnan(m.min) || !isnan(m.max) || !isnan(m.sum)))
+        ok = 0, snprintf(why, sizeof why, "min %g max %g sum %g", m.min, m.max, m.sum);
+    check_all(w, "metrics reduce: a NaN on one rank is every rank's min and max", ok, why);
+}
+
 static int work(int *argc, char **argv)
 {
     worker w;
@@ -324,6 +347,7 @@ static int work(int *argc, char **argv)
     accumulation(&w);
     errors(&w);
     metrics(&w);
+    metrics_nan(&w);
     unmarked_on_one_rank(&w);
     ddp_destroy(&w.ctx);
     return w.failures ? 1 : 0;

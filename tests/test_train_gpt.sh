@@ -269,6 +269,7 @@ again = '"wte.weight":{"dtype":"F32","shape":%s,"data_offsets":[%d,%d]}' % (
     re.search(r'"shape":(\[[^]]*\])', m.group(0)).group(1), len(data), len(data) + hi - lo)
 write("twice.st", head[:-1] + "," + again + "}", data + data[lo:hi])         # a tensor named twice
 write("twokeys.st", head.replace('"__metadata__":{', '"__metadata__":{"step":"1",', 1))  # a key twice
+write("twoempty.st", head.replace('"__metadata__":{', '"__metadata__":{"step":"",', 1))  # the first one empty
 write("twometa.st", head[:-1] + ',"__metadata__":{"format":"pt"}}')         # two __metadata__
 write("bigseed.st", re.sub(r'"seed":"\d+"', '"seed":"99999999999999999999"', head))
 write("zeros.st", re.sub(r'"shape":\[(\d)', r'"shape":[0\1', head, count=1))  # JSON has no 08
@@ -281,7 +282,7 @@ at = int(m.group(1))  # a first moment near FLT_MAX: the next update makes weigh
 write("hugem.st", head, data[:at] + struct.pack("<4f", 3e38, 3e38, 3e38, 3e38) + data[at + 16:])
 EOF
 report "train_gpt: malformed checkpoints made" $? "$(head -c 300 mutate.txt)"
-for f in twice.st twokeys.st twometa.st; do
+for f in twice.st twokeys.st twoempty.st twometa.st; do
   one_line_error "a checkpoint with a name twice ($f)" $tiny --resume $f
   grep -q 'twice\|two __metadata__\|each key once' err.txt
   report "train_gpt: $f is refused as ambiguous" $? "$(cat err.txt)"
