@@ -5967,6 +5967,7 @@ struct ddp__grad_state {
     size_t marked;             /* elements marked this step */
     size_t *regions;           /* (offset, count) pairs marked this step */
     size_t num_regions, cap_regions;
+    size_t lo, hi;             /* what they span: a region outside needs no overlap check */
 };
 
 static void ddp__grad_reset(ddp_grad *g)
@@ -6099,18 +6100,17 @@ static ddp_result ddp__grad_launch(ddp_grad *g)
     return DDP_OK;
 }
 
-ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
+/* Marks [offset, offset + count) and starts the buckets it completes; `known_free`: the
+   region is a gap between marked ones (ddp_grad_all_reduce), no need to look for overlap. */
+static ddp_result ddp__grad_mark(ddp_grad *g, size_t offset, size_t count, int known_free)
 {
-    struct ddp__grad_state *st;
+    struct ddp__grad_state *st = g->st;
     size_t i, end = offset + count;
-    if (!g || !g->st) return DDP_ERR_ARG;
-    st = g->st;
-    if (count == 0) return DDP_OK;
-    if (end < offset || end > g->count)
-        return ddp__fail(g->ctx, DDP_ERR_ARG,
-                              "ddp_grad_ready: region [%zu, %zu) is outside the gradient buffer of %zu elements",
-                              offset, end, g->count);
-    for (i = 0; i < st->num_regions; i++) {
+    /* backward passes mark in order (last layer first, or first first): outside what is
+       marked, a region overlaps nothing, and a step of n regions costs n, not n^2 */
+    if (known_free || !st->num_regions || end <= st->lo || offset >= st->hi) i = st->num_regions;
+    else i = 0;
+    for (; i < st->num_regions; i++) {
         size_t o = st->regions[2 * i], e = o + st->regions[2 * i + 1];
         if (offset < e && o < end)
             return ddp__fail(g->ctx, DDP_ERR_ARG,
@@ -6130,6 +6130,8 @@ ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
     }
     st->regions[2 * st->num_regions] = offset;
     st->regions[2 * st->num_regions + 1] = count;
+    if (!st->num_regions || offset < st->lo) st->lo = offset;
+    if (!st->num_regions || end > st->hi) st->hi = end;
     st->num_regions++;
     st->marked += count;
     if (g->no_sync) return DDP_OK;
@@ -6140,6 +6142,18 @@ ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
         b->pending -= hi - lo;
     }
     return ddp__grad_launch(g);
+}
+
+ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
+{
+    size_t end = offset + count;
+    if (!g || !g->st) return DDP_ERR_ARG;
+    if (count == 0) return DDP_OK;
+    if (end < offset || end > g->count)
+        return ddp__fail(g->ctx, DDP_ERR_ARG,
+                              "ddp_grad_ready: region [%zu, %zu) is outside the gradient buffer of %zu elements",
+                              offset, end, g->count);
+    return ddp__grad_mark(g, offset, count, 0);
 }
 
 static int ddp__grad_region_cmp(const void *a, const void *b)
@@ -6187,11 +6201,22 @@ ddp_result ddp_grad_finish(ddp_grad *g)
 ddp_result ddp_grad_all_reduce(ddp_grad *g)
 {
     ddp_result r = DDP_OK;
+    struct ddp__grad_state *st;
+    size_t i, n, pos = 0, *gaps;
     if (!g || !g->st) return DDP_ERR_ARG;
-    while (r == DDP_OK && g->st->marked < g->count) {
-        size_t end, gap = ddp__grad_first_gap(g, &end);
-        r = ddp_grad_ready(g, gap, end - gap);
+    st = g->st;
+    /* the gaps between the regions marked so far, found in one pass over them sorted */
+    if (st->num_regions > 1) qsort(st->regions, st->num_regions, 2 * sizeof(size_t), ddp__grad_region_cmp);
+    n = st->num_regions;
+    if (!(gaps = (size_t *)DDP_MALLOC(2 * (n + 1) * sizeof(size_t))))
+        return ddp__fail(g->ctx, DDP_ERR_NOMEM, "ddp_grad_all_reduce: out of memory for %zu regions", n);
+    for (i = 0, n = 0; i <= st->num_regions; i++) {
+        size_t at = i < st->num_regions ? st->regions[2 * i] : g->count;
+        if (at > pos) gaps[2 * n] = pos, gaps[2 * n + 1] = at - pos, n++;
+        if (i < st->num_regions) pos = at + st->regions[2 * i + 1];
     }
+    for (i = 0; r == DDP_OK && i < n; i++) r = ddp__grad_mark(g, gaps[2 * i], gaps[2 * i + 1], 1);
+    DDP_FREE(gaps);
     return r == DDP_OK ? ddp_grad_finish(g) : r;
 }
 

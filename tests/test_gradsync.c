@@ -152,10 +152,11 @@ static void accumulation(worker *w)
     for (micro = 0; micro < 3 && ok; micro++) {
         if (micro == 2) ok = ddp_grad_no_sync(&g, 0) == DDP_OK;
         for (i = 0; i < n; i++) grads[i] += grad_value(w->ctx.rank, i, micro);
-        /* marking is optional while no_sync is on; the last micro-step marks half and
-           lets ddp_grad_all_reduce mark the rest */
+        /* marking is optional while no_sync is on; the last micro-step marks scattered
+           pieces (the last one first) and lets ddp_grad_all_reduce fill the 26 gaps */
         if (ok && micro == 0) ok = mark_regions(&g, n, 0, NULL, 0, 0) == DDP_OK;
-        if (ok && micro == 2) ok = ddp_grad_ready(&g, 100, 200) == DDP_OK;
+        if (ok && micro == 2) ok = ddp_grad_ready(&g, n - 4, 4) == DDP_OK;
+        for (i = 5; ok && micro == 2 && i + 3 < n - 4; i += 20) ok = ddp_grad_ready(&g, i, 3) == DDP_OK;
         if (ok) ok = (micro == 2 ? ddp_grad_all_reduce(&g) : ddp_grad_finish(&g)) == DDP_OK;
         if (!ok) snprintf(why, sizeof why, "micro-step %d: %s", micro, ddp_error(&w->ctx));
         if (ok && micro < 2) /* nothing was exchanged */
