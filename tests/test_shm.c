@@ -88,7 +88,7 @@ static void test_crash_leaves_nothing(void)
     }
     ddp__host_id(host, sizeof host);
     snprintf(hello, sizeof hello, "1 2 00112233445566778899aabbccddeeff");
-    snprintf(settings, sizeof settings, "%s\n-1 -1 -1\nddp.h=%s backend=cpu shm_chunk=%zu check=0", host, DDP__VERSION, DDP__DEFAULT_CHUNK);
+    snprintf(settings, sizeof settings, "%s\n-1 -1 -1\nddp.h=%s backend=cpu shm_chunk=%zu mpi_chunk=0 check=0", host, DDP__VERSION, DDP__DEFAULT_CHUNK);
     k = fd >= 0 && store_call(fd, DDP__HELLO, "leak-test", hello, reply, sizeof reply) == 0 &&
         store_call(fd, DDP__GATHER, "meet", settings, reply, sizeof reply) == 0 &&
         store_call(fd, DDP__GET, "shm", "", reply, sizeof reply) == 0 && sscanf(reply, "%199s", name) == 1;
