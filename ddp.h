@@ -5894,13 +5894,13 @@ ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n)
     ddp_result res;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
     if (!m && n) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_metric_reduce: NULL metrics");
-    if (n == 0) return DDP_OK;
-    w = (size_t)ctx->world_size;
-    all = (double *)DDP_MALLOC((w + 1) * per * sizeof(double));
+    w = (size_t)ctx->world_size; /* n = 0 takes part too: a rank with another n hears of it */
+    all = (double *)DDP_MALLOC(((w + 1) * per + 1) * sizeof(double));
     if (!all) return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_metric_reduce: out of memory for %zu metrics", n);
-    memcpy(all + w * per, m, n * sizeof(ddp_metric));
+    all[w * per] = 0; /* (with n = 0 nothing is sent from it; one element so that it exists) */
+    if (n) memcpy(all + w * per, m, n * sizeof(ddp_metric));
     res = ddp_all_gather(ctx, all + w * per, all, per, DDP_F64, NULL); /* host memory on every backend */
-    if (res == DDP_OK) {
+    if (res == DDP_OK && n) {
         memset(m, 0, n * sizeof(ddp_metric));
         for (r = 0; r < w; r++) ddp_metric_merge(m, (const ddp_metric *)(all + r * per), n);
     }
@@ -5947,9 +5947,10 @@ ddp_result ddp_agree_on(ddp_ctx *ctx, const char *name, const char *value)
             res = ddp__fail(ctx, DDP_ERR_MISMATCH, "ddp_agree_on: rank %zu checks another setting than rank 0 (%s "
                             "here): the ranks call it in another order", r, name);
         else if (all[r].hash != all[0].hash || all[r].len != all[0].len || strcmp(all[r].text, all[0].text) != 0)
-            res = ddp__fail(ctx, DDP_ERR_MISMATCH, "ranks disagree on %s: rank %zu has %s%s, rank 0 has %s%s", name, r,
+            res = ddp__fail(ctx, DDP_ERR_MISMATCH, "ranks disagree on %s: rank %zu has %s%s, rank 0 has %s%s%s", name, r,
                             all[r].text, all[r].len >= sizeof mine.text ? "..." : "", all[0].text,
-                            all[0].len >= sizeof mine.text ? "..." : "");
+                            all[0].len >= sizeof mine.text ? "..." : "",
+                            strcmp(all[r].text, all[0].text) == 0 ? " (alike in what is shown: they differ further on)" : "");
     DDP_FREE(all);
     return res;
 }
@@ -6008,6 +6009,9 @@ ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
     if (!desc || (desc->count && !desc->grads) || (unsigned)desc->dtype >= DDP_DTYPE_COUNT)
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: needs a desc with grads, count and a valid dtype");
+    if ((desc->dtype == DDP_I32 || desc->dtype == DDP_I64) && !desc->sum)
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: %s gradients would average by truncation (0.5 -> 0): a "
+                         "floating dtype, or .sum = 1 for the sum", ddp_dtype_name(desc->dtype));
     g->ctx = ctx;
     g->grads = desc->grads;
     g->count = desc->count;
@@ -6148,12 +6152,11 @@ ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
 {
     size_t end = offset + count;
     if (!g || !g->st) return DDP_ERR_ARG;
-    if (count == 0) return DDP_OK;
     if (end < offset || end > g->count)
         return ddp__fail(g->ctx, DDP_ERR_ARG,
                               "ddp_grad_ready: region [%zu, %zu) is outside the gradient buffer of %zu elements",
                               offset, end, g->count);
-    return ddp__grad_mark(g, offset, count, 0);
+    return count ? ddp__grad_mark(g, offset, count, 0) : DDP_OK;
 }
 
 static int ddp__grad_region_cmp(const void *a, const void *b)

@@ -223,9 +223,17 @@ static void errors(worker *w)
     ok = ok && r1 == DDP_OK && r2 == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "already marked") &&
          strstr(w->last_error, "already marked");
     check_all(w, "a region marked twice is an error with a message", ok, ddp_error(&w->ctx));
-    ok = ddp_grad_ready(&g, 60, 5) == DDP_ERR_ARG;
-    check_all(w, "a region past the end is an error", ok, "accepted");
+    ok = ddp_grad_ready(&g, 60, 5) == DDP_ERR_ARG && ddp_grad_ready(&g, 65, 0) == DDP_ERR_ARG;
+    check_all(w, "a region past the end is an error, also an empty one", ok, "accepted");
     ddp_grad_destroy(&g);
+    d.dtype = DDP_I32; /* an average in integers truncates: refused, the sum is fine */
+    ok = ddp_grad_init(&g, &w->ctx, &d) == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "truncation");
+    d.sum = 1;
+    ok = ok && ddp_grad_init(&g, &w->ctx, &d) == DDP_OK;
+    ddp_grad_destroy(&g);
+    check_all(w, "integer gradients: the average refused, the sum taken", ok, ddp_error(&w->ctx));
+    d.dtype = DDP_F32;
+    d.sum = 0;
     d.count = SIZE_MAX / 2;
     ok = ddp_grad_init(&g, &w->ctx, &d) == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "more bytes");
     check_all(w, "gradients past memory are an error", ok, ddp_error(&w->ctx));
@@ -325,6 +333,33 @@ static void metrics_nan(worker *w)
     check_all(w, "metrics reduce: a NaN on one rank is every rank's min and max", ok, why);
 }
 
+/* ddp_metric_reduce of no metrics on rank 1 and two on the others: every rank hears of
+   it (the rank with none returned DDP_OK without taking part). A job of its own: the
+   group is broken after it; each rank prints its line. */
+static int metrics_count_differs(int *argc, char **argv)
+{
+    static worker quiet; /* its last_error takes the log's lines */
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_metric m[2];
+    ddp_result r;
+    char name[120];
+    memset(&d, 0, sizeof d);
+    d.argc = argc;
+    d.argv = argv;
+    d.log = capture_log;
+    d.log_user = &quiet;
+    if (ddp_init(&ctx, &d) != DDP_OK) return 1;
+    memset(m, 0, sizeof m);
+    r = ddp_metric_reduce(&ctx, m, ctx.rank == 1 ? 0 : 2);
+    snprintf(name, sizeof name, "gradsync W=%d rank %d: metrics reduce of 0 metrics on rank 1, 2 elsewhere: named",
+             ctx.world_size, ctx.rank);
+    test_report(r == DDP_ERR_MISMATCH && strstr(ddp_error(&ctx), "passes 0 x f64"), name, "%s: %s", ddp_strerror(r),
+                ddp_error(&ctx));
+    ddp_destroy(&ctx);
+    return r == DDP_ERR_MISMATCH ? 0 : 1;
+}
+
 static int work(int *argc, char **argv)
 {
     worker w;
@@ -360,6 +395,7 @@ int main(int argc, char **argv)
     char *args[3];
     int nproc;
     if (argc > 1 && strcmp(argv[1], "--worker") == 0) return work(&argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--count-differs") == 0) return metrics_count_differs(&argc, argv);
     args[0] = argv[0];
     args[1] = worker_flag;
     args[2] = NULL;
@@ -369,6 +405,9 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "gradsync W=%d: every rank exited 0", nproc);
         CHECK(name, status == 0, "ddp_run returned %d", status);
     }
+    args[1] = (char *)"--count-differs";
+    CHECK("gradsync W=3: metrics reduce of another count on one rank: every rank named it", ddp_run(3, args) == 0,
+          "a rank did not get DDP_ERR_MISMATCH (its line above)");
     (void)test_skip;
     TEST_EXIT();
 }
