@@ -351,18 +351,27 @@ ST_DEF int st_by_name(const void *a, const void *b)
     return strcmp((*(const st_tensor *const *)a)->name, (*(const st_tensor *const *)b)->name);
 }
 
-/* Every tensor's name once: readers differ on which of two counts (the first here, the
-   last in the reference), so a file with one name twice means different things to each. */
-ST_DEF int st_unique(const st_file *f, char *why, size_t whysize)
+/* The tensors sorted by cmp, as pointers (free them), or NULL with "out of memory". */
+ST_DEF const st_tensor **st_sorted(const st_file *f, int (*cmp)(const void *, const void *), char *why, size_t whysize)
 {
     const st_tensor **order = (const st_tensor **)malloc(sizeof *order * ((size_t)f->n + 1));
     int i;
     if (!order) {
         snprintf(why, whysize, "out of memory");
-        return 0;
+        return NULL;
     }
     for (i = 0; i < f->n; i++) order[i] = &f->t[i];
-    qsort(order, (size_t)f->n, sizeof *order, st_by_name);
+    qsort(order, (size_t)f->n, sizeof *order, cmp);
+    return order;
+}
+
+/* Every tensor's name once: readers differ on which of two counts (the first here, the
+   last in the reference), so a file with one name twice means different things to each. */
+ST_DEF int st_unique(const st_file *f, char *why, size_t whysize)
+{
+    const st_tensor **order = st_sorted(f, st_by_name, why, whysize);
+    int i;
+    if (!order) return 0;
     for (i = 1; i < f->n && strcmp(order[i - 1]->name, order[i]->name) != 0; i++) {}
     if (i < f->n) snprintf(why, whysize, "tensor %s is named twice", order[i]->name);
     free(order);
@@ -379,15 +388,10 @@ ST_DEF int st_by_offset(const void *a, const void *b)
    that share bytes would load as one another's. */
 ST_DEF int st_tiles(const st_file *f, size_t size, char *why, size_t whysize)
 {
-    const st_tensor **order = (const st_tensor **)malloc(sizeof *order * ((size_t)f->n + 1));
+    const st_tensor **order = st_sorted(f, st_by_offset, why, whysize);
     uint64_t at = 0;
     int i;
-    if (!order) {
-        snprintf(why, whysize, "out of memory");
-        return 0;
-    }
-    for (i = 0; i < f->n; i++) order[i] = &f->t[i];
-    qsort(order, (size_t)f->n, sizeof *order, st_by_offset);
+    if (!order) return 0;
     for (i = 0; i < f->n && order[i]->begin == at; i++) at = order[i]->end;
     if (i < f->n)
         snprintf(why, whysize, "tensor %s: data_offsets [%llu, %llu] %s: the tensors before it end at %llu "
