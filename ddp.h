@@ -383,10 +383,12 @@ DDPDEF ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *rec
 DDPDEF ddp_result ddp_wait(ddp_ctx *ctx, ddp_work *work, void *stream);
 DDPDEF ddp_result ddp_broadcast(ddp_ctx *ctx, void *buf, size_t count, ddp_dtype dtype,
                                 int root, void *stream);
-/* recv holds world_size * count elements, rank r's at r * count. */
+/* recv holds world_size * count elements, rank r's at r * count. In place (NCCL's form):
+   send = recv + rank * count; buffers that overlap otherwise are refused. */
 DDPDEF ddp_result ddp_all_gather(ddp_ctx *ctx, const void *send, void *recv, size_t count,
                                  ddp_dtype dtype, void *stream);
-/* send holds world_size * count elements; rank r receives the reduction of block r. */
+/* send holds world_size * count elements; rank r receives the reduction of block r.
+   In place: recv = send + rank * count; buffers that overlap otherwise are refused. */
 DDPDEF ddp_result ddp_reduce_scatter(ddp_ctx *ctx, const void *send, void *recv, size_t count,
                                      ddp_dtype dtype, ddp_op op, void *stream);
 DDPDEF ddp_result ddp_barrier(ddp_ctx *ctx); /* host barrier, every backend */
@@ -4756,11 +4758,19 @@ static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: %llu elements of %s%s are more bytes than memory holds", name,
                          (unsigned long long)c->count, ddp_dtype_name((ddp_dtype)c->dtype),
                          ddp__colls[c->kind].send == 'W' || ddp__colls[c->kind].recv == 'W' ? " from every rank" : "");
-    if (needs_data && c->kind == DDP__ALL_REDUCE && c->send != c->recv) {
+    if (needs_data && ddp__colls[c->kind].send) { /* read in chunks while written: wrong results */
         const char *a = (const char *)c->send, *b = (const char *)c->recv;
-        size_t bytes = c->count * ddp_dtype_size((ddp_dtype)c->dtype);
-        if (a < b + bytes && b < a + bytes) /* read in chunks while written: wrong sums */
-            return ddp__fail(ctx, DDP_ERR_ARG, "%s: send and recv overlap without being the same buffer", name);
+        const size_t one = c->count * ddp_dtype_size((ddp_dtype)c->dtype), mine = (size_t)ctx->rank * one;
+        const size_t sbytes = ddp__colls[c->kind].send == 'W' ? one * (size_t)ctx->world_size : one;
+        const size_t rbytes = ddp__colls[c->kind].recv == 'W' ? one * (size_t)ctx->world_size : one;
+        /* in place: the same buffer, or (as NCCL's) this rank's block of the larger one */
+        const int in_place = c->kind == DDP__ALL_GATHER       ? a == b + mine
+                             : c->kind == DDP__REDUCE_SCATTER ? b == a + mine
+                                                              : a == b;
+        if (!in_place && a < b + rbytes && b < a + sbytes)
+            return ddp__fail(ctx, DDP_ERR_ARG, "%s: send and recv overlap without being in place (%s)", name,
+                             c->kind == DDP__ALL_REDUCE ? "the same buffer" : c->kind == DDP__ALL_GATHER
+                                 ? "send at recv + rank x count" : "recv at send + rank x count");
     }
     if (c->root < 0 || c->root >= ctx->world_size)
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: root %d is not a rank of a world of %d", name, c->root, ctx->world_size);
@@ -4807,7 +4817,12 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
     int64_t t0 = 0;
     char name[48];
     if (work) { work->seq = 0; work->event = NULL; } /* a refused call leaves a handle ddp_wait refuses */
-    if ((r = ddp__check(ctx, c)) != DDP_OK) return r;
+    if ((r = ddp__check(ctx, c)) != DDP_OK) {
+        /* a refused call still takes its number: refused on one rank only, its next call
+           meets the others' refused one's by number, a named mismatch, not a wrong result */
+        if (ctx && ctx->st && !ctx->st->broken) ctx->st->seq++;
+        return r;
+    }
     st = ctx->st;
     if (st->trace) t0 = ddp__now_ns();
     c->seq = ++st->seq;
@@ -5523,7 +5538,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
        The caller's SIGCHLD handler first, told once (its own children may have ended, and
        their signal was taken here with the ranks') */
     sigaction(SIGCHLD, &chld, NULL);
-    if (chld.sa_handler != SIG_DFL && chld.sa_handler != SIG_IGN) raise(SIGCHLD);
+    if (chld.sa_handler != SIG_DFL && chld.sa_handler != SIG_IGN) kill(getpid(), SIGCHLD); /* to the process: any thread */
     sigprocmask(SIG_SETMASK, &old, NULL);
     DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said); DDP_FREE(halted); DDP_FREE(joined);
     return status;
@@ -5890,17 +5905,26 @@ ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n)
     /* all_gather rather than all_reduce: sums, mins and maxes in one collective, and
        every rank adds the ranks up in the same order */
     size_t per = n * sizeof(ddp_metric) / sizeof(double), w, r;
+    int64_t counts[2];
     double *all;
     ddp_result res;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
     if (!m && n) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_metric_reduce: NULL metrics");
-    w = (size_t)ctx->world_size; /* n = 0 takes part too: a rank with another n hears of it */
-    all = (double *)DDP_MALLOC(((w + 1) * per + 1) * sizeof(double));
+    /* every rank the same n, 0 too (a rank with none would skip the gather the others
+       make, and NCCL drops an empty collective): the largest n and the smallest */
+    counts[0] = (int64_t)n;
+    counts[1] = -(int64_t)n;
+    if ((res = ddp_all_reduce(ctx, counts, counts, 2, DDP_I64, DDP_MAX, NULL)) != DDP_OK) return res;
+    if (counts[0] != -counts[1])
+        return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_MISMATCH, "ddp_metric_reduce: the ranks pass from %lld to %lld "
+                                         "metrics (this one %zu)", (long long)-counts[1], (long long)counts[0], n));
+    if (n == 0) return DDP_OK;
+    w = (size_t)ctx->world_size;
+    all = (double *)DDP_MALLOC((w + 1) * per * sizeof(double));
     if (!all) return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_metric_reduce: out of memory for %zu metrics", n);
-    all[w * per] = 0; /* (with n = 0 nothing is sent from it; one element so that it exists) */
-    if (n) memcpy(all + w * per, m, n * sizeof(ddp_metric));
+    memcpy(all + w * per, m, n * sizeof(ddp_metric));
     res = ddp_all_gather(ctx, all + w * per, all, per, DDP_F64, NULL); /* host memory on every backend */
-    if (res == DDP_OK && n) {
+    if (res == DDP_OK) {
         memset(m, 0, n * sizeof(ddp_metric));
         for (r = 0; r < w; r++) ddp_metric_merge(m, (const ddp_metric *)(all + r * per), n);
     }

@@ -73,6 +73,12 @@ static void edges(ddp_ctx *ctx, float *a)
            ddp_error(ctx));
     r = ddp_all_reduce(ctx, a, a + 1, 1000, DDP_F32, DDP_SUM, NULL);
     report(ctx, "edges.overlapping_send_recv", "f32", r == DDP_ERR_ARG && strstr(ddp_error(ctx), "overlap"), ddp_error(ctx));
+    r = ddp_all_gather(ctx, a + 1, a, 100, DDP_F32, NULL); /* in place is a + rank x 100 */
+    report(ctx, "edges.all_gather_overlapping_not_in_place", "f32", r == DDP_ERR_ARG && strstr(ddp_error(ctx), "overlap"),
+           ddp_error(ctx));
+    r = ddp_reduce_scatter(ctx, a, a + 1, 100, DDP_F32, DDP_SUM, NULL);
+    report(ctx, "edges.reduce_scatter_overlapping_not_in_place", "f32",
+           r == DDP_ERR_ARG && strstr(ddp_error(ctx), "overlap"), ddp_error(ctx));
     memset(&never, 0, sizeof never);
     ok = ddp_all_reduce_async(ctx, a, a, 4, DDP_F32, DDP_SUM, NULL, &good) == DDP_OK &&
          ddp_all_reduce_async(ctx, NULL, a, 4, DDP_F32, DDP_SUM, NULL, &refused) == DDP_ERR_ARG &&

@@ -154,6 +154,26 @@ static int settings(int rank, void *arg)
 }
 
 /* rank 1 leaves after four collectives; the others learn it in their fifth, at once */
+/* A call refused on rank 1 only (a NULL buffer): its next call must not pair with the
+   others' refused one (the sums were shifted a step, with DDP_OK): a named mismatch. */
+static const char *const refused_codes[] = {
+    [10] = "init failed", [11] = "rank 1's NULL buffer was not refused",
+    [12] = "rank 1's next call did not get DDP_ERR_MISMATCH", [13] = "another rank's call did not fail"};
+static int refused_on_one(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    float x = 1;
+    ddp_result r1, r2;
+    (void)arg;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    r1 = ddp_all_reduce(&ctx, &x, rank == 1 ? NULL : &x, 1, DDP_F32, DDP_SUM, NULL);
+    r2 = ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
+    if (rank == 1 && r1 != DDP_ERR_ARG) return 11;
+    if (rank == 1 && r2 != DDP_ERR_MISMATCH) return 12;
+    if (rank != 1 && r1 == DDP_OK) return 13;
+    return 0;
+}
+
 static const char *const leave_codes[] = {
     [10] = "init failed", [11] = "the fifth collective did not return DDP_ERR_PEER",
     [12] = "the error does not say rank 1 left in ddp_destroy during all_reduce #5",
@@ -413,6 +433,10 @@ int main(int argc, char **argv)
     test_spawn(&job, 3, settings, NULL);
     CHECK("mismatch.settings_shm_chunk", job.failed == 0 && job.seconds < 5, "%s, %.1f s",
           TEST_JOB_WHY(&job, setting_codes), job.seconds);
+    test_spawn(&job, 2, refused_on_one, NULL);
+    CHECK("mismatch.refused_on_one_rank_does_not_shift_the_others", job.failed == 0, "%s", TEST_JOB_WHY(&job, refused_codes));
+    test_spawn(&job, 3, refused_on_one, NULL);
+    CHECK("mismatch.refused_on_one_of_three", job.failed == 0, "%s", TEST_JOB_WHY(&job, refused_codes));
     test_spawn(&job, 3, leave_early, NULL);
     CHECK("mismatch.destroy_while_others_wait", job.failed == 0, "%s", TEST_JOB_WHY(&job, leave_codes));
     test_spawn(&job, 4, grad_layout, NULL);
