@@ -118,7 +118,13 @@
      backend, shm chunk, DDP_CHECK); ddp_grad_init compares the bucket layout. A rank
      that calls ddp_destroy while others wait in a collective is named at once. The
      program's own settings are its to name: ddp_agree_on(ctx, "--lr", text) ("ranks
-     disagree on --lr: rank 1 has 0.002, rank 0 has 0.001").
+     disagree on --lr: rank 1 has 0.002, rank 0 has 0.001"). A call refused on one rank
+     (a NULL buffer) still takes its number: the next call is a mismatch, not a shifted sum.
+     One context, one caller at a time: the collectives of a context pair up by their
+     order, so calls from two threads (which interleave differently on each rank) pair
+     wrongly when they have one shape, as in NCCL; two calls at once are refused and stop
+     the group. Use a context per thread. A child of fork() cannot use its parent's context
+     (refused; its ddp_destroy frees only its copy).
 
    TWO LAUNCHES (ranks started by hand, no DDP_JOB_ID, one port)
      A rank cannot tell which launch it belongs to. The signs of a second: a second
@@ -1050,6 +1056,8 @@ struct ddp__state {
     void *log_user;
     ddp__settings cfg;
     ddp_result broken;       /* set once a collective fails: later ones refuse */
+    pid_t pid;               /* the process that ran ddp_init (a child of fork() holds a copy) */
+    int busy;                /* a collective call is in progress (from which thread: see ddp__issue) */
     char cause[300];         /* err when the first refusal came: what every refusal cites */
     int store_fd;            /* connection to rank 0's store, -1 in a world of one */
     int pmi_fd;              /* Hydra's PMI connection once asked for the kvsname, else -1 */
@@ -4747,6 +4755,9 @@ static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
     const char *name = ddp__colls[c->kind].name;
     int needs_data = ddp__coll_moves_data(c->kind) && c->count > 0;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (ctx->st->pid != getpid()) /* it would join the parent's collectives as the parent */
+        return ddp__fail(ctx, DDP_ERR_ARG, "%s: this ddp_ctx belongs to process %d, not to this child of it "
+                         "(fork() copies the context; only ddp_init's process can use it)", name, (int)ctx->st->pid);
     if (ctx->st->broken)
         return ddp__refuse(ctx, name);
     if ((unsigned)c->dtype >= DDP_DTYPE_COUNT || (unsigned)c->op >= DDP_OP_COUNT)
@@ -4810,7 +4821,7 @@ static ddp_result ddp__store_check(ddp_ctx *ctx, const ddp__coll *c)
 }
 
 /* Every collective goes through here: validate, number, compare, run (or queue). */
-static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work *work)
+static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work *work)
 {
     struct ddp__state *st;
     ddp_result r;
@@ -4838,6 +4849,24 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
         ddp__trace_name(name, sizeof name, work && st->be->wait ? "queue " : "", c);
         ddp__trace_add(ctx, 0, name, t0, ddp__now_ns());
     }
+    return r;
+}
+
+/* One call at a time per context: a second thread's collective while one is in progress
+   would take another's number and staging slot (wrong sums with DDP_OK). It is refused,
+   and the group stops: the threads' order could differ from rank to rank anyway. */
+static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work *work)
+{
+    ddp_result r;
+    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (__atomic_exchange_n(&ctx->st->busy, 1, __ATOMIC_ACQUIRE)) {
+        if (work) { work->seq = 0; work->event = NULL; }
+        return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread is in a collective of this ddp_ctx: "
+                                         "a context takes one call at a time, from one thread (or a context per thread "
+                                         "that every rank uses alike)", ddp__colls[c->kind].name));
+    }
+    r = ddp__issue_one(ctx, c, stream, work);
+    __atomic_store_n(&ctx->st->busy, 0, __ATOMIC_RELEASE);
     return r;
 }
 
@@ -5103,6 +5132,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     st->log = desc->log ? desc->log : ddp__default_log;
     st->log_user = desc->log_user;
     st->store_fd = st->pmi_fd = st->report_fd = -1;
+    st->pid = getpid();
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
     cfg->debug = getenv("DDP_DEBUG") && *getenv("DDP_DEBUG") && strcmp(getenv("DDP_DEBUG"), "0") != 0;
@@ -5142,6 +5172,10 @@ void ddp_destroy(ddp_ctx *ctx)
     ddp_result r = DDP_OK;
     if (!ctx || !ctx->st) return;
     st = ctx->st;
+    if (st->pid != getpid()) { /* a child of fork(): its copy goes with it, the parent's group is not its own */
+        ctx->st = NULL;
+        return;
+    }
     /* the last meeting: nobody leaves while others still expect it in a collective,
        and those that do expect it learn at once that it left */
     if (!st->broken && st->be && ctx->world_size > 1) r = ddp__post(ctx, DDP__DESTROY, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);

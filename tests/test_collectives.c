@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static const ddp_dtype dtypes[] = {DDP_F32, DDP_F64, DDP_BF16, DDP_F16, DDP_I32, DDP_I64};
 static const char *const dtype_names[] = {"f32", "f64", "bf16", "f16", "i32", "i64"};
@@ -97,6 +99,26 @@ static void edges(ddp_ctx *ctx, float *a)
     v[0] = 1;
     r = ddp_all_reduce(ctx, v, v, 1, DDP_F32, DDP_SUM, NULL);
     report(ctx, "edges.group_usable_after_refusals", "f32", r == DDP_OK && v[0] == (float)W, ddp_error(ctx));
+    /* a child of fork() (a checkpoint written in the background) holds a copy of the
+       context: its collective is refused (it joined its parent's, adding 100), its
+       ddp_destroy leaves the parent's group alone (it ended the job) */
+    {
+        int st = -1;
+        pid_t child;
+        fflush(NULL);
+        if ((child = fork()) == 0) {
+            float x = 100;
+            ddp_result rc = ddp_all_reduce(ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
+            ok = rc == DDP_ERR_ARG && strstr(ddp_error(ctx), "fork()") && x == 100;
+            ddp_destroy(ctx);
+            _exit(ok ? 0 : 1);
+        }
+        waitpid(child, &st, 0);
+        v[0] = 1;
+        r = ddp_all_reduce(ctx, v, v, 1, DDP_F32, DDP_SUM, NULL);
+        report(ctx, "edges.fork_child_refused_parent_goes_on", "f32",
+               child > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 && r == DDP_OK && v[0] == (float)W, ddp_error(ctx));
+    }
 }
 
 static int worker(void)
