@@ -5786,24 +5786,29 @@ static void ddp__randperm(size_t *perm, size_t n, uint64_t seed)
 static ddp_result ddp__sampler_agree(const ddp_sampler *s, ddp_ctx *ctx)
 {
     static const char *const names[] = {"dataset_size", "seed (low 32 bits)", "seed (high 32 bits)", "no_shuffle",
-                                        "drop_last", "batch_size", "drop_last_batch"};
-    int64_t v[14], mine[7];
+                                        "drop_last", "batch_size", "drop_last_batch", "dataset_size (top 2 bits)",
+                                        "batch_size (top 2 bits)"};
+    enum { K = sizeof names / sizeof names[0] };
+    int64_t v[2 * K], mine[K];
     ddp_result r;
     int i;
-    v[0] = (int64_t)(s->dataset_size & (((uint64_t)1 << 62) - 1)); /* sizes past 2^62 cannot be allocated anyway */
+    /* each value whole, in pieces an int64 max over (v, -v) can compare */
+    v[0] = (int64_t)(s->dataset_size & (((uint64_t)1 << 62) - 1));
     v[1] = (int64_t)(s->seed & 0xffffffffu);
     v[2] = (int64_t)(s->seed >> 32);
     v[3] = !s->shuffle;
     v[4] = s->drop_last;
     v[5] = (int64_t)(s->batch_size & (((uint64_t)1 << 62) - 1));
     v[6] = s->drop_last_batch;
-    for (i = 0; i < 7; i++) v[7 + i] = -(mine[i] = v[i]);
-    if ((r = ddp_all_reduce(ctx, v, v, 14, DDP_I64, DDP_MAX, NULL)) != DDP_OK) return r;
-    for (i = 0; i < 7; i++)
-        if (v[i] != -v[7 + i])
+    v[7] = (int64_t)((uint64_t)s->dataset_size >> 62);
+    v[8] = (int64_t)((uint64_t)s->batch_size >> 62);
+    for (i = 0; i < K; i++) v[K + i] = -(mine[i] = v[i]);
+    if ((r = ddp_all_reduce(ctx, v, v, 2 * K, DDP_I64, DDP_MAX, NULL)) != DDP_OK) return r;
+    for (i = 0; i < K; i++)
+        if (v[i] != -v[K + i])
             return ddp__fail(ctx, DDP_ERR_MISMATCH,
                              "ddp_sampler_init: ranks disagree on %s: from %lld to %lld across ranks (this rank: %lld)",
-                             names[i], -(long long)v[7 + i], (long long)v[i], (long long)mine[i]);
+                             names[i], -(long long)v[K + i], (long long)v[i], (long long)mine[i]);
     return DDP_OK;
 }
 
@@ -5813,6 +5818,7 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
     if (!s) return DDP_ERR_ARG;
     memset(s, 0, sizeof *s);
     if (!desc) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init: no desc");
+    if (ctx && !ctx->st && desc->world_size <= 0) return DDP_ERR_ARG; /* destroyed: ddp_error says so */
     if (desc->world_size > 0) {
         s->world_size = desc->world_size;
         s->rank = desc->rank;

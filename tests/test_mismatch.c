@@ -298,10 +298,12 @@ static void test_launch_refusals(const char *self)
    an agreeing one went through. */
 static const char *const sampler_codes[] = {
     [10] = "init failed", [11] = "ddp_sampler_init did not return DDP_ERR_MISMATCH",
-    [12] = "the error does not name the field and its range", [13] = "the agreeing sampler failed"};
+    [12] = "the error does not name the field and its range", [13] = "the agreeing sampler failed",
+    [14] = "a sampler on a destroyed context was not refused (it skipped the ranks' agreement)"};
 static int sampler_setup(int rank, void *arg)
 {
-    int seed = arg != NULL;
+    const char *what = arg ? (const char *)arg : "size";
+    const int seed = !strcmp(what, "seed"), batch = !strcmp(what, "batch");
     ddp_ctx ctx;
     ddp_sampler smp;
     ddp_sampler_desc sd;
@@ -312,10 +314,14 @@ static int sampler_setup(int rank, void *arg)
     if (ddp_sampler_init(&smp, &ctx, &sd) != DDP_OK) return 13;
     ddp_sampler_destroy(&smp);
     if (rank == 1 && seed) sd.seed = (uint64_t)7 << 32;
-    if (rank == 1 && !seed) sd.dataset_size = 1001;
+    if (rank == 1 && batch) sd.batch_size += (size_t)1 << 62; /* the same low 62 bits: it passed */
+    if (rank == 1 && !seed && !batch) sd.dataset_size = 1001;
     if (ddp_sampler_init(&smp, &ctx, &sd) != DDP_ERR_MISMATCH) return 11;
-    if (!strstr(ddp_error(&ctx), seed ? "seed (high 32 bits): from 0 to 7" : "dataset_size: from 1000 to 1001")) return 12;
+    if (!strstr(ddp_error(&ctx), seed ? "seed (high 32 bits): from 0 to 7" : batch ? "batch_size (top 2 bits): from 0 to 1"
+                                                                              : "dataset_size: from 1000 to 1001"))
+        return 12;
     ddp_destroy(&ctx);
+    if (ddp_sampler_init(&smp, &ctx, &sd) != DDP_ERR_ARG || !strstr(ddp_error(&ctx), "destroyed")) return 14;
     return 0;
 }
 
@@ -447,6 +453,8 @@ int main(int argc, char **argv)
     CHECK("mismatch.sampler_dataset_size", job.failed == 0, "%s", TEST_JOB_WHY(&job, sampler_codes));
     test_spawn(&job, 2, sampler_setup, (void *)"seed");
     CHECK("mismatch.sampler_seed", job.failed == 0, "%s", TEST_JOB_WHY(&job, sampler_codes));
+    test_spawn(&job, 2, sampler_setup, (void *)"batch");
+    CHECK("mismatch.sampler_batch_size_past_2_62", job.failed == 0, "%s", TEST_JOB_WHY(&job, sampler_codes));
     setenv("DDP_TIMEOUT", "1", 1);
     test_spawn(&job, 3, behind, NULL);
     CHECK("mismatch.timeout_says_where_ranks_are", job.failed == 0, "%s", TEST_JOB_WHY(&job, behind_codes));
