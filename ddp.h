@@ -323,7 +323,8 @@ typedef struct ddp_ctx {
 /* Asynchronous work: filled by *_async, finished by ddp_wait. */
 typedef struct ddp_work {
     uint64_t seq;
-    void *event; /* NCCL: completion event */
+    void *event;       /* NCCL: completion event */
+    const void *owner; /* the context whose collective filled it */
 } ddp_work;
 
 /* ---- launcher ------------------------------------------------------------------
@@ -471,7 +472,9 @@ DDPDEF void ddp_sampler_destroy(ddp_sampler *s);
 DDPDEF const size_t *ddp_sampler_epoch(ddp_sampler *s, uint64_t epoch);
 /* Batch b (0 <= b < num_batches) of this rank for `epoch`. With per-rank batch size
    B, global batch b is positions [b B W, (b+1) B W) of the shuffled list: the same
-   samples as batch b of one rank with batch size B W. */
+   samples as batch b of one rank with batch size B W. Its indices point into the
+   sampler's own list, which another epoch overwrites: copy them to keep them. The
+   shuffle's seed is seed + epoch (as torch's), wrapping past 2^64 - 1. */
 DDPDEF ddp_batch ddp_sampler_batch(ddp_sampler *s, uint64_t epoch, size_t b);
 
 /* ---- metrics ---------------------------------------------------------------------
@@ -4827,7 +4830,7 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
     ddp_result r;
     int64_t t0 = 0;
     char name[48];
-    if (work) { work->seq = 0; work->event = NULL; } /* a refused call leaves a handle ddp_wait refuses */
+    if (work) { work->seq = 0; work->event = NULL; work->owner = NULL; } /* a refused call leaves a handle ddp_wait refuses */
     if ((r = ddp__check(ctx, c)) != DDP_OK) {
         /* a refused call still takes its number: refused on one rank only, its next call
            meets the others' refused one's by number, a named mismatch, not a wrong result */
@@ -4837,7 +4840,7 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
     st = ctx->st;
     if (st->trace) t0 = ddp__now_ns();
     c->seq = ++st->seq;
-    if (work) { work->seq = c->seq; work->event = NULL; }
+    if (work) { work->seq = c->seq; work->event = NULL; work->owner = st; }
     if (ddp__server_failed(st->server)) /* rank 0: the store learnt that the job cannot be trusted */
         r = ddp__fail(ctx, DDP_ERR_PEER, "%s #%llu stopped: %s", ddp__colls[c->kind].name, (unsigned long long)c->seq,
                       ddp__server_failed(st->server));
@@ -4860,7 +4863,7 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
     ddp_result r;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
     if (__atomic_exchange_n(&ctx->st->busy, 1, __ATOMIC_ACQUIRE)) {
-        if (work) { work->seq = 0; work->event = NULL; }
+        if (work) { work->seq = 0; work->event = NULL; work->owner = NULL; }
         return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread is in a collective of this ddp_ctx: "
                                          "a context takes one call at a time, from one thread (or a context per thread "
                                          "that every rank uses alike)", ddp__colls[c->kind].name));
@@ -4907,7 +4910,7 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
     ddp_result r;
     if (!ctx || !ctx->st || !work) return DDP_ERR_ARG;
     st = ctx->st;
-    if (!st->broken && (!work->seq || (!st->be->wait && st->worker_started && work->seq > st->queued)))
+    if (!st->broken && (!work->seq || work->owner != st || (!st->be->wait && st->worker_started && work->seq > st->queued)))
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
                          "(its call failed, or it was never made)");
     ddp_trace_begin(ctx, "wait"); /* nothing without tracing */
