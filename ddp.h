@@ -123,8 +123,9 @@
      One context, one caller at a time: the collectives of a context pair up by their
      order, so calls from two threads (which interleave differently on each rank) pair
      wrongly when they have one shape, as in NCCL; two calls at once are refused and stop
-     the group. Use a context per thread. A child of fork() cannot use its parent's context
-     (refused; its ddp_destroy frees only its copy).
+     the group. Threads that share a context order their calls themselves, alike on every
+     rank. A child of fork() cannot use its parent's context (refused; its ddp_destroy
+     frees only its copy).
 
    TWO LAUNCHES (ranks started by hand, no DDP_JOB_ID, one port)
      A rank cannot tell which launch it belongs to. The signs of a second: a second
@@ -3889,6 +3890,7 @@ static void ddp__mpi_answer(ddp__mpi *b, const ddp__coll *c)
    returns how many it names. */
 static int ddp__mpi_late(ddp_ctx *ctx, const ddp__coll *c, char *out, size_t size)
 {
+    static const int64_t question = 0;
     ddp__mpi *b = ddp__mpi_of(ctx);
     int64_t deadline = ddp__now_ms() + 1000, *where;
     MPI_Request *sent;
@@ -3902,7 +3904,6 @@ static int ddp__mpi_late(ddp_ctx *ctx, const ddp__coll *c, char *out, size_t siz
     }
     /* not MPI_Send: to a host that is gone it waits for TCP's connect (minutes), past the
        timeout; the question's buffer outlives the sends left on their way (its value unread) */
-    static const int64_t question = 0;
     for (r = 0; r < ctx->world_size; r++) {
         where[2 * r] = -1;
         sent[r] = MPI_REQUEST_NULL;
@@ -4865,8 +4866,8 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
     if (__atomic_exchange_n(&ctx->st->busy, 1, __ATOMIC_ACQUIRE)) {
         if (work) { work->seq = 0; work->event = NULL; work->owner = NULL; }
         return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread is in a collective of this ddp_ctx: "
-                                         "a context takes one call at a time, from one thread (or a context per thread "
-                                         "that every rank uses alike)", ddp__colls[c->kind].name));
+                                         "a context takes one call at a time (threads that share it order their calls, "
+                                         "alike on every rank)", ddp__colls[c->kind].name));
     }
     r = ddp__issue_one(ctx, c, stream, work);
     __atomic_store_n(&ctx->st->busy, 0, __ATOMIC_RELEASE);
