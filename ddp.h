@@ -2893,7 +2893,8 @@ static ddp_result ddp__shm_meet(ddp_ctx *ctx, const ddp__coll *c)
         const ddp__fp *f = &h->fp[c->seq & 1][i];
         if (memcmp(f, &mine, sizeof mine) != 0) {
             char why[300];
-            ddp__fp theirs = *f;
+            /* a rank a call behind or ahead wrote the other slot: name the call it is in */
+            ddp__fp theirs = f->seq == mine.seq ? *f : h->now[i];
             ddp__fp_diff(why, sizeof why, ctx->rank, &mine, i, &theirs);
             ddp__fail(ctx, mine.kind == DDP__DESTROY || theirs.kind == DDP__DESTROY ? DDP_ERR_PEER : DDP_ERR_MISMATCH,
                       "%s", why);
