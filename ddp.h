@@ -332,7 +332,7 @@ typedef struct ddp_work {
    Call first in main. Without --nproc (or inside a launched job) it returns
    DDP_WORKER and the program goes on as one rank. With "--nproc N" in argv this
    process becomes the launcher: it runs N copies of the program (argv without
-   --nproc), forwards SIGINT/SIGTERM/SIGHUP (the ranks get 30 s to end, then the
+   --nproc; N at most 256, what one host's CPU backend takes), forwards SIGINT/SIGTERM/SIGHUP (the ranks get 30 s to end, then the
    status is 128 + the signal; signals ignored at its start stay ignored), stops
    everything when one rank fails, and returns the exit status for main to return.
    "--max-restarts N" (torchrun's flag, also --max_restarts) starts the job again
@@ -5706,7 +5706,7 @@ int ddp_launch(int *argc, char **argv)
             fprintf(stderr, "ddp: %s inside a job started by %s: drop one of the two launchers\n", argv[i], outer);
             return 2;
         }
-    if ((nproc_given = ddp__take_flag(argc, argv, ddp__nproc_names, "a process count", 1, 4096, &nproc)) < 0 ||
+    if ((nproc_given = ddp__take_flag(argc, argv, ddp__nproc_names, "a process count", 1, DDP__MAX_CPU_RANKS, &nproc)) < 0 ||
         (restarts_given = ddp__take_flag(argc, argv, ddp__restart_names, "a restart count", 0, 1000000, &restarts)) < 0)
         return 2;
     if (restarts_given && !nproc_given) {

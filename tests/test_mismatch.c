@@ -269,8 +269,14 @@ static void test_launch_refusals(const char *self)
     char *a6[] = {(char *)self, (char *)"--child", (char *)"--nproc", (char *)"2", NULL};
     int n1 = 5, n2 = 4, n3 = 3, n4 = 4, n5 = 4, n6 = 4, rc;
     double t0 = test_now_s();
+    char *a7[] = {(char *)self, (char *)"--child", (char *)"--nproc", (char *)"257", NULL};
+    int n7 = 4;
     rc = ddp_launch(&n1, a1);
     CHECK("launch.nproc_twice_refused", rc == 2 && test_now_s() - t0 < 1, "ddp_launch returned %d", rc);
+    /* one host runs at most 256 ranks: one line, not 257 ranks each refusing */
+    t0 = test_now_s();
+    rc = ddp_launch(&n7, a7);
+    CHECK("launch.nproc_past_one_hosts_ranks_refused", rc == 2 && test_now_s() - t0 < 1, "ddp_launch returned %d", rc);
     setenv("RANK", "0", 1);
     setenv("WORLD_SIZE", "2", 1);
     rc = ddp_launch(&n2, a2);
