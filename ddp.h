@@ -124,7 +124,7 @@
      order, so calls from two threads (which interleave differently on each rank) pair
      wrongly when they have one shape, as in NCCL; two calls at once are refused and stop
      the group. Threads that share a context order their calls themselves, alike on every
-     rank. A child of fork() cannot use its parent's context (refused; its ddp_destroy
+     rank. On GPUs a call selects the rank's GPU (ctx.device) for its thread. A child of fork() cannot use its parent's context (refused; its ddp_destroy
      frees only its copy).
 
    TWO LAUNCHES (ranks started by hand, no DDP_JOB_ID, one port)
@@ -3333,6 +3333,17 @@ static ddp_result ddp__cuda(ddp_ctx *ctx, cudaError_t e, const char *what)
     return ddp__fail(ctx, DDP_ERR_BACKEND, "%s: %s", what, cudaGetErrorString(e));
 }
 
+/* Every thread that calls into the backend works on this rank's GPU: a thread that
+   never selected one works on GPU 0, where this rank's stream and events are not
+   (cudaEventRecord: invalid resource handle on every rank but the first). The GPU
+   stays selected for the thread, as ddp_init leaves it for its own. */
+static ddp_result ddp__nccl_here(ddp_ctx *ctx)
+{
+    int d = -1;
+    if (cudaGetDevice(&d) == cudaSuccess && d == ddp__nccl_of(ctx)->device) return DDP_OK;
+    return ddp__cuda(ctx, cudaSetDevice(ddp__nccl_of(ctx)->device), "cudaSetDevice (the rank's GPU, on this thread)");
+}
+
 /* "cudaGetDeviceCount: CUDA driver version is insufficient (driver 12.2, runtime 13.0)" */
 static void ddp__cuda_why(char *out, size_t n, cudaError_t e)
 {
@@ -3667,8 +3678,7 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
     size_t es = ddp_dtype_size((ddp_dtype)c->dtype), W = (size_t)ctx->world_size;
     size_t sbytes = c->count * es * (ddp__colls[c->kind].send == 'W' ? W : 1);
     size_t rbytes = c->count * es * (ddp__colls[c->kind].recv == 'W' ? W : 1);
-    int host_send = ddp__colls[c->kind].send && c->count && ddp__is_host(c->send);
-    int host_recv = ddp__colls[c->kind].recv && c->count && ddp__is_host(c->recv);
+    int host_send, host_recv;
     const void *send = c->send;
     void *recv = c->recv;
     ddp__followed *f;
@@ -3684,6 +3694,9 @@ static ddp_result ddp__nccl_run(ddp_ctx *ctx, const ddp__coll *c, void *user_str
         return ctx->world_size > 1 ? ddp__store_barrier(ctx, c->kind == DDP__BARRIER ? "barrier" : "destroy",
                                                         c->kind == DDP__BARRIER ? "in ddp_barrier" : "in ddp_destroy")
                                    : DDP_OK;
+    if ((r = ddp__nccl_here(ctx)) != DDP_OK) return r;
+    host_send = ddp__colls[c->kind].send && c->count && ddp__is_host(c->send);
+    host_recv = ddp__colls[c->kind].recv && c->count && ddp__is_host(c->recv);
     if ((r = ddp__nccl_slot(ctx, c, &f)) != DDP_OK) return r;
     if (host_send || host_recv) { /* staged: send at the start, recv after it, one buffer each way */
         size_t off = host_send ? sbytes : 0;
@@ -3754,6 +3767,7 @@ static ddp_result ddp__nccl_wait(ddp_ctx *ctx, ddp_work *work, void *stream, int
     cudaEvent_t ev = (cudaEvent_t)work->event;
     ddp_result r;
     if (!ev) return DDP_OK; /* it finished when issued (host memory) */
+    if ((r = ddp__nccl_here(ctx)) != DDP_OK) return r;
     r = host ? ddp__nccl_wait_event(ctx, ev, "all_reduce", work->seq) : ddp__nccl_alive(ctx, "all_reduce", work->seq);
     if (r == DDP_OK && (stream || !host))
         r = ddp__cuda(ctx, cudaStreamWaitEvent((cudaStream_t)stream, ev, 0), "cudaStreamWaitEvent");
@@ -3774,7 +3788,8 @@ static void ddp__nccl_release(ddp_ctx *ctx)
         pthread_mutex_unlock(&b->mu);
         pthread_join(b->watchdog, NULL);
     }
-    /* this thread alone from here */
+    /* this thread alone from here, on the rank's GPU (ddp_destroy from another thread) */
+    ddp__nccl_here(ctx);
     if (b->comm && !ctx->st->broken &&
         ddp__nccl_settle(ctx, ncclCommFinalize(b->comm), "ncclCommFinalize", 0) == DDP_OK) {
         ncclCommDestroy(b->comm); /* finalized: frees without waiting */

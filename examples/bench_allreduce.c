@@ -132,6 +132,9 @@ int main(int argc, char **argv)
         if (ddp_all_reduce(&ctx, &bad, &bad, 1, DDP_I32, DDP_MAX, NULL) != DDP_OK) return 1;
         /* timed: warm up, line up, run */
         for (it = 0; it < 2; it++) ddp_all_reduce(&ctx, send, recv, count, DDP_F32, DDP_SUM, NULL);
+#ifdef __CUDACC__
+        if (gpu) cudaDeviceSynchronize(); /* NCCL's calls return once queued; ddp_barrier meets on the host */
+#endif
         ddp_barrier(&ctx);
         t0 = now_s();
         for (it = 0; it < iters; it++)

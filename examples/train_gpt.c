@@ -531,7 +531,9 @@ static device_activations<F> device_slices(const device_activations<F> *a, confi
 static void cuda_check(cudaError_t e, const ddp_kernels_ctx *k, const char *call, int line)
 {
     if (e == cudaSuccess) return;
-    if (k && e == cudaErrorUnknown) /* a launcher's way of saying cuBLASLt failed */
+    if (k && ddp_kernels_error(k)[0]) /* the launcher's own words: "attention: C=160, NH=1: ..." */
+        fprintf(stderr, PROG ": %.*s failed (line %d): %s\n", (int)strcspn(call, "("), call, line, ddp_kernels_error(k));
+    else if (k && e == cudaErrorUnknown) /* a launcher's way of saying cuBLASLt failed */
         fprintf(stderr, PROG ": %.*s failed (line %d): cuBLASLt status %d\n", (int)strcspn(call, "("), call, line,
                 (int)k->cublas_status);
     else
@@ -1939,6 +1941,11 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
        not average, because the loss is the mean over the global batch's tokens and the
        step divides by their count. */
     if (!o->resume) gpt_init_weights(g, o->seed + (uint64_t)t->ctx.rank);
+    if (t->ctx.backend == DDP_BACKEND_NCCL && g->cfg.dim / g->cfg.heads > 128) {
+        snprintf(err, errsize, "--dim %d over --heads %d is a head size of %d: the GPU's attention takes at most 128 "
+                 "(the CPU any: DDP_BACKEND=cpu)", g->cfg.dim, g->cfg.heads, g->cfg.dim / g->cfg.heads);
+        return 0;
+    }
     if (t->ctx.backend == DDP_BACKEND_NCCL &&
         !(t->dev = gpu_create(g, o->resume != NULL, o->bf16 != 0, o->allreduce_bf16))) {
         snprintf(err, errsize, "the NCCL backend needs the GPU path: build with nvcc, or set DDP_BACKEND=cpu");

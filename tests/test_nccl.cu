@@ -14,7 +14,9 @@
      nothing outside it, the parameters are rank 0's after ddp_grad_init; metrics;
      more collectives in flight than ddp.h's ring follows, behind a slow kernel;
      gradient buckets on the backward's stream never make the host wait for it;
-     host memory (&x, a stack variable) works as on the CPU backend.
+     host memory (&x, a stack variable) works as on the CPU backend; collectives from
+     a thread that never selected a GPU work (ddp.h selects the rank's: on GPU 0
+     rank 1's stream and events fail).
    - W = 1 also: the watchdog's time starts when a collective can start (behind a
      2.5 s kernel, a 1 s timeout does not fire).
    - W > 1 also: the arithmetic across ranks (each rank sends its own values: sums,
@@ -42,7 +44,7 @@ static const char *const dtype_names[] = {"f32", "f64", "bf16", "f16", "i32", "i
 static const char *const op_names[] = {"sum", "avg", "min", "max"};                    /* ddp_op order */
 static const char *const checks[] = {"all_reduce", "all_reduce_async", "broadcast", "all_gather", "reduce_scatter",
                                      "stream_order", "stream_order_async", "grad_sync", "grad_sync_bf16",
-                                     "metrics", "ring_full", "grad_sync_no_host_wait", "host_memory"};
+                                     "metrics", "ring_full", "grad_sync_no_host_wait", "other_thread", "host_memory"};
 static const char *const failures[] = {"check_mismatch", "hang_times_out", "watchdog_aborts", "dead_peer", "shared_gpu"};
 
 /* Rank r's element i: a quarter step in [-8, 7.75] from a hash of i, so neighbours
@@ -400,6 +402,48 @@ static int grad_sync_no_host_wait(ddp_ctx *ctx, char *why)
     return r == DDP_OK && e == cudaSuccess && dt <= 0.5 && nwrong == 0;
 }
 
+/* Collectives from a thread that never selected a GPU (a thread of the program's own,
+   one call at a time): on device memory, blocking and async, and on host memory. The
+   thread works on GPU 0 unless ddp.h selects the rank's. */
+typedef struct other_args { ddp_ctx *ctx; float *dev, host[3]; ddp_result r; } other_args;
+static void *other_thread_calls(void *p)
+{
+    other_args *a = (other_args *)p;
+    ddp_work w;
+    a->r = ddp_all_reduce(a->ctx, a->dev, a->dev, 1000, DDP_F32, DDP_SUM, NULL);
+    if (a->r == DDP_OK) a->r = ddp_all_reduce_async(a->ctx, a->dev, a->dev, 1000, DDP_F32, DDP_SUM, NULL, &w);
+    if (a->r == DDP_OK) a->r = ddp_wait(a->ctx, &w, NULL);
+    if (a->r == DDP_OK) a->r = ddp_all_reduce(a->ctx, a->host, a->host, 3, DDP_F32, DDP_SUM, NULL);
+    return NULL;
+}
+
+static int other_thread(ddp_ctx *ctx, char *why)
+{
+    const float W = (float)ctx->world_size;
+    other_args a;
+    pthread_t t;
+    float back[1000];
+    cudaError_t e;
+    int i, wrong = 0;
+    memset(&a, 0, sizeof a);
+    a.ctx = ctx;
+    a.host[0] = 1, a.host[1] = 2, a.host[2] = (float)ctx->rank;
+    for (i = 0; i < 1000; i++) back[i] = (float)i;
+    cudaMalloc((void **)&a.dev, sizeof back);
+    cudaMemcpy(a.dev, back, sizeof back, cudaMemcpyHostToDevice);
+    if (pthread_create(&t, NULL, other_thread_calls, &a) != 0) { snprintf(why, 400, "pthread_create failed"); return 0; }
+    pthread_join(t, NULL);
+    e = cudaMemcpy(back, a.dev, sizeof back, cudaMemcpyDeviceToHost);
+    cudaFree(a.dev);
+    for (i = 0; i < 1000; i++) wrong += back[i] != W * W * (float)i;
+    if (a.r != DDP_OK) snprintf(why, 400, "%.300s", ddp_error(ctx));
+    else if (e != cudaSuccess) snprintf(why, 400, "%s", cudaGetErrorString(e));
+    else if (wrong || a.host[0] != W || a.host[2] != W * (W - 1) / 2)
+        snprintf(why, 400, "%d of 1000 device results wrong, host %g %g (want %g %g)", wrong, a.host[0], a.host[2], W,
+                 W * (W - 1) / 2);
+    return a.r == DDP_OK && e == cudaSuccess && !wrong && a.host[0] == W && a.host[2] == W * (W - 1) / 2;
+}
+
 /* Two metrics for every rank: (2, 4) and 1 with a count of 3. */
 static int metrics(ddp_ctx *ctx, char *why)
 {
@@ -556,6 +600,7 @@ static int run_checks(ddp_ctx *ctx)
     why[0] = 0, ok = metrics(ctx, why), report(ctx, "metrics", ok, why);
     why[0] = 0, ok = ring_full(ctx, why), report(ctx, "ring_full", ok, why);
     why[0] = 0, ok = grad_sync_no_host_wait(ctx, why), report(ctx, "grad_sync_no_host_wait", ok, why);
+    why[0] = 0, ok = other_thread(ctx, why), report(ctx, "other_thread", ok, why);
     if (ctx->world_size == 1) /* it makes a second context: a world of one's */
         why[0] = 0, ok = deadline_from_start(why), report(ctx, "deadline_from_start", ok, why);
     why[0] = 0, ok = host_memory(ctx, why); /* last: a failure may break the group */

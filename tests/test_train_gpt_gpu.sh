@@ -77,6 +77,12 @@ close_tensors() { # name run prefix tolerance: --compare's largest relative diff
   report "$1: $3* within $4 of the CPU's" $? "$out"
 }
 close_losses "train_gpt_gpu" gpu 1e-4
+# a head over 128, which the CPU trains: one line before any step, naming the way out
+timeout 60 "$gpu" --steps 1 --layers 1 --dim 160 --heads 1 --ctx 16 --batch-size 2 --data data.txt >head.txt 2>&1
+rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l <head.txt)" -eq 1 ] && grep -q "head size of 160: .*at most 128.*DDP_BACKEND=cpu" head.txt
+report "train_gpt_gpu: a head size over 128 is one line" $? "exit $rc: $(head -c 300 head.txt | tr '\n' ' ')"
+
 sample() { sed -n '/^sample (/,$p' "$1"; }
 [ -n "$(sample cpu.txt)" ] && [ "$(sample cpu.txt)" = "$(sample gpu.txt)" ]
 report "train_gpt_gpu: the sample is the CPU's" $? "CPU: $(sample cpu.txt | tr -c '[:print:]' .); GPU: $(sample gpu.txt | tr -c '[:print:]' .)"
