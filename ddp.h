@@ -90,7 +90,8 @@
      DDP_CHECK=1            compare every collective's arguments across ranks through
                             the store too (the CPU backend always compares, in shared
                             memory; this is how NCCL jobs get the check)
-     DDP_DEBUG=1            log what init decided, on every rank
+     DDP_DEBUG=1            log what init decided, on every rank (these two: 1, true,
+                            yes, on; 0, false, no, off; another word is refused)
      OMP_NUM_THREADS        the built-in launcher and ddprun give each rank its share
                             of the cores (cores / ranks, at least 1) unless this holds
                             a count; an empty value counts as unset, a malformed one
@@ -632,6 +633,7 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -686,6 +688,7 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #define DDP__QUEUE 64          /* async collectives in flight per context (host backends) */
 #define DDP__SPIN_NS 20000     /* CPU barrier: spin this long, then sleep */
 #define DDP__STORE_PENDING 64  /* store: connections not yet identified, at most */
+#define DDP__MAX_WORLD (1 << 24) /* ranks in a job, at most: the store's tables stay in int */
 #define DDP__STORE_HELLO_MS 5000 /* store: a newcomer identifies itself within this */
 #define DDP__STORE_STALL_MS 10000 /* store: a message once begun arrives within this */
 #define DDP__STORE_QUOTA ((size_t)4 << 20) /* store: bytes one rank may make it hold */
@@ -1002,7 +1005,8 @@ static void ddp__fp_args(char *out, size_t n, const ddp__fp *f)
     snprintf(out, n, "%llu x %s%s%s", (unsigned long long)f->count,
              (unsigned)f->dtype < DDP_DTYPE_COUNT ? ddp__dtypes[f->dtype].name : "?",
              f->kind == DDP__ALL_REDUCE || f->kind == DDP__REDUCE_SCATTER ? " " : "",
-             f->kind == DDP__ALL_REDUCE || f->kind == DDP__REDUCE_SCATTER ? ddp__ops[f->op] : "");
+             f->kind != DDP__ALL_REDUCE && f->kind != DDP__REDUCE_SCATTER ? ""
+             : (unsigned)f->op < DDP_OP_COUNT ? ddp__ops[f->op] : "?");
     if (f->kind == DDP__BROADCAST) snprintf(out + strlen(out), n - strlen(out), " from rank %d", f->root);
 }
 
@@ -1253,6 +1257,17 @@ uint16_t ddp_f32_to_f16(float f)
 /* ---- >>environment -------------------------------------------------------------------------- */
 
 /* 1 if the variable is set (value in *out), 0 if unset, -1 if it is not an integer. */
+/* A switch like DDP_CHECK: 1 on, 0 off (also unset or empty), -1 neither. */
+static int ddp__switch(const char *v)
+{
+    static const char *const words[] = {"0", "false", "no", "off", "1", "true", "yes", "on"};
+    int i;
+    if (!v || !*v) return 0;
+    for (i = 0; i < 8; i++)
+        if (strcasecmp(v, words[i]) == 0) return i >= 4;
+    return -1;
+}
+
 static int ddp__env_int(ddp_ctx *ctx, const char *name, int *out)
 {
     const char *v = name ? getenv(name) : NULL;
@@ -1467,6 +1482,9 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
     }
     if (ctx->world_size < 1)
         return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d must be at least 1 (%s)", world_name, ctx->world_size, who);
+    if (ctx->world_size > DDP__MAX_WORLD)
+        return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is more ranks than ddp.h takes (%d at most; %s)", world_name,
+                         ctx->world_size, DDP__MAX_WORLD, who);
     if (ctx->rank < 0 || ctx->rank >= ctx->world_size)
         return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", rank_name, ctx->rank,
                          ctx->world_size - 1, world_name, ctx->world_size, who);
@@ -1557,8 +1575,8 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_desc.shm_chunk_bytes=%zu must be a byte count from 64 to 2^30", s->chunk);
     if (!s->chunk && (v = getenv("DDP_SHM_CHUNK")) && *v) {
         char *end;
-        unsigned long long x = strtoull(v, &end, 10);
-        if (*end || x < 64 || x > (1ull << 30))
+        unsigned long long x = strtoull(v, &end, 10); /* which takes "-18446744073709551552" as 64 */
+        if (*end || *v < '0' || *v > '9' || x < 64 || x > (1ull << 30))
             return ddp__fail(ctx, DDP_ERR_ENV, "DDP_SHM_CHUNK='%s' must be a byte count from 64 to 2^30", v);
         s->chunk = (size_t)x;
     }
@@ -1566,10 +1584,12 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     /* room for one element of every rank's block (reduce_scatter), 64-byte aligned */
     if (s->chunk < (size_t)ctx->world_size * 8) s->chunk = (size_t)ctx->world_size * 8;
     s->chunk = (s->chunk + 63) & ~(size_t)63;
-    v = getenv("DDP_CHECK");
-    s->check = d->check ? d->check != 0 : v && *v && strcmp(v, "0") != 0;
-    v = getenv("DDP_DEBUG");
-    s->debug = v && *v && strcmp(v, "0") != 0;
+    v = ddp__switch(getenv("DDP_CHECK")) < 0 ? "DDP_CHECK" : ddp__switch(getenv("DDP_DEBUG")) < 0 ? "DDP_DEBUG" : NULL;
+    if (v) /* DDP_CHECK=off must not turn the check on */
+        return ddp__fail(ctx, DDP_ERR_ENV, "%s='%s' is neither on (1, true, yes, on) nor off (0, false, no, off)", v,
+                         getenv(v));
+    s->check = d->check ? d->check != 0 : ddp__switch(getenv("DDP_CHECK"));
+    s->debug = ddp__switch(getenv("DDP_DEBUG")) == 1;
     { /* the built-in launcher's report pipe, "fd:inode" (checked: an inherited name may mean another file) */
         struct stat sb;
         unsigned long ino = 0;
@@ -1861,7 +1881,7 @@ struct ddp__server {
     ddp__gather *gathers; int ngathers, gcap;
     int closing;             /* the job is shutting down: disconnects are expected */
     int64_t stop_deadline;   /* set once rank 0 leaves: stop when everyone is gone */
-    char broken[200];        /* why the job can no longer make progress */
+    char broken[300];        /* why the job can no longer make progress */
     char farewell[200];      /* why rank 0 leaves, when it fails */
     char loopback[300];      /* set where the store listens on loopback in a job of several hosts */
     int spare_fd;            /* given up for an instant when out of descriptors, to turn a caller away */
@@ -1972,17 +1992,19 @@ static const char *ddp__printable(char out[44], const char *in)
    the job cannot be trusted to complete with its own ranks: it stops, naming why. */
 static int ddp__server_claim(ddp__server *s, ddp__conn *c, int rank, int world)
 {
-    char why[200];
+    /* without a secret the claim may be anyone's who reaches the port */
+    const char *who = s->secret[0] ? "" : "; without DDP_SECRET, anyone who reaches the port can claim a rank";
+    char why[300];
     if (s->broken[0]) {
         ddp__reply_text(c->fd, DDP__ST_ERROR, s->broken);
         return -1;
     }
     if (world != s->world)
         snprintf(why, sizeof why, "a process claims rank %d of a world of %d, but job '%.40s' has %d ranks (WORLD_SIZE "
-                 "differs between ranks, or two jobs share this port)", rank, world, s->job_id, s->world);
+                 "differs between ranks, or two jobs share this port%s)", rank, world, s->job_id, s->world, who);
     else if (ddp__rank_taken(s, rank) || (rank == 0 && strcmp(c->nonce[0], s->own) != 0))
         snprintf(why, sizeof why, "two processes claim rank %d of job '%.40s': two launches share this port? (give "
-                 "each its own MASTER_PORT or DDP_JOB_ID)", rank, s->job_id);
+                 "each its own MASTER_PORT or DDP_JOB_ID%s)", rank, s->job_id, who);
     else {
         c->rank = rank;
         c->claim = -1;
@@ -5155,7 +5177,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     st->pid = getpid();
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
-    cfg->debug = getenv("DDP_DEBUG") && *getenv("DDP_DEBUG") && strcmp(getenv("DDP_DEBUG"), "0") != 0;
+    cfg->debug = ddp__switch(getenv("DDP_DEBUG")) == 1;
     if ((r = ddp__topology(ctx, desc, &launcher)) != DDP_OK || (r = ddp__resolve(ctx, desc, launcher)) != DDP_OK ||
         (r = ddp__choose_backend(ctx, launcher)) != DDP_OK)
         return st->broken = r;
@@ -5388,8 +5410,9 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     ddp__end *ends;
     int *said, *halted, any_joined = 0;
     unsigned char *joined;
-    char port[16], job[40], num[16], secret[65], prefix[40], report[48] = "1", part[64] = "";
-    unsigned char raw[32];
+    char port[16], job[40], num[16], secret[65], id[17], prefix[40], report[48] = "1", part[64] = "";
+    const char *given = getenv("DDP_SECRET");
+    unsigned char raw[40];
     static const int stops[] = {SIGINT, SIGTERM, SIGHUP};
     struct sigaction chld, dfl;
     int i, live = 0, nends = 0, cause = -1, status = 0, others = 0, p, pipefd[2] = {-1, -1}, stopped = 0, from_tty = 0;
@@ -5430,8 +5453,8 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     }
     ddp__random(raw, sizeof raw);
     ddp__hex(secret, raw, 32);
-    snprintf(job, sizeof job, "run-%.16s", secret + 32); /* not the secret's first half */
-    if (getenv("DDP_SECRET") && *getenv("DDP_SECRET")) ddp__copy(secret, sizeof secret, getenv("DDP_SECRET"));
+    ddp__hex(id, raw + 32, 8); /* the id crosses the network: no part of the secret */
+    snprintf(job, sizeof job, "run-%s", id);
     snprintf(port, sizeof port, "%d", p);
     snprintf(num, sizeof num, "%d", nproc);
 
@@ -5453,7 +5476,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     for (i = 0; i < nproc; i++) {
         pid_t pid = fork();
         if (pid == 0) {
-            ddp__child_env(i, num, port, job, secret, threads, attempt, report);
+            ddp__child_env(i, num, port, job, given && *given ? given : secret, threads, attempt, report);
             prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans if the launcher is killed, */
             if (getppid() != launcher) _exit(128 + SIGKILL); /* also before that line */
             sigaction(SIGCHLD, &chld, NULL);
@@ -5655,6 +5678,10 @@ static int ddp__run(int nproc, int max_restarts, const char *path, char *const a
     if (outer) { /* a job inside a job would be nproc unrelated jobs */
         fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
         return 2;
+    }
+    if (getenv("DDP_SECRET") && strlen(getenv("DDP_SECRET")) > sizeof(((ddp__settings *)0)->secret) - 1) {
+        fprintf(stderr, "ddp: DDP_SECRET is longer than %d bytes\n", (int)sizeof(((ddp__settings *)0)->secret) - 1);
+        return 2; /* once here, not once per rank */
     }
     /* said once per job, and only where it changes something: OpenMP takes every core
        the rank may use unless told otherwise, so with one core it takes 1 anyway */

@@ -12,7 +12,7 @@ static const char *const all_vars[] = {
     "MPI_LOCALNRANKS", "PMI_FD", "SLURM_STEP_TASKS_PER_NODE",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "DDP_BACKEND", "DDP_TIMEOUT", "DDP_JOB_ID",
-    "TORCHELASTIC_RUN_ID", "DDP_SHM_CHUNK", "MPIR_CVAR_CH3_INTERFACE_HOSTNAME", NULL};
+    "TORCHELASTIC_RUN_ID", "DDP_SHM_CHUNK", "MPIR_CVAR_CH3_INTERFACE_HOSTNAME", "DDP_CHECK", "DDP_DEBUG", NULL};
 
 static void clear_env(void)
 {
@@ -65,6 +65,27 @@ static void bad_env(const char *name, const char *spec, ddp_result want, const c
     CHECK(name, r == want && strstr(ddp_error(&ctx), needle), "%s: got %s '%s', want %s mentioning '%s'", spec,
           ddp_strerror(r), ddp_error(&ctx), ddp_strerror(want), needle);
     ddp_destroy(&ctx);
+}
+
+/* DDP_CHECK=off is off (any non-"0" value turned the check on) */
+static void switches(void)
+{
+    static const struct { const char *v; int on; } cases[] = {
+        {"off", 0}, {"false", 0}, {"No", 0}, {"0", 0}, {"", 0}, {"1", 1}, {"TRUE", 1}, {"yes", 1}, {"on", 1}};
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ddp_ctx ctx;
+        ddp_desc d = silent_desc();
+        char name[64];
+        ddp_result r;
+        clear_env();
+        setenv("DDP_CHECK", cases[i].v, 1);
+        r = ddp_init(&ctx, &d);
+        snprintf(name, sizeof name, "env.check_switch.%s", cases[i].v[0] ? cases[i].v : "empty");
+        CHECK(name, r == DDP_OK && ctx.st->cfg.check == cases[i].on, "DDP_CHECK='%s': %s, check %d, want %d", cases[i].v,
+              r == DDP_OK ? "ok" : ddp_error(&ctx), r == DDP_OK ? ctx.st->cfg.check : -1, cases[i].on);
+        ddp_destroy(&ctx);
+    }
 }
 
 static void legacy_argv(void)
@@ -238,6 +259,13 @@ static void launcher_conflicts(void)
     bad_env("env.torchrun_across_srun_nodes_is_one_job", "RANK=1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 LOCAL_RANK=1 GROUP_RANK=0 "
             "SLURM_JOB_ID=5 SLURM_STEP_ID=0 SLURM_PROCID=0 SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3",
             DDP_ERR_TIMEOUT, "rank 0's store");
+    bad_env("env.shm_chunk_negative_refused", "DDP_SHM_CHUNK=-18446744073709551552", DDP_ERR_ENV,
+            "DDP_SHM_CHUNK='-18446744073709551552' must be a byte count");
+    bad_env("env.check_neither_on_nor_off", "DDP_CHECK=garbage", DDP_ERR_ENV, "DDP_CHECK='garbage' is neither on");
+    bad_env("env.debug_neither_on_nor_off", "DDP_DEBUG=2", DDP_ERR_ENV, "DDP_DEBUG='2' is neither on");
+    switches();
+    bad_env("env.world_past_what_ddp_takes", "RANK=0 WORLD_SIZE=2147483647 DDP_TIMEOUT=0.3", DDP_ERR_ENV,
+            "WORLD_SIZE=2147483647 is more ranks than ddp.h takes");
     bad_env("env.local_world_zero", "RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=0 DDP_TIMEOUT=0.3", DDP_ERR_ENV,
             "LOCAL_WORLD_SIZE=0 does not fit a world of 2 (torchrun)");
     bad_env("env.local_rank_negative", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=-7 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "LOCAL_RANK=-7 does not fit");

@@ -259,6 +259,38 @@ static int child_hello(void)
     return ctx.world_size == 2 ? 0 : 12;
 }
 
+/* A DDP_SECRET of the user's reaches the ranks whole (the launcher cut it to 64
+   bytes); one longer than a rank takes is one line from the launcher. */
+static void test_launch_secret(const char *self)
+{
+    char secret[300], *a1[] = {(char *)self, (char *)"--child-secret", (char *)"--nproc", (char *)"2", NULL};
+    char *a2[] = {(char *)self, (char *)"--child-secret", (char *)"--nproc", (char *)"2", NULL};
+    int n1 = 4, n2 = 4, rc;
+    double t0;
+    memset(secret, 's', 200);
+    secret[200] = 0;
+    setenv("DDP_SECRET", secret, 1);
+    rc = ddp_launch(&n1, a1);
+    CHECK("launch.users_secret_reaches_the_ranks_whole", rc == 0, "the ranks returned %d", rc);
+    memset(secret, 's', 299);
+    secret[299] = 0;
+    setenv("DDP_SECRET", secret, 1);
+    t0 = test_now_s();
+    rc = ddp_launch(&n2, a2);
+    CHECK("launch.secret_too_long_refused_once", rc == 2 && test_now_s() - t0 < 1, "ddp_launch returned %d", rc);
+    unsetenv("DDP_SECRET");
+}
+
+static int child_secret(void)
+{
+    ddp_ctx ctx;
+    const char *s = getenv("DDP_SECRET");
+    if (!s || strlen(s) != 200 || strspn(s, "s") != 200) return 13;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
 static void test_launch_refusals(const char *self)
 {
     char *a1[] = {(char *)self, (char *)"--child", (char *)"--nproc", (char *)"2", (char *)"--nproc=3", NULL};
@@ -299,6 +331,7 @@ static void test_launch_refusals(const char *self)
     CHECK("launch.nproc_per_node_equals", rc == 0, "--nproc_per_node=2 ran a job that returned %d", rc);
     rc = ddp_launch(&n4, a4);
     CHECK("launch.nproc_per_node_space", rc == 0, "--nproc-per-node 2 ran a job that returned %d", rc);
+    test_launch_secret(self);
 }
 
 /* Settings from the environment: a timeout below a millisecond is refused, and each
@@ -434,11 +467,31 @@ static void test_settings(void)
     }
 }
 
+/* Another rank's fingerprint is words from outside (the store's answer under DDP_CHECK,
+   which a stranger can fake without a secret): an op, dtype or kind past the tables
+   reads "?", not past them (an op of 0x2f000000 segfaulted rank 1). */
+static void stranger_fingerprint(void)
+{
+    ddp__fp mine, theirs;
+    char why[300];
+    memset(&mine, 0, sizeof mine);
+    mine.seq = 3, mine.count = 1, mine.kind = DDP__ALL_REDUCE;
+    theirs = mine;
+    theirs.op = 0x2f000000, theirs.dtype = -5;
+    ddp__fp_diff(why, sizeof why, 1, &mine, 0, &theirs);
+    CHECK("mismatch.stranger_fingerprint_op", strstr(why, "rank 0 passes 1 x ? ?") != NULL, "'%s'", why);
+    theirs.kind = 0x40000000;
+    ddp__fp_diff(why, sizeof why, 1, &mine, 0, &theirs);
+    CHECK("mismatch.stranger_fingerprint_kind", strstr(why, "rank 0 ? #3") != NULL, "'%s'", why);
+}
+
 int main(int argc, char **argv)
 {
     test_job job;
     if (argc > 1 && strcmp(argv[1], "--child") == 0) return child_hello();
+    if (argc > 1 && strcmp(argv[1], "--child-secret") == 0) return child_secret();
     test_collectives();
+    stranger_fingerprint();
     setenv("DDP_TIMEOUT", "30", 1);
     test_spawn(&job, 3, store_check, NULL);
     CHECK("mismatch.store_check", job.failed == 0, "%s", TEST_JOB_WHY(&job, codes));
