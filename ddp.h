@@ -775,6 +775,19 @@ static void ddp__random(void *buf, size_t n)
     }
 }
 
+/* A program started with stdin, stdout or stderr closed (prog >&-) would get the store's
+   sockets or the arena as those numbers, and its prints would land in them: each closed
+   one becomes /dev/null first, as the C library does for setuid programs. */
+static void ddp__std_fds(void)
+{
+    int fd, n;
+    for (fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && (n = open("/dev/null", fd ? O_WRONLY : O_RDONLY)) >= 0 && n != fd) {
+            dup2(n, fd);
+            close(n);
+        }
+}
+
 static void ddp__hex(char *out, const unsigned char *in, size_t n)
 {
     static const char digits[] = "0123456789abcdef";
@@ -2457,7 +2470,7 @@ static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
     }
     for (ai = res; ai && fd < 0; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd < 0) continue;
+        if (fd < 0) { err = errno; continue; } /* ulimit -n: "Too many open files", not "Success" */
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) { err = errno; close(fd); fd = -1; }
         else if (ctx->local_world_size > 0 && ctx->local_world_size < ctx->world_size && ddp__is_loopback(ai->ai_addr) &&
@@ -2480,9 +2493,10 @@ static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
                          cfg->master_port, strerror(err));
     }
     s->listen_fd = fd;
-    if (pipe(s->wake) != 0 || pthread_create(&s->thread, NULL, ddp__server_main, s) != 0) {
+    if (pipe(s->wake) != 0 || (rc = pthread_create(&s->thread, NULL, ddp__server_main, s)) != 0) {
+        rc = s->wake[0] < 0 ? errno : rc;
         ddp__server_free(s);
-        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the store thread");
+        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the store thread: %s", strerror(rc));
     }
     ctx->st->server = s;
     return DDP_OK;
@@ -2628,9 +2642,19 @@ static int ddp__dial(ddp_ctx *ctx, ddp_result *r)
         if (fd < 0) { err = errno; continue; }
         tv.tv_sec = 5; tv.tv_usec = 0; /* bounds connect() to an unreachable host */
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) { err = errno; close(fd); fd = -1; }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+            err = errno;
+            close(fd);
+            fd = -1;
+            if (err == ENETUNREACH && ddp__is_loopback(ai->ai_addr)) { /* no retry mends that */
+                *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot reach rank 0's store at %s:%d: %s (the loopback interface "
+                               "is down: ip link set lo up)", cfg->master_addr, cfg->master_port, strerror(err));
+                break;
+            }
+        }
     }
     freeaddrinfo(res);
+    if (*r != DDP_OK) return -1;
     if (fd < 0) { errno = err; return -1; }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     fcntl(fd, F_SETFL, O_NONBLOCK);
@@ -3149,6 +3173,14 @@ static int ddp__shm_create(ddp_ctx *ctx, const char *name, size_t size, ddp_resu
 {
     char path[300], proc[64];
     int named, fd = -1;
+    struct rlimit fsize;
+    /* a file past the limit of `ulimit -f` is SIGXFSZ, which kills the process */
+    if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY && (rlim_t)size > fsize.rlim_cur) {
+        *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "the CPU backend's shared memory needs %.1f MiB, over this process's file "
+                       "size limit of %.1f MiB (ulimit -f): raise it, or lower DDP_SHM_CHUNK", size / 1048576.0,
+                       (double)fsize.rlim_cur / 1048576.0);
+        return -1;
+    }
     snprintf(path, sizeof path, "/dev/shm%s", name);
     for (named = 0; named < 2; named++) {
         fd = named ? shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)
@@ -3169,7 +3201,7 @@ static int ddp__shm_create(ddp_ctx *ctx, const char *name, size_t size, ddp_resu
         fd = -1;
     }
     if (fd < 0) {
-        *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot create shared memory %s: %s", name, strerror(errno));
+        *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot create shared memory %s: %s", path, strerror(errno));
         return -1;
     }
     close(fd);
@@ -3609,8 +3641,8 @@ static ddp_result ddp__nccl_init(ddp_ctx *ctx)
     if ((r = ddp__cuda(ctx, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate")) != DDP_OK ||
         (r = ddp__cuda(ctx, cudaEventCreateWithFlags(&b->ready, cudaEventDisableTiming), "cudaEventCreate")) != DDP_OK)
         return r;
-    if (pthread_create(&b->watchdog, NULL, ddp__nccl_watchdog, b) != 0)
-        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the NCCL watchdog thread");
+    if ((n = pthread_create(&b->watchdog, NULL, ddp__nccl_watchdog, b)) != 0)
+        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the NCCL watchdog thread: %s", strerror(n));
     b->watching = 1;
     pthread_mutex_lock(&b->mu);
     while (!b->up) pthread_cond_wait(&b->cv, &b->mu);
@@ -4756,9 +4788,10 @@ static ddp_result ddp__queue(ddp_ctx *ctx, const ddp__coll *c, ddp_work *work)
     struct ddp__state *st = ctx->st;
     pthread_mutex_lock(&st->mu);
     if (!st->worker_started) {
-        if (pthread_create(&st->worker, NULL, ddp__worker_main, ctx) != 0) {
+        int e = pthread_create(&st->worker, NULL, ddp__worker_main, ctx);
+        if (e != 0) {
             pthread_mutex_unlock(&st->mu);
-            return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the collective thread");
+            return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot start the collective thread: %s", strerror(e));
         }
         st->worker_started = 1;
     }
@@ -5162,6 +5195,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     ddp__settings *cfg;
     ddp_result r;
     if (!ctx) return DDP_ERR_ARG;
+    ddp__std_fds();
     memset(&none, 0, sizeof none);
     if (!desc) desc = &none;
     memset(ctx, 0, sizeof *ctx);
@@ -5675,6 +5709,7 @@ static int ddp__run(int nproc, int max_restarts, const char *path, char *const a
         return 2;
     }
     if ((status = ddp__runnable(path, 0)) != 0) return status;
+    ddp__std_fds(); /* before the launcher's pipe and sockets */
     if (outer) { /* a job inside a job would be nproc unrelated jobs */
         fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
         return 2;

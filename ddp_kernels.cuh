@@ -1102,7 +1102,15 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
     const int hs = C / NH, C3 = 3 * C, kb = ddp__att_keys(hs);
     const float scale = 1.0f / sqrtf((float)hs);
     if (!dinp) return;
-    if (kb < 16) {
+    /* each thread's p, ds and packed q and dout rows (96 KiB) on the heap: on the stack they
+       crashed threads of 128 KiB (musl's default, OMP_STACKSIZE=128K) */
+    const size_t each = 2 * DDP__ATT_QB * DDP__ATT_BLOCK + 2 * DDP__ATT_QB * 128;
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    float *work = kb < 16 ? NULL : (float *)malloc(sizeof(float) * each * (size_t)threads);
+    if (!work) { /* also where that memory cannot be had */
         ddp__attention_backward_rows(dinp, dout, inp, out, lse, B, T, C, NH);
         return;
     }
@@ -1112,9 +1120,13 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
         const float *q0 = inp + (size_t)b * T * C3 + h * hs, *k0 = q0 + C; /* token 0's q, k; v follows k */
         const float *do0 = dout + (size_t)b * T * C + h * hs, *out0 = out + (size_t)b * T * C + h * hs;
         float *dq0 = dinp + (size_t)b * T * C3 + h * hs, *dk0 = dq0 + C;
-        float p[DDP__ATT_QB * DDP__ATT_BLOCK], ds[DDP__ATT_QB * DDP__ATT_BLOCK];
+#ifdef _OPENMP
+        float *p = work + each * (size_t)omp_get_thread_num();
+#else
+        float *p = work;
+#endif
+        float *ds = p + DDP__ATT_QB * DDP__ATT_BLOCK, *qc = ds + DDP__ATT_QB * DDP__ATT_BLOCK, *doc = qc + DDP__ATT_QB * 128;
         float kp[DDP__ATT_KV], vp[DDP__ATT_KV], kc[DDP__ATT_KV], dk[DDP__ATT_KV], dv[DDP__ATT_KV];
-        float qc[DDP__ATT_QB * 128], doc[DDP__ATT_QB * 128]; /* this block's q and dout rows, if packed */
         size_t ks, kl, qs, ql, dos, dol;
         for (int j0 = 0; j0 < T; j0 += kb) {
             const int nb = T - j0 < kb ? T - j0 : kb;
@@ -1162,6 +1174,7 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
                 }
         }
     }
+    free(work);
 }
 
 // >>gelu cpu

@@ -435,6 +435,7 @@ int main(int argc, char **argv)
     int32_t start = 0; /* epochs already done (--resume auto) */
     int epoch, i, status;
 
+    signal(SIGXFSZ, SIG_IGN); /* past ulimit -f a save fails (EFBIG) and says so; the signal killed the run */
     if (!parse_options(argc, argv, &opt)) return 2;
     if (opt.help) {
         fputs(usage, stdout);

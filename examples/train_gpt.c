@@ -2100,6 +2100,7 @@ int main(int argc, char **argv)
     char err[1200];
     int status, step;
     memset(&t, 0, sizeof t);
+    signal(SIGXFSZ, SIG_IGN); /* past ulimit -f a save fails (EFBIG) and says so; the signal killed the run */
     status = parse_options(argc, argv, &t.o, err, sizeof err);
     if (status < 0) {
         print_usage();

@@ -216,4 +216,14 @@ sigcheck store_out_of_descriptors $? "status $rc after $took s: $(grep 'rank 0/6
 out=$(timeout -k 5 30 bash -c "trap '' CHLD; exec examples/ddprun -n 2 true" 2>&1)
 rc=$?
 sigcheck sigchld_ignored_at_start $rc "status $rc (124: the launcher never saw its ranks end): $out"
+# a network namespace whose loopback is down (unshare -n): said at once, not retried for DDP_TIMEOUT
+if unshare -n true 2>/dev/null; then
+  start=$(date +%s)
+  out=$(env -u DDP_TIMEOUT timeout -k 5 60 unshare -n $hello --nproc 2 2>&1); rc=$?
+  took=$(($(date +%s) - start))
+  [ $rc -eq 1 ] && [ $took -lt 10 ] && grep -q "loopback interface is down" <<<"$out"
+  sigcheck loopback_down $? "status $rc after $took s: $(head -c 300 <<<"$out" | tr '\n' ' ')"
+else
+  echo "SKIP ddprun.loopback_down: no network namespaces here (unshare -n needs root)"
+fi
 exit $fail

@@ -625,6 +625,33 @@ static void test_launcher_signal_once(const char *self)
           WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
+/* A rank started with its standard files closed (prog >&-, <&- >&- 2>&-) prints, then
+   works: its prints went into the store's socket or the arena, which took those numbers. */
+static const char *const closed_std_codes[] = {
+    [10] = "init failed", [11] = "a collective after the prints failed", [12] = "a sum is wrong",
+    [13] = "ddp_agree_on (through the store) failed after the prints"};
+static int closed_std(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    float x[3000];
+    int i, k;
+    close(1);
+    if (strcmp((const char *)arg, "all") == 0) { close(0); close(2); }
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    for (k = 0; k < 20; k++) {
+        printf("rank %d, step %d: a line for stdout\n", rank, k);
+        fflush(stdout);
+        fprintf(stderr, "rank %d, step %d: a line for stderr\n", rank, k);
+        for (i = 0; i < 3000; i++) x[i] = (float)(rank + i);
+        if (ddp_all_reduce(&ctx, x, x, 3000, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 11;
+        for (i = 0; i < 3000; i++)
+            if (x[i] != (float)(ctx.world_size * i + ctx.world_size * (ctx.world_size - 1) / 2)) return 12;
+    }
+    if (ddp_agree_on(&ctx, "a setting", "1") != DDP_OK) return 13;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     test_job job;
@@ -654,6 +681,12 @@ int main(int argc, char **argv)
     test_spawn(&job, 2, misjoin, (void *)"job_id");
     CHECK("failures.rank0_names.job_id_typo", job.failed == 0, "%s", TEST_JOB_WHY(&job, misjoin_codes));
     test_not_a_store();
+    setenv("DDP_SHM_CHUNK", "4096", 1); /* several chunks per collective */
+    test_spawn(&job, 3, closed_std, (void *)"out");
+    CHECK("failures.stdout_closed", job.failed == 0, "%s", TEST_JOB_WHY(&job, closed_std_codes));
+    test_spawn(&job, 3, closed_std, (void *)"all");
+    CHECK("failures.stdin_stdout_stderr_closed", job.failed == 0, "%s", TEST_JOB_WHY(&job, closed_std_codes));
+    unsetenv("DDP_SHM_CHUNK");
     unsetenv("DDP_TIMEOUT");
     test_store();
     test_launcher(argv[0], "exit3", 3);

@@ -281,6 +281,37 @@ static int small_shm_rank(int rank, void *arg)
     return 0;
 }
 
+/* ulimit -f below the arena's size: rank 0 says which limit (growing the file past it
+   was SIGXFSZ: rank 0 dumped core inside ddp_init) */
+static const char *const fsize_codes[] = {
+    [1] = "init succeeded past the file size limit", [2] = "rank 0's error does not name ulimit -f",
+    [3] = "setrlimit failed"};
+static int fsize_rank(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    ddp_result r;
+    struct rlimit lim;
+    (void)arg;
+    if (getrlimit(RLIMIT_FSIZE, &lim) != 0) return 3;
+    lim.rlim_cur = 256 << 10;
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) return 3;
+    r = ddp_init(&ctx, NULL);
+    if (r == DDP_OK) return 1;
+    if (rank == 0 && (r != DDP_ERR_SYSTEM || !strstr(ddp_error(&ctx), "file size limit of 0.2 MiB (ulimit -f)"))) return 2;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
+static void test_file_size_limit(void)
+{
+    test_job job;
+    setenv("DDP_TIMEOUT", "10", 1);
+    test_spawn(&job, 2, fsize_rank, NULL);
+    CHECK("shm.file_size_limit_is_an_error", job.failed == 0 && job.seconds < 5, "%s, %.1f s",
+          TEST_JOB_WHY(&job, fsize_codes), job.seconds);
+    unsetenv("DDP_TIMEOUT");
+}
+
 static void test_small_shm(void)
 {
     pid_t pid;
@@ -413,6 +444,7 @@ int main(int argc, char **argv)
     test_strangers_in_dev_shm();
     unsetenv("DDP_TIMEOUT");
     test_small_shm();
+    test_file_size_limit();
     test_pid_namespace();
     test_separate_shm();
     TEST_EXIT();
