@@ -733,13 +733,14 @@ static void ddp__sleep_us(int64_t us)
 
 static void ddp__sleep_ms(int ms) { ddp__sleep_us((int64_t)ms * 1000); }
 
-/* strncpy that always terminates (and truncates quietly) */
-static void ddp__copy(char *dst, size_t size, const char *src)
+/* strncpy that always terminates (and truncates quietly); returns strlen(src), so that
+   a result >= size says it was cut (strlcpy) */
+static size_t ddp__copy(char *dst, size_t size, const char *src)
 {
-    size_t n = strlen(src);
-    if (n >= size) n = size - 1;
+    size_t whole = strlen(src), n = whole < size ? whole : size - 1;
     memcpy(dst, src, n);
     dst[n] = 0;
+    return whole;
 }
 
 /* printf at the end of the string in out (size bytes), truncating quietly */
@@ -1318,6 +1319,7 @@ static ddp_result ddp__argv_local_rank(ddp_ctx *ctx, int *argc, char **argv, int
         const char *a = argv[i], *v = NULL;
         char *end;
         long x;
+        if (strcmp(a, "--") == 0) break; /* what follows is the program's, as for --nproc */
         if (strncmp(a, "--local_rank", 12) != 0 && strncmp(a, "--local-rank", 12) != 0) continue;
         if (a[12] == '=') { v = a + 13; used = 1; }
         else if (a[12] == 0 && i + 1 < *argc) { v = argv[i + 1]; used = 2; }
@@ -1555,17 +1557,26 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
 {
     ddp__settings *s = &ctx->st->cfg;
     const char *v;
-    /* the job: two launches never share an id, so their ranks never merge */
+    /* the job: two launches never share an id, so their ranks never merge (nor would two
+       ids that differ only past what the id holds: refused) */
+    size_t whole = 0;
     s->job_from = "default";
-    if (d->job_id && *d->job_id) { ddp__copy(s->job_id, sizeof s->job_id, d->job_id); s->job_from = "ddp_desc"; }
-    else if ((v = getenv("DDP_JOB_ID")) && *v) { ddp__copy(s->job_id, sizeof s->job_id, v); s->job_from = "DDP_JOB_ID"; }
-    else if (l && (v = getenv(l->run_id)) && *v) {
+    if (d->job_id && *d->job_id) {
+        whole = ddp__copy(s->job_id, sizeof s->job_id, d->job_id);
+        s->job_from = "ddp_desc";
+    } else if ((v = getenv("DDP_JOB_ID")) && *v) {
+        whole = ddp__copy(s->job_id, sizeof s->job_id, v);
+        s->job_from = "DDP_JOB_ID";
+    } else if (l && (v = getenv(l->run_id)) && *v) {
         const char *v2 = l->run_id2 ? getenv(l->run_id2) : NULL;
-        snprintf(s->job_id, sizeof s->job_id, "%s%s%s", v, v2 ? "." : "", v2 ? v2 : "");
+        whole = (size_t)snprintf(s->job_id, sizeof s->job_id, "%s%s%s", v, v2 ? "." : "", v2 ? v2 : "");
         s->job_from = l->run_id;
     } else {
         ddp__copy(s->job_id, sizeof s->job_id, "ddp");
     }
+    if (whole >= sizeof s->job_id)
+        return ddp__fail(ctx, DDP_ERR_ENV, "the job id from %s is longer than %d bytes", s->job_from,
+                         (int)sizeof s->job_id - 1);
     if (ddp_restart_count() < 0)
         return ddp__fail(ctx, DDP_ERR_ENV, "TORCHELASTIC_RESTART_COUNT='%s' is not a restart count",
                          getenv("TORCHELASTIC_RESTART_COUNT"));
@@ -1799,6 +1810,8 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
         }
     }
     if (port < 1 || port > 65535) return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_PORT=%d is not a TCP port", port);
+    if (strlen(addr) >= sizeof s->master_addr)
+        return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR is longer than %d bytes", (int)sizeof s->master_addr - 1);
     ddp__copy(s->master_addr, sizeof s->master_addr, addr);
     s->master_port = port;
     return DDP_OK;

@@ -42,10 +42,18 @@ int main(int argc, char **argv)
     long n, m;
     int i = 1;
     while (i < argc && argv[i][0] == '-') { /* the options, up to the program */
-        const char *flag = argv[i];
-        if ((v = option(argc, argv, &i, counts)) != NULL) count = v, count_flag = flag;
-        else if ((v = option(argc, argv, &i, restarts)) != NULL) max = v, max_flag = flag;
-        else return usage();
+        const char *flag = argv[i], *twice = NULL;
+        if ((v = option(argc, argv, &i, counts)) != NULL) twice = count ? count_flag : NULL, count = v, count_flag = flag;
+        else if ((v = option(argc, argv, &i, restarts)) != NULL) twice = max_flag, max = v, max_flag = flag;
+        else {
+            fprintf(stderr, "ddprun: unknown option '%s' before the program\n", flag);
+            return usage();
+        }
+        if (twice) { /* as the built-in launcher: which one was meant? */
+            fprintf(stderr, "ddprun: %.*s given twice ('%s' and '%s'): give it once\n", (int)strcspn(flag, "="), flag,
+                    twice, flag);
+            return 2;
+        }
     }
     if (!count || i >= argc) return usage();
     n = strtol(count, &end, 10);

@@ -23,6 +23,12 @@ for bad in "--nproc_per_node=0 $hello" "--nproc_per_node=x $hello" "--nproc_per_
   if [ $rc -eq 2 ] && ! grep -q 'my sum' <<<"$out" && grep -Eq 'usage|process count' <<<"$out"; then echo "PASS $name"
   else echo "FAIL $name: 'ddprun $bad' status $rc, want 2 with a usage line and no rank started: $(head -c 300 <<<"$out" | tr '\n' ' ')"; fail=1; fi
 done
+for twice in "-n 2 -n 3" "--nproc 2 --nproc_per_node=3" "-n 2 --max-restarts 1 --max_restarts=2"; do
+  name="ddprun.refuses_twice.$(echo "$twice" | sed -e 's/^-*//' -e 's/=/_eq_/g' | tr ' -' '_')"
+  out=$(timeout -k 5 60 examples/ddprun $twice $hello 2>&1); rc=$?
+  if [ $rc -eq 2 ] && ! grep -q 'my sum' <<<"$out" && grep -q 'given twice' <<<"$out"; then echo "PASS $name"
+  else echo "FAIL $name: 'ddprun $twice' status $rc, want 2 naming the flag given twice (the last one won): $(head -c 300 <<<"$out" | tr '\n' ' ')"; fail=1; fi
+done
 # OMP_NUM_THREADS: each rank gets cores / ranks (at least 1) unless the variable holds a
 # thread count; empty counts as unset, malformed is ignored with a warning; the note
 # about it comes once per job, and not where OpenMP would take 1 thread anyway.

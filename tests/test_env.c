@@ -53,6 +53,8 @@ static ddp_desc silent_desc(void)
 }
 
 /* ddp_init must fail with `want` and a message containing `needle`. */
+/* 127 bytes, and one more makes an id too long: two that differed past 127 were one job's */
+#define LONG_ID "run-x0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890-"
 static void bad_env(const char *name, const char *spec, ddp_result want, const char *needle)
 {
     ddp_ctx ctx;
@@ -110,6 +112,17 @@ static void legacy_argv(void)
     CHECK("env.legacy_local_dash_rank_removed", r == DDP_OK && argc2 == 2 && strcmp(argv2[1], "x") == 0,
           "result %s, argc %d", ddp_strerror(r), argc2);
     ddp_destroy(&ctx);
+    { /* after "--" the arguments are the program's: left alone (a local rank of 3 failed init) */
+        char c1[] = "--", c2[] = "--local_rank", c3[] = "3";
+        char *argv3[] = {a0, c1, c2, c3, NULL};
+        int argc3 = 4;
+        d.argc = &argc3;
+        d.argv = argv3;
+        r = ddp_init(&ctx, &d);
+        CHECK("env.legacy_local_rank_after_double_dash_left", r == DDP_OK && argc3 == 4 && strcmp(argv3[2], "--local_rank") == 0,
+              "result %s '%s', argc %d", ddp_strerror(r), ddp_error(&ctx), argc3);
+        ddp_destroy(&ctx);
+    }
 }
 
 /* ---- multi-process: the launchers' own variables ----
@@ -264,6 +277,10 @@ static void launcher_conflicts(void)
     bad_env("env.check_neither_on_nor_off", "DDP_CHECK=garbage", DDP_ERR_ENV, "DDP_CHECK='garbage' is neither on");
     bad_env("env.debug_neither_on_nor_off", "DDP_DEBUG=2", DDP_ERR_ENV, "DDP_DEBUG='2' is neither on");
     switches();
+    bad_env("env.job_id_past_127_bytes", "DDP_JOB_ID=" LONG_ID "a DDP_TIMEOUT=0.3", DDP_ERR_ENV,
+            "the job id from DDP_JOB_ID is longer than 127 bytes");
+    bad_env("env.torchrun_run_id_past_127_bytes", "RANK=0 WORLD_SIZE=1 TORCHELASTIC_RUN_ID=" LONG_ID "b DDP_TIMEOUT=0.3",
+            DDP_ERR_ENV, "the job id from TORCHELASTIC_RUN_ID is longer than 127 bytes");
     bad_env("env.world_past_what_ddp_takes", "RANK=0 WORLD_SIZE=2147483647 DDP_TIMEOUT=0.3", DDP_ERR_ENV,
             "WORLD_SIZE=2147483647 is more ranks than ddp.h takes");
     bad_env("env.local_world_zero", "RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=0 DDP_TIMEOUT=0.3", DDP_ERR_ENV,
