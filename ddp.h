@@ -5614,8 +5614,10 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             n = h < nproc && !ends[c].signal && (ends[c].caused || said[ends[c].rank] == DDP_ERR_TIMEOUT)
                     ? snprintf(why, why_size, "rank %d (pid %d) stayed stopped by signal %d (%s) until rank %d exited with "
                                "status %d", h, started[h], halted[h], strsignal(halted[h]), ends[c].rank, status)
-                : ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)", ends[c].rank,
-                                            ends[c].pid, ends[c].signal, strsignal(ends[c].signal))
+                : ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)%s", ends[c].rank,
+                                            ends[c].pid, ends[c].signal, strsignal(ends[c].signal),
+                                            ends[c].signal == SIGKILL ? " (not by this launcher: the kernel's out-of-memory "
+                                                                        "killer, or someone's kill -9)" : "")
                 : ends[c].early ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 before ddp_init, while "
                                            "the others waited for it", ends[c].rank, ends[c].pid)
                 : ends[c].status == 0 ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 while the others "
