@@ -125,8 +125,8 @@
      order, so calls from two threads (which interleave differently on each rank) pair
      wrongly when they have one shape, as in NCCL; two calls at once are refused and stop
      the group. Threads that share a context order their calls themselves, alike on every
-     rank. On GPUs a call selects the rank's GPU (ctx.device) for its thread. A child of fork() cannot use its parent's context (refused; its ddp_destroy
-     frees only its copy).
+     rank. On GPUs a call selects the rank's GPU (ctx.device) for its thread. A child of
+     fork() cannot use its parent's context (refused; its ddp_destroy frees only its copy).
 
    TWO LAUNCHES (ranks started by hand, no DDP_JOB_ID, one port)
      A rank cannot tell which launch it belongs to. The signs of a second: a second
@@ -178,7 +178,11 @@
                       never filled and ddp_desc.shm_chunk_bytes out of range refused;
                       integer sums wrap, a NaN wins MIN/MAX on any rank; a rank that
                       finishes a step with unmarked gradients stops the group;
-                      ddp_error names a destroyed context
+                      ddp_error names a destroyed context; on GPUs a collective selects
+                      the rank's GPU for its thread; --nproc at most 256; DDP_CHECK and
+                      DDP_DEBUG take on/off words and refuse others; job ids and
+                      MASTER_ADDR too long refused; closed stdin/stdout/stderr become
+                      /dev/null; ulimit -f and a loopback interface that is down named
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -333,8 +337,9 @@ typedef struct ddp_work {
    Call first in main. Without --nproc (or inside a launched job) it returns
    DDP_WORKER and the program goes on as one rank. With "--nproc N" in argv this
    process becomes the launcher: it runs N copies of the program (argv without
-   --nproc; N at most 256, what one host's CPU backend takes), forwards SIGINT/SIGTERM/SIGHUP (the ranks get 30 s to end, then the
-   status is 128 + the signal; signals ignored at its start stay ignored), stops
+   --nproc; N at most 256, what one host's CPU backend takes), forwards SIGINT,
+   SIGTERM and SIGHUP (the ranks get 30 s to end, then the status is 128 + the
+   signal; signals ignored at its start stay ignored), stops
    everything when one rank fails, and returns the exit status for main to return.
    "--max-restarts N" (torchrun's flag, also --max_restarts) starts the job again
    after a failure, up to N times. */
@@ -357,6 +362,9 @@ DDPDEF int ddp_run_restarts(int nproc, int max_restarts, char *const argv[]);
 DDPDEF int ddp_restart_count(void);
 
 /* ---- process group ------------------------------------------------------------ */
+/* ddp_init (and ddp_launch, ddp_run) open /dev/null on stdin, stdout or stderr where the
+   process was started with it closed (prog >&-): else the store's sockets or the arena
+   take those numbers, and the program's prints land in them. */
 DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc);
 DDPDEF void ddp_destroy(ddp_ctx *ctx); /* waits for the others to arrive, then frees */
 DDPDEF const char *ddp_strerror(ddp_result r);
@@ -783,9 +791,10 @@ static void ddp__std_fds(void)
 {
     int fd, n;
     for (fd = 0; fd < 3; fd++)
-        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && (n = open("/dev/null", fd ? O_WRONLY : O_RDONLY)) >= 0 && n != fd) {
-            dup2(n, fd);
-            close(n);
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            n = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+            if (n < 0) n = open("/", O_RDONLY); /* no /dev: a directory, where writes fail as on a closed one */
+            if (n > 2) close(n); /* another thread took the number first */
         }
 }
 
@@ -1270,7 +1279,6 @@ uint16_t ddp_f32_to_f16(float f)
 
 /* ---- >>environment -------------------------------------------------------------------------- */
 
-/* 1 if the variable is set (value in *out), 0 if unset, -1 if it is not an integer. */
 /* A switch like DDP_CHECK: 1 on, 0 off (also unset or empty), -1 neither. */
 static int ddp__switch(const char *v)
 {
@@ -1282,6 +1290,7 @@ static int ddp__switch(const char *v)
     return -1;
 }
 
+/* 1 if the variable is set (value in *out), 0 if unset, -1 if it is not an integer. */
 static int ddp__env_int(ddp_ctx *ctx, const char *name, int *out)
 {
     const char *v = name ? getenv(name) : NULL;
@@ -1575,8 +1584,8 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
         ddp__copy(s->job_id, sizeof s->job_id, "ddp");
     }
     if (whole >= sizeof s->job_id)
-        return ddp__fail(ctx, DDP_ERR_ENV, "the job id from %s is longer than %d bytes", s->job_from,
-                         (int)sizeof s->job_id - 1);
+        return ddp__fail(ctx, whole && d->job_id && *d->job_id ? DDP_ERR_ARG : DDP_ERR_ENV,
+                         "the job id from %s is longer than %d bytes", s->job_from, (int)sizeof s->job_id - 1);
     if (ddp_restart_count() < 0)
         return ddp__fail(ctx, DDP_ERR_ENV, "TORCHELASTIC_RESTART_COUNT='%s' is not a restart count",
                          getenv("TORCHELASTIC_RESTART_COUNT"));
@@ -1811,7 +1820,8 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
     }
     if (port < 1 || port > 65535) return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_PORT=%d is not a TCP port", port);
     if (strlen(addr) >= sizeof s->master_addr)
-        return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR is longer than %d bytes", (int)sizeof s->master_addr - 1);
+        return ddp__fail(ctx, addr == d->master_addr ? DDP_ERR_ARG : DDP_ERR_ENV, "%s is longer than %d bytes",
+                         addr == d->master_addr ? "ddp_desc.master_addr" : "MASTER_ADDR", (int)sizeof s->master_addr - 1);
     ddp__copy(s->master_addr, sizeof s->master_addr, addr);
     s->master_port = port;
     return DDP_OK;
@@ -2453,7 +2463,7 @@ static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
     struct addrinfo hints, *res = NULL, *ai;
     char port[16], host[64];
     unsigned char raw[16];
-    int one = 1, fd = -1, err = 0, rc;
+    int one = 1, fd = -1, err = 0, rc, lo_down = 0;
     ddp__server *s = DDP__CAST(ddp__server *, DDP_MALLOC(sizeof *s));
     *in_use = 0;
     if (!s) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory for the store");
@@ -2485,7 +2495,12 @@ static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
         if (fd < 0) { err = errno; continue; } /* ulimit -n: "Too many open files", not "Success" */
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) { err = errno; close(fd); fd = -1; }
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+            err = errno;
+            lo_down |= err == EADDRNOTAVAIL && ddp__is_loopback(ai->ai_addr); /* ::1 with lo down */
+            close(fd);
+            fd = -1;
+        }
         else if (ctx->local_world_size > 0 && ctx->local_world_size < ctx->world_size && ddp__is_loopback(ai->ai_addr) &&
                  getnameinfo(ai->ai_addr, ai->ai_addrlen, host, sizeof host, NULL, 0, NI_NUMERICHOST) == 0)
             /* a host name that its own host resolves to 127.0.1.1 (Debian's /etc/hosts) */
@@ -2496,8 +2511,9 @@ static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
     if (fd < 0) {
         ddp__server_free(s);
         if (err == EADDRNOTAVAIL)
-            return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_ADDR=%s is not an address of rank 0's host (rank 0 hosts the store there)",
-                             cfg->master_addr);
+            return ddp__fail(ctx, DDP_ERR_ENV, lo_down ? "MASTER_ADDR=%s: the loopback interface is down (ip link set lo up)"
+                                                       : "MASTER_ADDR=%s is not an address of rank 0's host (rank 0 hosts "
+                                                         "the store there)", cfg->master_addr);
         if (err == EADDRINUSE) {
             *in_use = 1;
             return DDP_ERR_ENV;
@@ -2659,7 +2675,8 @@ static int ddp__dial(ddp_ctx *ctx, ddp_result *r)
             err = errno;
             close(fd);
             fd = -1;
-            if (err == ENETUNREACH && ddp__is_loopback(ai->ai_addr)) { /* no retry mends that */
+            /* no retry mends that (a down loopback is ENETUNREACH for 127.x, EADDRNOTAVAIL for ::1) */
+            if ((err == ENETUNREACH || err == EADDRNOTAVAIL) && ddp__is_loopback(ai->ai_addr)) {
                 *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot reach rank 0's store at %s:%d: %s (the loopback interface "
                                "is down: ip link set lo up)", cfg->master_addr, cfg->master_port, strerror(err));
                 break;
@@ -3189,9 +3206,11 @@ static int ddp__shm_create(ddp_ctx *ctx, const char *name, size_t size, ddp_resu
     struct rlimit fsize;
     /* a file past the limit of `ulimit -f` is SIGXFSZ, which kills the process */
     if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY && (rlim_t)size > fsize.rlim_cur) {
-        *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "the CPU backend's shared memory needs %.1f MiB, over this process's file "
-                       "size limit of %.1f MiB (ulimit -f): raise it, or lower DDP_SHM_CHUNK", size / 1048576.0,
-                       (double)fsize.rlim_cur / 1048576.0);
+        /* the smallest chunk (64 bytes) shrinks the arena to its header and 64 bytes a slot */
+        const size_t least = DDP__SHM_HEADER + (size_t)(ctx->world_size + 1) * 64;
+        *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "the CPU backend's shared memory needs %.0f KiB, over this process's file "
+                       "size limit of %.0f KiB (ulimit -f): raise it%s", size / 1024.0, (double)fsize.rlim_cur / 1024.0,
+                       (rlim_t)least <= fsize.rlim_cur ? ", or lower DDP_SHM_CHUNK" : "");
         return -1;
     }
     snprintf(path, sizeof path, "/dev/shm%s", name);
@@ -3855,8 +3874,9 @@ static void ddp__nccl_release(ddp_ctx *ctx)
         pthread_mutex_unlock(&b->mu);
         pthread_join(b->watchdog, NULL);
     }
-    /* this thread alone from here, on the rank's GPU (ddp_destroy from another thread) */
-    ddp__nccl_here(ctx);
+    /* this thread alone from here, on the rank's GPU (ddp_destroy from another thread; a
+       failure here shows in the calls below, which wait for nobody) */
+    cudaSetDevice(b->device);
     if (b->comm && !ctx->st->broken &&
         ddp__nccl_settle(ctx, ncclCommFinalize(b->comm), "ncclCommFinalize", 0) == DDP_OK) {
         ncclCommDestroy(b->comm); /* finalized: frees without waiting */

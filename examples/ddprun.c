@@ -7,7 +7,9 @@
        ddprun -n 4 ./examples/hello_allreduce
        ddprun -n 4 --max-restarts 3 ./examples/train_gpt --save gpt.safetensors --save-every 10 --resume auto
    The count may also be given as --nproc N, --nproc_per_node N or torch's
-   --nproc_per_node=N; --max_restarts and the =N forms work too. */
+   --nproc_per_node=N; --max_restarts and the =N forms work too. It takes up to 4096
+   ranks, for programs of any kind; a ddp.h program on the CPU backend takes 256 on one
+   host (its own --nproc says so before it starts any). */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include <stdio.h>
@@ -46,8 +48,9 @@ int main(int argc, char **argv)
         if ((v = option(argc, argv, &i, counts)) != NULL) twice = count ? count_flag : NULL, count = v, count_flag = flag;
         else if ((v = option(argc, argv, &i, restarts)) != NULL) twice = max_flag, max = v, max_flag = flag;
         else {
-            fprintf(stderr, "ddprun: unknown option '%s' before the program\n", flag);
-            return usage();
+            fprintf(stderr, "ddprun: unknown option '%s' before the program (usage: ddprun -n N [--max-restarts M] "
+                    "program [args...])\n", flag);
+            return 2;
         }
         if (twice) { /* as the built-in launcher: which one was meant? */
             fprintf(stderr, "ddprun: %.*s given twice ('%s' and '%s'): give it once\n", (int)strcspn(flag, "="), flag,

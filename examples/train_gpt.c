@@ -1943,7 +1943,7 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     if (!o->resume) gpt_init_weights(g, o->seed + (uint64_t)t->ctx.rank);
     if (t->ctx.backend == DDP_BACKEND_NCCL && g->cfg.dim / g->cfg.heads > 128) {
         snprintf(err, errsize, "--dim %d over --heads %d is a head size of %d: the GPU's attention takes at most 128 "
-                 "(the CPU any: DDP_BACKEND=cpu)", g->cfg.dim, g->cfg.heads, g->cfg.dim / g->cfg.heads);
+                 "(the CPU kernels take any: DDP_BACKEND=cpu)", g->cfg.dim, g->cfg.heads, g->cfg.dim / g->cfg.heads);
         return 0;
     }
     if (t->ctx.backend == DDP_BACKEND_NCCL &&

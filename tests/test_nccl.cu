@@ -16,7 +16,8 @@
      gradient buckets on the backward's stream never make the host wait for it;
      host memory (&x, a stack variable) works as on the CPU backend; collectives from
      a thread that never selected a GPU work (ddp.h selects the rank's: on GPU 0
-     rank 1's stream and events fail).
+     rank 1's stream and events fail; so only a world of 2 or more, on the emulator
+     until a machine lends 2 GPUs, can catch its absence).
    - W = 1 also: the watchdog's time starts when a collective can start (behind a
      2.5 s kernel, a 1 s timeout does not fire).
    - W > 1 also: the arithmetic across ranks (each rank sends its own values: sums,

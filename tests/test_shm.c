@@ -297,7 +297,7 @@ static int fsize_rank(int rank, void *arg)
     if (setrlimit(RLIMIT_FSIZE, &lim) != 0) return 3;
     r = ddp_init(&ctx, NULL);
     if (r == DDP_OK) return 1;
-    if (rank == 0 && (r != DDP_ERR_SYSTEM || !strstr(ddp_error(&ctx), "file size limit of 0.2 MiB (ulimit -f)"))) return 2;
+    if (rank == 0 && (r != DDP_ERR_SYSTEM || !strstr(ddp_error(&ctx), "file size limit of 256 KiB (ulimit -f)"))) return 2;
     ddp_destroy(&ctx);
     return 0;
 }

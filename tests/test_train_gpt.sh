@@ -226,7 +226,7 @@ grep -q "resumed.st belongs to another run: its global batch .* is 8, this run's
 report "train_gpt: --resume auto names the global batch under --nproc" $? "$(cat err.txt)"
 one_line_error "an empty --save" $tiny --save ''
 # OpenMP threads with 128 KiB of stack (musl's default; OMP_STACKSIZE): the attention's
-# backward kept 138 KiB of buffers on it
+# backward kept 136 KiB of buffers on it
 OMP_STACKSIZE=128K OMP_NUM_THREADS=2 timeout 60 "$bin" $tiny --steps 1 --ctx 64 >stack.txt 2>&1
 report "train_gpt: trains on threads of 128 KiB of stack" $? "$(tail -c 300 stack.txt | tr '\n' ' ')"
 (ulimit -f 20; one_line_error "a checkpoint past ulimit -f (SIGXFSZ killed the run)" $tiny --steps 1 --save big.st
