@@ -2426,6 +2426,17 @@ static void ddp__server_missing(ddp__server *s, const char *key, char *out, size
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Rank 0 once every rank met in ddp_destroy: nobody joins a job that ends, and a next
+   job of this process (ddp_init again) finds the port free. The listener stops taking
+   connections (refused: a next job's ranks retry) and is no longer polled. */
+static void ddp__server_unlisten(ddp__server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->listen_fd >= 0) shutdown(s->listen_fd, SHUT_RDWR);
+    s->listen_pause = INT64_MAX;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Rank 0 before each collective: the reason the store's job failed (a second launch on
    its port, a rank that left), or NULL. */
 static const char *ddp__server_failed(ddp__server *s)
@@ -5288,6 +5299,13 @@ void ddp_destroy(ddp_ctx *ctx)
     /* the last meeting: nobody leaves while others still expect it in a collective,
        and those that do expect it learn at once that it left */
     if (!st->broken && st->be && ctx->world_size > 1) r = ddp__post(ctx, DDP__DESTROY, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);
+    /* then rank 0's store stops listening before any rank returns: a rank that calls
+       ddp_init again at once was let into the old store, which was ending (refused, or
+       lost when it closed) */
+    if (r == DDP_OK && !st->broken && ctx->world_size > 1 && st->store_fd >= 0) {
+        if (st->server) ddp__server_unlisten(st->server);
+        r = ddp__store_barrier(ctx, "left", "in ddp_destroy");
+    }
     if (st->report_fd >= 0 && r == DDP_OK && !st->broken) { /* left cleanly: its exit stops nobody */
         char msg[32];
         int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), DDP__LEAVING);

@@ -652,6 +652,25 @@ static int closed_std(int rank, void *arg)
     return 0;
 }
 
+/* ddp_init again right after ddp_destroy, 30 times, as a program that runs jobs one
+   after another does: the ranks that left first joined rank 0's old store, which was
+   ending (refused: "rank 1 left the job"), nearly every time. */
+static const char *const again_codes[] = {[10] = "init failed (again)", [11] = "an all_reduce failed", [12] = "a sum is wrong"};
+static int init_again(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    int k, x;
+    (void)arg;
+    for (k = 0; k < 30; k++) {
+        if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+        x = rank + k;
+        if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_I32, DDP_SUM, NULL) != DDP_OK) return 11;
+        if (x != ctx.world_size * k + ctx.world_size * (ctx.world_size - 1) / 2) return 12;
+        ddp_destroy(&ctx);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     test_job job;
@@ -681,6 +700,8 @@ int main(int argc, char **argv)
     test_spawn(&job, 2, misjoin, (void *)"job_id");
     CHECK("failures.rank0_names.job_id_typo", job.failed == 0, "%s", TEST_JOB_WHY(&job, misjoin_codes));
     test_not_a_store();
+    test_spawn(&job, 3, init_again, NULL);
+    CHECK("failures.init_again_after_destroy", job.failed == 0, "%s", TEST_JOB_WHY(&job, again_codes));
     setenv("DDP_SHM_CHUNK", "4096", 1); /* several chunks per collective */
     test_spawn(&job, 3, closed_std, (void *)"out");
     CHECK("failures.stdout_closed", job.failed == 0, "%s", TEST_JOB_WHY(&job, closed_std_codes));
