@@ -182,7 +182,9 @@
                       the rank's GPU for its thread; --nproc at most 256; DDP_CHECK and
                       DDP_DEBUG take on/off words and refuse others; job ids and
                       MASTER_ADDR too long refused; closed stdin/stdout/stderr become
-                      /dev/null; ulimit -f and a loopback interface that is down named
+                      /dev/null; ulimit -f and a loopback interface that is down named;
+                      ddp_init again at once after ddp_destroy; the launcher fails a
+                      job whose ranks all exit 0 when one was missing from ddp_destroy
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -5430,25 +5432,28 @@ typedef struct ddp__end {
     int caused; /* its first failure was another rank's (it said DDP_ERR_PEER or DDP_ERR_ABORTED) */
     int early;  /* status 0 before it started ddp_init, while ranks that did wait for it */
     int left;   /* status 0 after ddp_init, not through a ddp_destroy that all met: the others may have needed it */
+    int quiet;  /* it said no failure of its own */
 } ddp__end;
 
 /* The failure to report: the first that no other rank caused (a signal, or an exit for
    a reason of the rank's own); else, where the others only failed because a rank was
    gone, the first that exited 0 without a ddp_destroy they all met (they lost it);
    else the first; -1 if no rank failed so far. The ranks that a killed rank takes down
-   end first as often as not. */
-static int ddp__first_cause(const ddp__end *ends, int n)
+   end first as often as not. Where every rank exited 0 but some said they lost a rank
+   (`lost`: in ddp_destroy, which returns nothing), the first that left without a word. */
+static int ddp__first_cause(const ddp__end *ends, int n, int lost)
 {
-    int i, first = -1, left = -1;
+    int i, first = -1, left = -1, silent = -1;
     for (i = 0; i < n; i++) {
         if (ends[i].status == 0 && !ends[i].early) {
             if (ends[i].left && left < 0) left = i;
+            if (ends[i].left && ends[i].quiet && silent < 0) silent = i;
             continue;
         }
         if (!ends[i].caused) return i;
         if (first < 0) first = i;
     }
-    return first >= 0 && left >= 0 ? left : first;
+    return first >= 0 && left >= 0 ? left : first >= 0 ? first : lost ? silent : -1;
 }
 
 /* Reads what ranks said about their first failure ("pid code" lines): said[rank] = code;
@@ -5493,7 +5498,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     sigset_t block, old;
     pid_t *pids, *started;
     ddp__end *ends;
-    int *said, *halted, any_joined = 0;
+    int *said, *halted, any_joined = 0, lost = 0;
     unsigned char *joined;
     char port[16], job[40], num[16], secret[65], id[17], prefix[40], report[48] = "1", part[64] = "";
     const char *given = getenv("DDP_SECRET");
@@ -5602,7 +5607,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             if (stopped) { /* again: no more grace */
                 ddp__signal_all(pids, halted, nproc, job, SIGKILL);
                 kill_at = INT64_MAX;
-            } else if (ddp__first_cause(ends, nends) < 0 && !term_at) { /* the user's stop, not a failure's end */
+            } else if (ddp__first_cause(ends, nends, lost) < 0 && !term_at) { /* the user's stop, not a failure's end */
                 stopped = sig;
                 from_tty = info.si_code == SI_KERNEL;
                 kill_at = ddp__now_ms() + 30000;
@@ -5623,20 +5628,24 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             ends[nends].pid = (int)pid;
             ends[nends].signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
             ends[nends].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            ends[nends].caused = ends[nends].early = ends[nends].left = 0;
+            ends[nends].caused = ends[nends].early = ends[nends].left = ends[nends].quiet = 0;
             nends++;
         }
         if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said, joined, part); /* written before they exited */
-        for (i = 0; i < nproc; i++) any_joined |= joined[i];
+        for (i = 0, lost = 0; i < nproc; i++) {
+            any_joined |= joined[i];
+            lost |= said[i] == DDP_ERR_PEER || said[i] == DDP_ERR_ABORTED;
+        }
         for (i = 0; i < nends; i++) {
             ends[i].caused = said[ends[i].rank] == DDP_ERR_PEER || said[ends[i].rank] == DDP_ERR_ABORTED;
             /* a rank of a ddp.h program that left before ddp_init: the others would wait DDP_TIMEOUT for it
                (a program that never calls ddp_init, under ddprun, has no rank that joined) */
             ends[i].early = ends[i].status == 0 && !joined[ends[i].rank] && any_joined && i + 1 < nproc;
             ends[i].left = ends[i].status == 0 && joined[ends[i].rank] == 1;
+            ends[i].quiet = said[ends[i].rank] < 0;
         }
         now = ddp__now_ms();
-        c = ddp__first_cause(ends, nends);
+        c = ddp__first_cause(ends, nends, lost);
         if (c >= 0 && !term_at) {
             term_at = now + 2000;
             others = live;

@@ -359,6 +359,11 @@ static int launched_child(const char *mode)
         return ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK ? 0 : 1;
     }
     /* rank 1 leaves (or stops) between two collectives */
+    if (strcmp(mode, "last_without_destroy") == 0) { /* the others' ddp_destroy loses rank 1, and they exit 0 */
+        if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
+        if (ctx.rank != 1) ddp_destroy(&ctx);
+        return 0;
+    }
     if (strcmp(mode, "vanish") == 0 || strcmp(mode, "early_destroy") == 0 || strcmp(mode, "halt") == 0) {
         if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
         if (ctx.rank == 1 && mode[0] == 'v') return 0; /* without ddp_destroy */
@@ -501,6 +506,15 @@ static void test_launcher_blame(const char *self)
     CHECK("launcher.names_the_rank_that_destroyed_early", rc == 1 && file_has(out, "ddp: rank 1 (pid ") &&
           file_has(out, "status 0 while the others still needed it"), "status %d, %s", rc,
           file_has(out, "ddp: rank 1 (pid ") ? "rank 1 named" : "rank 1 not named");
+    /* every rank exits 0, but rank 1 never came to the ddp_destroy the others lost it in:
+       the job failed (it ended 0), and rank 1 is why */
+    for (named = 0, bad[0] = 0, i = 0; i < runs; i++) {
+        rc = launch_to_file(self, "last_without_destroy", 3, out, i > 0);
+        if (rc == 1 && file_has(out, "ddp: rank 1 (pid ") && file_has(out, "status 0 while the others still needed it")) named++;
+        else if (!bad[0]) snprintf(bad, sizeof bad, "status %d, %s", rc, file_has(out, "ddp: rank 1 (pid ") ? "rank 1 named" : "rank 1 not named");
+    }
+    CHECK("launcher.names_the_rank_missing_from_ddp_destroy", named == runs,
+          "%d of %d runs named rank 1 with status 1; the first other: %s", named, runs, bad);
     /* a stopped rank is why the others time out; it is continued to take the launcher's SIGTERM */
     setenv("DDP_TIMEOUT", "1", 1);
     t0 = now_s();
