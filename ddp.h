@@ -6269,7 +6269,10 @@ static ddp_result ddp__grad_wait(ddp_grad *g, size_t keep)
     struct ddp__grad_state *st = g->st;
     ddp_result first = DDP_OK;
     while (st->launched - st->waited > keep) {
-        ddp_result r = ddp__wait(g->ctx, &st->buckets[g->num_buckets - 1 - st->waited].work, g->stream, 0);
+        /* after a failure the group is broken: the rest would each be refused, in a line
+           of their own, and ddp_error would tell the refusal rather than the failure */
+        ddp_result r = first != DDP_OK ? first : ddp__wait(g->ctx, &st->buckets[g->num_buckets - 1 - st->waited].work,
+                                                           g->stream, 0);
         if (r != DDP_OK && first == DDP_OK) first = r;
         st->waited++;
     }
