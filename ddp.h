@@ -184,7 +184,8 @@
                       MASTER_ADDR too long refused; closed stdin/stdout/stderr become
                       /dev/null; ulimit -f and a loopback interface that is down named;
                       ddp_init again at once after ddp_destroy; the launcher fails a
-                      job whose ranks all exit 0 when one was missing from ddp_destroy
+                      job whose ranks all exit 0 when one was missing from ddp_destroy;
+                      a rank that dies leaving a forked child is noticed at once
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -2823,7 +2824,8 @@ static ddp_result ddp__store_barrier(ddp_ctx *ctx, const char *key, const char *
 
 typedef struct ddp__shm {
     uint64_t token;                        /* random: proves ranks mapped the same arena */
-    int32_t pids[DDP__MAX_CPU_RANKS];      /* for messages */
+    int32_t pids[DDP__MAX_CPU_RANKS];      /* for messages, and ddp__shm_alive */
+    uint64_t pidns[DDP__MAX_CPU_RANKS];    /* each rank's PID namespace (its inode), 0 unknown */
     uint64_t arrived[DDP__MAX_CPU_RANKS];  /* barriers each rank has entered */
     ddp__fp fp[2][DDP__MAX_CPU_RANKS];     /* by collective parity: compared at its first barrier */
     ddp__fp now[DDP__MAX_CPU_RANKS];       /* the collective each rank entered last */
@@ -2871,6 +2873,38 @@ static int ddp__locked(int fd, int first, int n)
     fl.l_len = n;
     if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return 1; /* cannot tell: assume alive */
     return fl.l_type != F_UNLCK;
+}
+
+/* This process's PID namespace (the inode of /proc/self/ns/pid), 0 where /proc cannot say. */
+static uint64_t ddp__pidns(void)
+{
+    struct stat sb;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino : 0;
+}
+
+/* Rank i lives: its lock on its byte is held, and where it shares this rank's PID
+   namespace, its pid exists. The lock alone is not enough: a child it forked (a data
+   loader's worker, no exec) shares the lock's open file, and holds it after the rank died. */
+static int ddp__shm_alive(ddp_ctx *ctx, int i)
+{
+    ddp__cpu *cpu = ddp__cpu_of(ctx);
+    const ddp__shm *h = cpu->shm;
+    char path[64], buf[256], *end;
+    ssize_t n;
+    int fd;
+    if (!ddp__locked(cpu->fd, i, 1)) return 0;
+    if (!h->pidns[i] || h->pidns[i] != h->pidns[ctx->rank]) return 1; /* its pid means nothing here */
+    if (kill(h->pids[i], 0) != 0 && errno == ESRCH) return 0;
+    /* a zombie (its parent has not waited yet) is gone too, where /proc is this namespace's */
+    n = readlink("/proc/self", buf, sizeof buf - 1);
+    if (n <= 0 || (buf[n] = 0, strtol(buf, &end, 10) != (long)getpid()) || *end) return 1;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)h->pids[i]);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return 1;
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 1;
+    buf[n] = 0;
+    return !((end = strrchr(buf, ')')) != NULL && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X'));
 }
 
 /* Marks the arena aborted (first failure wins) and wakes every sleeper. */
@@ -2950,7 +2984,7 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
         if (now >= next_check || now >= deadline) {
             char late[200];
             for (i = 0; i < ctx->world_size; i++) {
-                if (__atomic_load_n(&h->arrived[i], __ATOMIC_RELAXED) >= mine || ddp__locked(cpu->fd, i, 1)) continue;
+                if (__atomic_load_n(&h->arrived[i], __ATOMIC_RELAXED) >= mine || ddp__shm_alive(ctx, i)) continue;
                 ddp__fail(ctx, DDP_ERR_PEER, "rank %d (pid %d) exited during %s #%llu", i, h->pids[i],
                           ddp__colls[c->kind].name, (unsigned long long)c->seq);
                 return ddp__shm_abort(ctx, DDP_ERR_PEER);
@@ -3330,6 +3364,7 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
                          "id but separate /dev/shm? give them distinct host names)", name);
     }
     cpu->shm->pids[ctx->rank] = (int32_t)getpid();
+    cpu->shm->pidns[ctx->rank] = ddp__pidns();
 
     /* once everyone has it mapped the name goes, removed by whoever gets there first (rank
        0 may die right after the barrier, and a failing program may skip ddp_destroy); if

@@ -685,6 +685,35 @@ static int init_again(int rank, void *arg)
     return 0;
 }
 
+/* Rank 1 forks a worker that never execs (a data loader's), then dies: the worker
+   shares rank 1's lock on the arena, which said rank 1 lived; rank 0 waited DDP_TIMEOUT. */
+static const char *const forked_codes[] = {
+    [10] = "init failed", [11] = "rank 0's all_reduce did not fail", [12] = "the error does not say rank 1 exited",
+    [13] = "noticing took over 5 s", [14] = "fork failed"};
+static int forked_then_died(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    float x = 1;
+    double t0;
+    (void)arg;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    if (rank == 1) {
+        pid_t worker = fork();
+        if (worker < 0) return 14;
+        if (worker == 0) { /* lives on 8 s (then the lock goes: what rank 0 noticed before) */
+            poll(NULL, 0, 8000);
+            _exit(0);
+        }
+        _exit(0); /* without a word */
+    }
+    t0 = now_s();
+    if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK) return 11;
+    if (!strstr(ddp_error(&ctx), "rank 1 (pid ")) return 12;
+    if (now_s() - t0 > 5) return 13;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     test_job job;
@@ -714,6 +743,10 @@ int main(int argc, char **argv)
     test_spawn(&job, 2, misjoin, (void *)"job_id");
     CHECK("failures.rank0_names.job_id_typo", job.failed == 0, "%s", TEST_JOB_WHY(&job, misjoin_codes));
     test_not_a_store();
+    setenv("DDP_TIMEOUT", "30", 1);
+    test_spawn(&job, 2, forked_then_died, NULL);
+    CHECK("failures.death_noticed_past_a_forked_worker", job.failed == 0, "%s, %.1f s",
+          TEST_JOB_WHY(&job, forked_codes), job.seconds);
     test_spawn(&job, 3, init_again, NULL);
     CHECK("failures.init_again_after_destroy", job.failed == 0, "%s", TEST_JOB_WHY(&job, again_codes));
     setenv("DDP_SHM_CHUNK", "4096", 1); /* several chunks per collective */
