@@ -1027,12 +1027,11 @@ static ddp__fp ddp__fingerprint(const ddp__coll *c)
 /* "100 x f32 sum" */
 static void ddp__fp_args(char *out, size_t n, const ddp__fp *f)
 {
+    const int has_op = f->kind == DDP__ALL_REDUCE || f->kind == DDP__REDUCE_SCATTER;
     if ((unsigned)f->kind >= DDP__COLL_COUNT || !ddp__coll_moves_data(f->kind)) { out[0] = 0; return; }
     snprintf(out, n, "%llu x %s%s%s", (unsigned long long)f->count,
-             (unsigned)f->dtype < DDP_DTYPE_COUNT ? ddp__dtypes[f->dtype].name : "?",
-             f->kind == DDP__ALL_REDUCE || f->kind == DDP__REDUCE_SCATTER ? " " : "",
-             f->kind != DDP__ALL_REDUCE && f->kind != DDP__REDUCE_SCATTER ? ""
-             : (unsigned)f->op < DDP_OP_COUNT ? ddp__ops[f->op] : "?");
+             (unsigned)f->dtype < DDP_DTYPE_COUNT ? ddp__dtypes[f->dtype].name : "?", has_op ? " " : "",
+             !has_op ? "" : (unsigned)f->op < DDP_OP_COUNT ? ddp__ops[f->op] : "?");
     if (f->kind == DDP__BROADCAST) snprintf(out + strlen(out), n - strlen(out), " from rank %d", f->root);
 }
 
@@ -1587,7 +1586,7 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
         ddp__copy(s->job_id, sizeof s->job_id, "ddp");
     }
     if (whole >= sizeof s->job_id)
-        return ddp__fail(ctx, whole && d->job_id && *d->job_id ? DDP_ERR_ARG : DDP_ERR_ENV,
+        return ddp__fail(ctx, strcmp(s->job_from, "ddp_desc") == 0 ? DDP_ERR_ARG : DDP_ERR_ENV,
                          "the job id from %s is longer than %d bytes", s->job_from, (int)sizeof s->job_id - 1);
     if (ddp_restart_count() < 0)
         return ddp__fail(ctx, DDP_ERR_ENV, "TORCHELASTIC_RESTART_COUNT='%s' is not a restart count",
@@ -1620,12 +1619,14 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     /* room for one element of every rank's block (reduce_scatter), 64-byte aligned */
     if (s->chunk < (size_t)ctx->world_size * 8) s->chunk = (size_t)ctx->world_size * 8;
     s->chunk = (s->chunk + 63) & ~(size_t)63;
-    v = ddp__switch(getenv("DDP_CHECK")) < 0 ? "DDP_CHECK" : ddp__switch(getenv("DDP_DEBUG")) < 0 ? "DDP_DEBUG" : NULL;
-    if (v) /* DDP_CHECK=off must not turn the check on */
-        return ddp__fail(ctx, DDP_ERR_ENV, "%s='%s' is neither on (1, true, yes, on) nor off (0, false, no, off)", v,
-                         getenv(v));
-    s->check = d->check ? d->check != 0 : ddp__switch(getenv("DDP_CHECK"));
-    s->debug = ddp__switch(getenv("DDP_DEBUG")) == 1;
+    { /* DDP_CHECK=off must not turn the check on */
+        const int check = ddp__switch(getenv("DDP_CHECK")), debug = ddp__switch(getenv("DDP_DEBUG"));
+        if (check < 0 || debug < 0)
+            return ddp__fail(ctx, DDP_ERR_ENV, "%s='%s' is neither on (1, true, yes, on) nor off (0, false, no, off)",
+                             check < 0 ? "DDP_CHECK" : "DDP_DEBUG", getenv(check < 0 ? "DDP_CHECK" : "DDP_DEBUG"));
+        s->check = d->check ? d->check != 0 : check;
+        s->debug = debug;
+    }
     { /* the built-in launcher's report pipe, "fd:inode" (checked: an inherited name may mean another file) */
         struct stat sb;
         unsigned long ino = 0;
@@ -4983,11 +4984,10 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
     ddp_result r;
     int64_t t0 = 0;
     char name[48];
-    if (work) { work->seq = 0; work->event = NULL; work->owner = NULL; } /* a refused call leaves a handle ddp_wait refuses */
     if ((r = ddp__check(ctx, c)) != DDP_OK) {
         /* a refused call still takes its number: refused on one rank only, its next call
            meets the others' refused one's by number, a named mismatch, not a wrong result */
-        if (ctx && ctx->st && !ctx->st->broken) ctx->st->seq++;
+        if (!ctx->st->broken) ctx->st->seq++;
         return r;
     }
     st = ctx->st;
@@ -5014,13 +5014,12 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
 static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work *work)
 {
     ddp_result r;
+    if (work) { work->seq = 0; work->event = NULL; work->owner = NULL; } /* a refused call leaves a handle ddp_wait refuses */
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
-    if (__atomic_exchange_n(&ctx->st->busy, 1, __ATOMIC_ACQUIRE)) {
-        if (work) { work->seq = 0; work->event = NULL; work->owner = NULL; }
+    if (__atomic_exchange_n(&ctx->st->busy, 1, __ATOMIC_ACQUIRE))
         return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread is in a collective of this ddp_ctx: "
                                          "a context takes one call at a time (threads that share it order their calls, "
                                          "alike on every rank)", ddp__colls[c->kind].name));
-    }
     r = ddp__issue_one(ctx, c, stream, work);
     __atomic_store_n(&ctx->st->busy, 0, __ATOMIC_RELEASE);
     return r;
@@ -5475,11 +5474,12 @@ typedef struct ddp__end {
    gone, the first that exited 0 without a ddp_destroy they all met (they lost it);
    else the first; -1 if no rank failed so far. The ranks that a killed rank takes down
    end first as often as not. Where every rank exited 0 but some said they lost a rank
-   (`lost`: in ddp_destroy, which returns nothing), the first that left without a word. */
-static int ddp__first_cause(const ddp__end *ends, int n, int lost)
+   (in ddp_destroy, which returns nothing), the first that left without a word. */
+static int ddp__first_cause(const ddp__end *ends, int n)
 {
-    int i, first = -1, left = -1, silent = -1;
+    int i, first = -1, left = -1, silent = -1, lost = 0;
     for (i = 0; i < n; i++) {
+        lost |= ends[i].caused;
         if (ends[i].status == 0 && !ends[i].early) {
             if (ends[i].left && left < 0) left = i;
             if (ends[i].left && ends[i].quiet && silent < 0) silent = i;
@@ -5533,7 +5533,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     sigset_t block, old;
     pid_t *pids, *started;
     ddp__end *ends;
-    int *said, *halted, any_joined = 0, lost = 0;
+    int *said, *halted, any_joined = 0;
     unsigned char *joined;
     char port[16], job[40], num[16], secret[65], id[17], prefix[40], report[48] = "1", part[64] = "";
     const char *given = getenv("DDP_SECRET");
@@ -5642,7 +5642,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             if (stopped) { /* again: no more grace */
                 ddp__signal_all(pids, halted, nproc, job, SIGKILL);
                 kill_at = INT64_MAX;
-            } else if (ddp__first_cause(ends, nends, lost) < 0 && !term_at) { /* the user's stop, not a failure's end */
+            } else if (ddp__first_cause(ends, nends) < 0 && !term_at) { /* the user's stop, not a failure's end */
                 stopped = sig;
                 from_tty = info.si_code == SI_KERNEL;
                 kill_at = ddp__now_ms() + 30000;
@@ -5667,10 +5667,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             nends++;
         }
         if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said, joined, part); /* written before they exited */
-        for (i = 0, lost = 0; i < nproc; i++) {
-            any_joined |= joined[i];
-            lost |= said[i] == DDP_ERR_PEER || said[i] == DDP_ERR_ABORTED;
-        }
+        for (i = 0; i < nproc; i++) any_joined |= joined[i];
         for (i = 0; i < nends; i++) {
             ends[i].caused = said[ends[i].rank] == DDP_ERR_PEER || said[ends[i].rank] == DDP_ERR_ABORTED;
             /* a rank of a ddp.h program that left before ddp_init: the others would wait DDP_TIMEOUT for it
@@ -5680,7 +5677,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             ends[i].quiet = said[ends[i].rank] < 0;
         }
         now = ddp__now_ms();
-        c = ddp__first_cause(ends, nends, lost);
+        c = ddp__first_cause(ends, nends);
         if (c >= 0 && !term_at) {
             term_at = now + 2000;
             others = live;
@@ -5811,7 +5808,7 @@ static int ddp__run(int nproc, int max_restarts, const char *path, char *const a
         fprintf(stderr, "ddp: this process is already a rank of a job started by %s: launch it once, not twice\n", outer);
         return 2;
     }
-    if (getenv("DDP_SECRET") && strlen(getenv("DDP_SECRET")) > sizeof(((ddp__settings *)0)->secret) - 1) {
+    if (getenv("DDP_SECRET") && strlen(getenv("DDP_SECRET")) >= sizeof(((ddp__settings *)0)->secret)) {
         fprintf(stderr, "ddp: DDP_SECRET is longer than %d bytes\n", (int)sizeof(((ddp__settings *)0)->secret) - 1);
         return 2; /* once here, not once per rank */
     }

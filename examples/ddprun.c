@@ -45,7 +45,7 @@ int main(int argc, char **argv)
     int i = 1;
     while (i < argc && argv[i][0] == '-') { /* the options, up to the program */
         const char *flag = argv[i], *twice = NULL;
-        if ((v = option(argc, argv, &i, counts)) != NULL) twice = count ? count_flag : NULL, count = v, count_flag = flag;
+        if ((v = option(argc, argv, &i, counts)) != NULL) twice = count_flag, count = v, count_flag = flag;
         else if ((v = option(argc, argv, &i, restarts)) != NULL) twice = max_flag, max = v, max_flag = flag;
         else {
             fprintf(stderr, "ddprun: unknown option '%s' before the program (usage: ddprun -n N [--max-restarts M] "
