@@ -4,7 +4,7 @@
    sums whose bits depend on the order of the additions,
    async work in flight together, metrics, gradient sync, and the failure modes:
    ranks that disagree, a rank that leaves, a rank that is late past the timeout.
-   Usage: test_mpi [all|mismatch|leave|late]; rank 0 prints the PASS/FAIL lines. */
+   Usage: test_mpi [all|mismatch|leave|late|cut]; rank 0 prints the PASS/FAIL lines. */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "test.h"
@@ -318,6 +318,17 @@ int main(int argc, char **argv)
             return 1;
         }
         return r == DDP_OK ? 0 : 3; /* a timed-out rank exits non-zero; the launcher ends the job */
+    }
+    if (strcmp(mode, "cut") == 0) { /* all-reduces until one fails (a host cut off); none of the test's own MPI */
+        static float big[1 << 16];
+        long n = 0;
+        t0 = test_now_s();
+        while ((r = ddp_all_reduce(&ctx, big, big, 1 << 16, DDP_F32, DDP_SUM, NULL)) == DDP_OK && test_now_s() - t0 < 60)
+            if (++n == 1) {
+                printf("rank %d: all-reducing\n", me);
+                fflush(stdout);
+            }
+        return r == DDP_OK ? 1 : 3;
     }
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
