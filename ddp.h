@@ -1772,10 +1772,13 @@ static ddp_result ddp__pmi_master(ddp_ctx *ctx, char *out, size_t n)
 
 /* Hydra stops every rank of a host when a process that spoke PMI exits without a
    finalize: send it, unless MPI owns the connection (its MPI_Finalize sends one). */
+/* Hydra's PMI finalized, unless MPI holds it or the group failed: a process that exits with
+   the connection unfinalized makes Hydra end the job, where a rank stuck for good would
+   otherwise keep it (and the ranks that failed waiting for it) forever. */
 static void ddp__pmi_done(ddp_ctx *ctx)
 {
     char line[100];
-    if (ctx->st->pmi_fd >= 0 && !ddp__mpi_started())
+    if (ctx->st->pmi_fd >= 0 && !ddp__mpi_started() && !ctx->st->broken)
         ddp__pmi_ask(ctx->st->pmi_fd, "cmd=finalize\n", line, sizeof line, 5000);
     ctx->st->pmi_fd = -1; /* left open: a later write fails at once instead of reaching another file */
 }
@@ -4473,9 +4476,35 @@ static ddp_result ddp__mpi_init(ddp_ctx *ctx)
     return DDP_OK;
 }
 
+/* After a failure, whether every rank has come to ddp_destroy within the timeout (at most
+   DDP__MPI_PARTING_MS): MPI's own teardown (MPI_Win_free, MPI_Finalize) waits for every
+   rank, with no timeout, and a rank that is stuck, stopped or cut off never comes. */
+#define DDP__MPI_PARTING_MS 10000
+static int ddp__mpi_all_parting(ddp_ctx *ctx, ddp__mpi *b)
+{
+    const int64_t ms = ctx->st->cfg.timeout_ms < DDP__MPI_PARTING_MS ? ctx->st->cfg.timeout_ms : DDP__MPI_PARTING_MS;
+    const int64_t deadline = ddp__now_ms() + ms;
+    MPI_Request req;
+    int done = 0;
+    if (MPI_Ibarrier(b->ctl, &req) != MPI_SUCCESS) return 0;
+    while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && ddp__now_ms() < deadline)
+        ddp__sleep_us(200);
+    return done; /* not done: the barrier stays pending, as the failed collective's requests do */
+}
+
 static void ddp__mpi_release(ddp_ctx *ctx)
 {
     ddp__mpi *b = ddp__mpi_of(ctx);
+    if (b && b->has_comm && ctx->st->broken && !ddp__mpi_all_parting(ctx, b)) {
+        /* a rank is missing: MPI is left as it is (not finalised), and this rank's exit
+           ends the job (both launchers end a job whose rank exits without MPI_Finalize) */
+        ddp__info(ctx, "ddp_destroy: not every rank came within %.1f s, so MPI is not finalised",
+                  (ctx->st->cfg.timeout_ms < DDP__MPI_PARTING_MS ? ctx->st->cfg.timeout_ms : DDP__MPI_PARTING_MS) / 1000.0);
+        b->chain = 0;
+        b->win = MPI_WIN_NULL;
+        b->leaders = b->results = b->local = MPI_COMM_NULL;
+        b->has_comm = b->owns_mpi = 0;
+    }
     ddp__mpi_chain_release(b);
     if (!b) return;
     if (b->has_comm) { MPI_Comm_free(&b->comm); MPI_Comm_free(&b->ctl); }

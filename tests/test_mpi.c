@@ -4,12 +4,13 @@
    sums whose bits depend on the order of the additions,
    async work in flight together, metrics, gradient sync, and the failure modes:
    ranks that disagree, a rank that leaves, a rank that is late past the timeout.
-   Usage: test_mpi [all|mismatch|leave|late|cut]; rank 0 prints the PASS/FAIL lines. */
+   Usage: test_mpi [all|mismatch|leave|late|stuck|cut]; rank 0 prints the PASS/FAIL lines. */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "test.h"
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef DDP_MPI
 int main(void)
@@ -275,7 +276,7 @@ int main(int argc, char **argv)
     double t0;
     r = ddp_init(&ctx, NULL);
     MPI_Initialized(&inited);
-    if (r != DDP_OK || !inited) {
+    if (r != DDP_OK || (!inited && ctx.backend == DDP_BACKEND_MPI)) { /* (stuck runs on the CPU backend too) */
         fprintf(stderr, "init: %s %s\n", ddp_strerror(r), ddp_error(&ctx));
         return 1;
     }
@@ -318,6 +319,16 @@ int main(int argc, char **argv)
             return 1;
         }
         return r == DDP_OK ? 0 : 3; /* a timed-out rank exits non-zero; the launcher ends the job */
+    }
+    if (strcmp(mode, "stuck") == 0) { /* DDP_TIMEOUT=1: rank 1 never comes (stuck in its own work until the
+                                           launcher ends the job); the others time out and leave ddp_destroy */
+        if (me == 1)
+            for (;;) pause();
+        r = ddp_all_reduce(&ctx, x, x, 10, DDP_F32, DDP_SUM, NULL);
+        t0 = test_now_s();
+        ddp_destroy(&ctx);
+        fprintf(stderr, "rank %d: %s, then ddp_destroy returned after %.1f s\n", me, ddp_strerror(r), test_now_s() - t0);
+        return 3;
     }
     if (strcmp(mode, "cut") == 0) { /* all-reduces until one fails (a host cut off); none of the test's own MPI */
         static float big[1 << 16];

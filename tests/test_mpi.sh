@@ -5,7 +5,7 @@
 # the exchange (DDP_MPI_ALLREDUCE=exchange: the form for ranks dealt round-robin over
 # hosts), the chain's shared memory (512 KiB per slot unless DDP_SHM_CHUNK says), then
 # ranks that disagree, a rank that leaves, a rank past the timeout (the
-# others name it), torchrun-style workers of a process mpirun started (the CPU backend,
+# others name it), a rank stuck for good (the others' ddp_destroy returns, under MPICH too), torchrun-style workers of a process mpirun started (the CPU backend,
 # not MPI), and a rank killed mid-run (the job must end within seconds). Skips
 # where mpicc/mpirun are missing (.ci/run installs Debian's Open MPI).
 cd "$(dirname "$0")/.." || exit 1
@@ -63,6 +63,10 @@ if [ $rc -ne 0 ] && grep -q "rank 1 has mpi_chunk=524288, rank 2 has mpi_chunk=1
 else echo "FAIL mpi.chunk_on_one_rank_named: exit $rc: $(grep 'ddp' "$tmp/out" | head -c 400 | tr '\n' ' ')"; fail=1; fi
 check destroy_named 0 10 leave 3 "rank 1 left the job (ddp_destroy) while rank 0 waits in all_reduce #1"
 check timeout_names_late_rank nonzero 10 late 3 "timed out after 1.0 s in MPI waiting for rank 1 (no answer: busy outside ddp.h"
+# a rank stuck for good: the others time out, and their ddp_destroy returns (MPI_Win_free and
+# MPI_Finalize waited for the stuck rank: forever), so their exits end the job (the first exit
+# may end the other before it says so)
+check destroy_returns_past_a_stuck_rank nonzero 15 stuck 3 "rank [02]: .*, then ddp_destroy returned after [0-9.]* s"
 # the chain's shared memory: 512 KiB per slot by default ((3 ranks + 4) slots), DDP_SHM_CHUNK's size when set
 for want in "3670016 default" "28672 set DDP_SHM_CHUNK=4096"; do
   set -- $want
@@ -136,6 +140,19 @@ EOF
       if [ $rc -eq 0 ] && [ "$(grep -c '^ddp 6 mpi 3$' <<<"$out")" -eq 3 ]; then echo "PASS mpi.mpich_beside_mpi.init_$order"
       else echo "FAIL mpi.mpich_beside_mpi.init_$order: exit $rc: $(head -c 400 <<<"$out" | tr '\n' ' ')"; fail=1; fi
     done
+  fi
+  # a rank stuck for good under Hydra: the MPI backend's ddp_destroy returns (MPICH spun in
+  # MPI_Win_free, at 100% of a core, until it came); on the CPU backend, a failed rank's exit
+  # ends the job (it finalized Hydra's PMI, so Hydra kept waiting for the stuck one)
+  if mpicc.mpich -std=c99 -O2 -DDDP_MPI -I. tests/test_mpi.c -o "$tmp/test_mpich" -lm 2>"$tmp/log"; then
+    for backend in mpi cpu; do
+      t0=$SECONDS
+      out=$(timeout 60 mpiexec.hydra -n 3 -genv DDP_TIMEOUT 1 -genv DDP_BACKEND $backend "$tmp/test_mpich" stuck 2>&1); rc=$?
+      if [ $rc -ne 0 ] && [ $((SECONDS - t0)) -le 15 ] && grep -q "rank [02]: .*, then ddp_destroy returned" <<<"$out"; then echo "PASS mpi.mpich_${backend}_stuck_rank_ends_the_job"
+      else echo "FAIL mpi.mpich_${backend}_stuck_rank_ends_the_job: exit $rc after $((SECONDS - t0)) s: $(grep ddp <<<"$out" | head -c 400 | tr '\n' ' ')"; fail=1; fi
+    done
+  else
+    echo "FAIL mpi.mpich_build: $(head -c 400 "$tmp/log" | tr '\n' ' ')"; fail=1
   fi
 else
   echo "SKIP mpi.mpich_beside_mpi: mpiexec.hydra or mpicc.mpich not found (apt-get install mpich)"
