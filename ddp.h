@@ -723,6 +723,8 @@ static int64_t ddp__now_ns(void)
 }
 
 static int64_t ddp__now_ms(void) { return ddp__now_ns() / 1000000; }
+/* milliseconds as seconds for "%.*f s": "3.0", "1.25", "0.001" (a timeout of 1 ms is not "0.0 s") */
+#define DDP__SECONDS(ms) ((ms) % 100 == 0 ? 1 : (ms) % 10 == 0 ? 2 : 3), (ms) / 1000.0
 
 /* The cores this process may run on (its affinity mask; the online ones if unknown). */
 static long ddp__cores_allowed(void)
@@ -1759,8 +1761,8 @@ static ddp_result ddp__pmi_master(ddp_ctx *ctx, char *out, size_t n)
         if (*line || ddp__now_ms() - start < st->cfg.timeout_ms)
             return ddp__fail(ctx, DDP_ERR_ENV, "Hydra's PMI barrier, where every rank learns rank 0's host, failed: "
                              "'%.100s'", line);
-        return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.1f s in Hydra's PMI barrier, where every rank learns "
-                         "rank 0's host (or mpiexec -genv MASTER_ADDR HOST)", st->cfg.timeout_ms / 1000.0);
+        return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.*f s in Hydra's PMI barrier, where every rank learns "
+                         "rank 0's host (or mpiexec -genv MASTER_ADDR HOST)", DDP__SECONDS(st->cfg.timeout_ms));
     }
     snprintf(cmd, sizeof cmd, "cmd=get kvsname=%s key=ddp-master\n", kvs);
     if (!ddp__pmi_ask(st->pmi_fd, cmd, line, sizeof line, 5000) || !strstr(line, "rc=0") ||
@@ -2593,7 +2595,7 @@ static ddp_result ddp__store_req(ddp_ctx *ctx, uint32_t op, const char *key, con
         if (errno == ETIMEDOUT) {
             char who[400] = ""; /* rank 0 hosts the store: it can say who is missing */
             if (ctx->st->server) ddp__server_missing(ctx->st->server, key, who, sizeof who);
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.1f s %s (store at %s:%d)%s%s", cfg->timeout_ms / 1000.0,
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.*f s %s (store at %s:%d)%s%s", DDP__SECONDS(cfg->timeout_ms),
                              what, cfg->master_addr, cfg->master_port, who[0] ? ": " : "", who);
         }
         if (errno == EPROTO)
@@ -2738,8 +2740,8 @@ static ddp_result ddp__store_connect(ddp_ctx *ctx)
             err = ECONNRESET;
         }
         if (ddp__now_ms() + backoff > deadline)
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "cannot reach rank 0's store at %s:%d within %.1f s: %s",
-                             cfg->master_addr, cfg->master_port, cfg->timeout_ms / 1000.0, strerror(err));
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "cannot reach rank 0's store at %s:%d within %.*f s: %s",
+                             cfg->master_addr, cfg->master_port, DDP__SECONDS(cfg->timeout_ms), strerror(err));
         ddp__sleep_ms(backoff);
         /* at most 0.1 s: a rank that waits for rank 0 joins as soon as it listens */
         backoff = backoff * 2 > 100 ? 100 : backoff * 2;
@@ -2995,8 +2997,8 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
             }
             if (now >= deadline) {
                 ddp__shm_late(ctx, mine, late, sizeof late);
-                ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.1f s waiting for rank%s %s",
-                          ddp__colls[c->kind].name, (unsigned long long)c->seq, st->cfg.timeout_ms / 1000.0,
+                ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.*f s waiting for rank%s %s",
+                          ddp__colls[c->kind].name, (unsigned long long)c->seq, DDP__SECONDS(st->cfg.timeout_ms),
                           strchr(late, ',') ? "s" : "", late);
                 return ddp__shm_abort(ctx, DDP_ERR_TIMEOUT);
             }
@@ -3536,8 +3538,8 @@ static ddp_result ddp__nccl_settle(ddp_ctx *ctx, ncclResult_t r, const char *wha
         if (r == ncclInProgress && b->comm) {
             ncclResult_t q;
             if (ddp__now_ms() > deadline)
-                gone = ddp__nccl_take(b, DDP_ERR_TIMEOUT, "%s #%llu was still in progress after %.1f s (NCCL aborted)",
-                                      what, (unsigned long long)seq, ctx->st->cfg.timeout_ms / 1000.0);
+                gone = ddp__nccl_take(b, DDP_ERR_TIMEOUT, "%s #%llu was still in progress after %.*f s (NCCL aborted)",
+                                      what, (unsigned long long)seq, DDP__SECONDS(ctx->st->cfg.timeout_ms));
             else if ((q = ncclCommGetAsyncError(b->comm, &r)) != ncclSuccess)
                 r = q;
         }
@@ -3626,9 +3628,9 @@ static void *ddp__nccl_watchdog(void *arg)
         } else if (f) {
             if (!f->began_ms && cudaEventQuery(f->start) == cudaSuccess) f->began_ms = ddp__now_ms();
             if (f->began_ms && ddp__now_ms() - f->began_ms > timeout)
-                gone = ddp__nccl_take(b, DDP_ERR_TIMEOUT, "%s #%llu did not finish within %.1f s of its start "
+                gone = ddp__nccl_take(b, DDP_ERR_TIMEOUT, "%s #%llu did not finish within %.*f s of its start "
                                       "(the watchdog aborted NCCL)", ddp__colls[f->kind].name,
-                                      (unsigned long long)f->seq, timeout / 1000.0);
+                                      (unsigned long long)f->seq, DDP__SECONDS(timeout));
         }
         if (!gone && ncclCommGetAsyncError(b->comm, &async) == ncclSuccess && async != ncclSuccess &&
             async != ncclInProgress)
@@ -4116,9 +4118,9 @@ static ddp_result ddp__mpi_wait_req(ddp_ctx *ctx, MPI_Request *req, const ddp__c
         }
         if (ddp__now_ms() > deadline) {
             n = ddp__mpi_late(ctx, c, late, sizeof late);
-            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.1f s in MPI %s%s%s (the launcher ends "
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.*f s in MPI %s%s%s (the launcher ends "
                              "the job when this rank exits)", ddp__colls[c->kind].name, (unsigned long long)c->seq,
-                             ctx->st->cfg.timeout_ms / 1000.0, n ? "waiting for rank" : "with every rank in it",
+                             DDP__SECONDS(ctx->st->cfg.timeout_ms), n ? "waiting for rank" : "with every rank in it",
                              n > 1 ? "s " : n ? " " : "", late);
         }
         {
@@ -4498,8 +4500,8 @@ static void ddp__mpi_release(ddp_ctx *ctx)
     if (b && b->has_comm && ctx->st->broken && !ddp__mpi_all_parting(ctx, b)) {
         /* a rank is missing: MPI is left as it is (not finalised), and this rank's exit
            ends the job (both launchers end a job whose rank exits without MPI_Finalize) */
-        ddp__info(ctx, "ddp_destroy: not every rank came within %.1f s, so MPI is not finalised",
-                  (ctx->st->cfg.timeout_ms < DDP__MPI_PARTING_MS ? ctx->st->cfg.timeout_ms : DDP__MPI_PARTING_MS) / 1000.0);
+        ddp__info(ctx, "ddp_destroy: not every rank came within %.*f s, so MPI is not finalised",
+                  DDP__SECONDS(ctx->st->cfg.timeout_ms < DDP__MPI_PARTING_MS ? ctx->st->cfg.timeout_ms : DDP__MPI_PARTING_MS));
         b->chain = 0;
         b->win = MPI_WIN_NULL;
         b->leaders = b->results = b->local = MPI_COMM_NULL;
@@ -5343,10 +5345,10 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
         return r;
     }
     ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s), "
-              "restart %d%s, timeout %.1f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank,
+              "restart %d%s, timeout %.*f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank,
               ctx->local_world_size, ctx->node_rank, ctx->num_nodes, ctx->device,
               cfg->master_port ? cfg->master_addr : "-", cfg->master_port, cfg->job_id, cfg->job_from,
-              ddp_restart_count(), cfg->secret[0] ? ", secret set" : "", cfg->timeout_ms / 1000.0,
+              ddp_restart_count(), cfg->secret[0] ? ", secret set" : "", DDP__SECONDS(cfg->timeout_ms),
               cfg->check ? ", DDP_CHECK on" : "");
     return DDP_OK;
 }

@@ -258,6 +258,9 @@ static void launcher_conflicts(void)
             "MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined");
     bad_env("env.empty_WORLD_SIZE_leaves_slurms_world", "WORLD_SIZE= SLURM_JOB_ID=5 SLURM_STEP_ID=0 SLURM_PROCID=0 "
             "SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined");
+    /* a timeout under a tenth of a second is said as it is (it was "0.0 s") */
+    bad_env("env.short_timeout_said_as_set", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.005", DDP_ERR_TIMEOUT,
+            "timed out after 0.005 s");
     /* torchrun's names for one node inside mpirun or srun of several tasks: each task alone */
     bad_env("env.leftover_world_of_one_inside_mpirun", "RANK=0 WORLD_SIZE=1 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2",
             DDP_ERR_ENV, "WORLD_SIZE=1 (one node of torchrun's) inside a job of 2 tasks started by Open MPI: each task "
