@@ -5918,7 +5918,15 @@ int ddp_launch(int *argc, char **argv)
     }
     /* argv[0] as the user started it (under valgrind or ld.so, /proc/self/exe is those),
        else this very binary (exec -a, a name PATH does not hold) */
-    if (!nproc_given) return DDP_WORKER;
+    if (!nproc_given) {
+        for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++) /* mp.spawn's nprocs, a typo: not silently one rank */
+            if (strncmp(argv[i], "--nproc", 7) == 0 && !ddp__launched_by()) {
+                fprintf(stderr, "ddp: warning: %.*s is not ddp_launch's flag (--nproc N starts N ranks): running as one "
+                        "process\n", (int)strcspn(argv[i], "="), argv[i]);
+                break;
+            }
+        return DDP_WORKER;
+    }
     return ddp__run((int)nproc, (int)restarts, ddp__runnable(argv[0], 1) == 0 || access("/proc/self/exe", X_OK) != 0 ?
                     argv[0] : "/proc/self/exe", argv);
 }

@@ -209,6 +209,17 @@ out=$(h=$PWD/$hello && cd "$tmp" && timeout -k 5 30 bash -c "exec -a hello_under
 rc=$?
 [ $rc -eq 0 ] && grep -q '^sum 3, expected 3, world 2' <<<"$out"
 sigcheck launch_under_another_name $? "status $rc: $(head -c 300 <<<"$out" | tr '\n' ' ')"
+# a near miss of --nproc (mp.spawn's nprocs) in a program that ignores flags it does not know:
+# said, not a silent run of one process; under a launcher, not said by every rank
+for form in "--nprocs 3" "--nprocs=3" "--nproc_per_nodes 3"; do
+  out=$(timeout -k 5 30 $hello $form 2>&1); rc=$?
+  [ $rc -eq 0 ] && grep -q "^ddp: warning: ${form%%[ =]*} is not ddp_launch's flag (--nproc N starts N ranks): running as one process$" <<<"$out" &&
+    grep -q '^sum 1, expected 1, world 1' <<<"$out"
+  sigcheck "near_miss_said.$(sed -e 's/^-*//' -e 's/=.*/_eq/' -e 's/ .*//' <<<"$form")" $? "status $rc: $(head -c 300 <<<"$out" | tr '\n' ' ')"
+done
+out=$(timeout -k 5 30 examples/ddprun -n 2 $hello --nprocs 3 2>&1); rc=$?
+[ $rc -eq 0 ] && ! grep -q 'warning' <<<"$out" && grep -q '^sum 3, expected 3, world 2' <<<"$out"
+sigcheck near_miss_not_said_under_a_launcher $? "status $rc: $(head -c 300 <<<"$out" | tr '\n' ' ')"
 # rank 0's store out of file descriptors while ranks are still to join: every rank stops
 # at once naming the limit (the store spun at 100% CPU until DDP_TIMEOUT, which then blamed
 # the ranks left in its backlog)
