@@ -313,7 +313,8 @@ typedef struct ddp_desc {
     size_t shm_chunk_bytes;  /* CPU (and MPI) backend staging per rank; default DDP_SHM_CHUNK, 1 MiB */
     int check;               /* 1: compare every collective's arguments across ranks on
                                 every backend (the CPU backend always does); DDP_CHECK */
-    void (*log)(void *user, int level, const char *msg); /* default: errors to stderr */
+    void (*log)(void *user, int level, const char *msg); /* default: errors to stderr; called from
+                                the thread that failed (async work: ddp.h's own), one call at a time */
     void *log_user;
 } ddp_desc;
 
@@ -1089,6 +1090,8 @@ struct ddp__state {
     char err[400];
     void (*log)(void *user, int level, const char *msg);
     void *log_user;
+    pthread_mutex_t log_mu;  /* (recursive) err and the log: the worker thread fails too, and the
+                                user's log callback is called from one thread at a time */
     ddp__settings cfg;
     ddp_result broken;       /* set once a collective fails: later ones refuse */
     pid_t pid;               /* the process that ran ddp_init (a child of fork() holds a copy) */
@@ -1133,7 +1136,9 @@ static void ddp__info(ddp_ctx *ctx, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
+    pthread_mutex_lock(&ctx->st->log_mu);
     ctx->st->log(ctx->st->log_user, DDP_LOG_INFO, msg);
+    pthread_mutex_unlock(&ctx->st->log_mu);
 }
 
 /* The one way out of a failure: records the detail for ddp_error(), reports it
@@ -1147,14 +1152,16 @@ static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap); /* the arguments may include the last error */
     va_end(ap);
-    memcpy(ctx->st->err, text, sizeof text);
     snprintf(msg, sizeof msg, "rank %d/%d: %s", ctx->rank, ctx->world_size, text);
+    pthread_mutex_lock(&ctx->st->log_mu);
+    memcpy(ctx->st->err, text, sizeof text);
     ctx->st->log(ctx->st->log_user, DDP_LOG_ERROR, msg);
     if (ctx->st->report_fd >= 0 && !ctx->st->reported) { /* the launcher blames the first rank whose failure was its own */
         int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), (int)code);
         if (write(ctx->st->report_fd, msg, (size_t)n) < 0) {}
         ctx->st->reported = 1; /* the first failure says how it came about */
     }
+    pthread_mutex_unlock(&ctx->st->log_mu);
     return code;
 }
 
@@ -2312,7 +2319,8 @@ static void ddp__server_no_fd(ddp__server *s, int err)
         if ((fd = accept(s->listen_fd, NULL, NULL)) >= 0) close(fd);
         s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
-    if (s->spare_fd < 0) s->listen_pause = ddp__now_ms() + 100; /* (another thread took it) */
+    if (s->spare_fd < 0 && s->listen_pause != INT64_MAX) /* (another thread took it; not once unlistened) */
+        __atomic_store_n(&s->listen_pause, ddp__now_ms() + 100, __ATOMIC_RELAXED);
 }
 
 static void ddp__server_accept(ddp__server *s)
@@ -2351,7 +2359,8 @@ static void *ddp__server_main(void *arg)
         /* strangers (an idle connection, a port scan) do not keep a finished job waiting */
         if (s->stop_deadline && (members == 0 || ddp__now_ms() > s->stop_deadline)) break;
         pf[n].fd = s->wake[0]; pf[n++].events = POLLIN;
-        pf[n].fd = s->listen_pause > ddp__now_ms() ? -1 : s->listen_fd; /* poll skips a negative fd */
+        /* poll skips a negative fd (listen_pause: ddp_destroy's thread may set it) */
+        pf[n].fd = __atomic_load_n(&s->listen_pause, __ATOMIC_RELAXED) > ddp__now_ms() ? -1 : s->listen_fd;
         pf[n++].events = POLLIN;
         for (i = 0; i < nc; i++) { pf[n].fd = s->conns[i].fd; pf[n++].events = POLLIN; }
         for (i = 0; i < n; i++) pf[i].revents = 0;
@@ -2442,7 +2451,7 @@ static void ddp__server_unlisten(ddp__server *s)
 {
     pthread_mutex_lock(&s->mu);
     if (s->listen_fd >= 0) shutdown(s->listen_fd, SHUT_RDWR);
-    s->listen_pause = INT64_MAX;
+    __atomic_store_n(&s->listen_pause, INT64_MAX, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -4934,7 +4943,9 @@ static ddp_result ddp__refuse(ddp_ctx *ctx, const char *what)
         ddp__copy(st->cause, sizeof st->cause, st->err);
         return ddp__fail(ctx, DDP_ERR_ABORTED, "%s refused: the process group failed earlier: %s", what, st->cause);
     }
+    pthread_mutex_lock(&st->log_mu);
     snprintf(st->err, sizeof st->err, "%s refused: the process group failed earlier: %s", what, st->cause);
+    pthread_mutex_unlock(&st->log_mu);
     return DDP_ERR_ABORTED;
 }
 
@@ -5321,6 +5332,13 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     st->store_fd = st->pmi_fd = st->report_fd = -1;
     st->pid = getpid();
     pthread_mutex_init(&st->mu, NULL);
+    {
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(&st->log_mu, &a);
+        pthread_mutexattr_destroy(&a);
+    }
     pthread_cond_init(&st->cv, NULL);
     cfg->debug = ddp__switch(getenv("DDP_DEBUG")) == 1;
     if ((r = ddp__topology(ctx, desc, &launcher)) != DDP_OK || (r = ddp__resolve(ctx, desc, launcher)) != DDP_OK ||
@@ -5381,6 +5399,7 @@ void ddp_destroy(ddp_ctx *ctx)
     ddp__release(ctx);
     ddp__trace_free(st);
     pthread_mutex_destroy(&st->mu);
+    pthread_mutex_destroy(&st->log_mu);
     pthread_cond_destroy(&st->cv);
     DDP_FREE(st);
     ctx->st = NULL;

@@ -4,7 +4,8 @@
 # as users run them: several ranks through --nproc (the launcher is a process of its own),
 # a checkpoint saved, resumed and compared, a log and a trace. Each run must exit 0 and
 # print no sanitizer report: a leak on a path that succeeds turns the exit status to 1
-# under LeakSanitizer, an out-of-bounds read or a signed overflow is a report.
+# under LeakSanitizer, an out-of-bounds read or a signed overflow is a report. Then the
+# multi-rank C tests under ThreadSanitizer: no data race.
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 . tests/lib.sh
@@ -60,4 +61,17 @@ clean_run train_gpt_compare_different "$tmp/run" "$tmp/train_gpt" --compare g.st
 for name in test_gradsync test_sampler test_mismatch; do
   clean_run "$name" "$root" "$tmp/$name"
 done
+# ThreadSanitizer (-fsanitize=thread) on the tests whose ranks run ddp.h's threads together:
+# the store's server, the async worker, gradient buckets, ddp_destroy beside the server (it
+# wrote the listener's pause while the server read it unlocked)
+if echo 'int main(void) { return 0; }' | "$cc" -x c -fsanitize=thread - -o "$tmp/tprobe" 2>/dev/null && "$tmp/tprobe"; then
+  for name in test_collectives test_gradsync test_mismatch test_trace; do
+    $cc -std=c99 -O1 -g -fsanitize=thread -I. -Itests "tests/$name.c" -o "$tmp/tsan_$name" -lpthread -lm \
+      >"$tmp/tsan_$name.build" 2>&1
+    report "sanitize.thread_build_$name" $? "$(head -c 400 "$tmp/tsan_$name.build")"
+    [ -x "$tmp/tsan_$name" ] && clean_run "thread_$name" "$root" "$tmp/tsan_$name"
+  done
+else
+  echo "SKIP sanitize.thread: $cc cannot build or run with -fsanitize=thread here"
+fi
 exit $fail
