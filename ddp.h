@@ -1780,10 +1780,8 @@ static ddp_result ddp__pmi_master(ddp_ctx *ctx, char *out, size_t n)
 }
 
 /* Hydra stops every rank of a host when a process that spoke PMI exits without a
-   finalize: send it, unless MPI owns the connection (its MPI_Finalize sends one). */
-/* Hydra's PMI finalized, unless MPI holds it or the group failed: a process that exits with
-   the connection unfinalized makes Hydra end the job, where a rank stuck for good would
-   otherwise keep it (and the ranks that failed waiting for it) forever. */
+   finalize: send it, unless MPI owns the connection (its MPI_Finalize sends one) or the
+   group failed (then that stop is wanted: a rank stuck for good kept the job forever). */
 static void ddp__pmi_done(ddp_ctx *ctx)
 {
     char line[100];
@@ -4509,8 +4507,7 @@ static void ddp__mpi_release(ddp_ctx *ctx)
     if (b && b->has_comm && ctx->st->broken && !ddp__mpi_all_parting(ctx, b)) {
         /* a rank is missing: MPI is left as it is (not finalised), and this rank's exit
            ends the job (both launchers end a job whose rank exits without MPI_Finalize) */
-        ddp__info(ctx, "ddp_destroy: not every rank came within %.*f s, so MPI is not finalised",
-                  DDP__SECONDS(ctx->st->cfg.timeout_ms < DDP__MPI_PARTING_MS ? ctx->st->cfg.timeout_ms : DDP__MPI_PARTING_MS));
+        ddp__info(ctx, "ddp_destroy: not every rank came after the failure, so MPI is not finalised");
         b->chain = 0;
         b->win = MPI_WIN_NULL;
         b->leaders = b->results = b->local = MPI_COMM_NULL;
@@ -5935,8 +5932,6 @@ int ddp_launch(int *argc, char **argv)
                 "launcher, give it to that launcher)\n");
         return 2;
     }
-    /* argv[0] as the user started it (under valgrind or ld.so, /proc/self/exe is those),
-       else this very binary (exec -a, a name PATH does not hold) */
     if (!nproc_given) {
         for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++) /* mp.spawn's nprocs, a typo: not silently one rank */
             if (strncmp(argv[i], "--nproc", 7) == 0 && !ddp__launched_by()) {
@@ -5946,6 +5941,8 @@ int ddp_launch(int *argc, char **argv)
             }
         return DDP_WORKER;
     }
+    /* argv[0] as the user started it (under valgrind or ld.so, /proc/self/exe is those),
+       else this very binary (exec -a, a name PATH does not hold) */
     return ddp__run((int)nproc, (int)restarts, ddp__runnable(argv[0], 1) == 0 || access("/proc/self/exe", X_OK) != 0 ?
                     argv[0] : "/proc/self/exe", argv);
 }
