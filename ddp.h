@@ -4485,29 +4485,15 @@ static ddp_result ddp__mpi_init(ddp_ctx *ctx)
     return DDP_OK;
 }
 
-/* After a failure, whether every rank has come to ddp_destroy within the timeout (at most
-   DDP__MPI_PARTING_MS): MPI's own teardown (MPI_Win_free, MPI_Finalize) waits for every
-   rank, with no timeout, and a rank that is stuck, stopped or cut off never comes. */
-#define DDP__MPI_PARTING_MS 10000
-static int ddp__mpi_all_parting(ddp_ctx *ctx, ddp__mpi *b)
-{
-    const int64_t ms = ctx->st->cfg.timeout_ms < DDP__MPI_PARTING_MS ? ctx->st->cfg.timeout_ms : DDP__MPI_PARTING_MS;
-    const int64_t deadline = ddp__now_ms() + ms;
-    MPI_Request req;
-    int done = 0;
-    if (MPI_Ibarrier(b->ctl, &req) != MPI_SUCCESS) return 0;
-    while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && ddp__now_ms() < deadline)
-        ddp__sleep_us(200);
-    return done; /* not done: the barrier stays pending, as the failed collective's requests do */
-}
-
 static void ddp__mpi_release(ddp_ctx *ctx)
 {
     ddp__mpi *b = ddp__mpi_of(ctx);
-    if (b && b->has_comm && ctx->st->broken && !ddp__mpi_all_parting(ctx, b)) {
-        /* a rank is missing: MPI is left as it is (not finalised), and this rank's exit
-           ends the job (both launchers end a job whose rank exits without MPI_Finalize) */
-        ddp__info(ctx, "ddp_destroy: not every rank came after the failure, so MPI is not finalised");
+    if (b && b->has_comm && ctx->st->broken) {
+        /* after a failure MPI is left as it is: its teardown (MPI_Win_free, MPI_Finalize)
+           waits for every rank with no timeout, and one may be stuck, stopped or cut off
+           for good; a process that exits without MPI_Finalize makes mpirun, Hydra and
+           srun end the job (one that finalized and exited 1 kept a Hydra job waiting) */
+        ddp__info(ctx, "ddp_destroy: the job failed, so MPI is left unfinalized (this rank's exit ends the job)");
         b->chain = 0;
         b->win = MPI_WIN_NULL;
         b->leaders = b->results = b->local = MPI_COMM_NULL;

@@ -4,7 +4,7 @@
    sums whose bits depend on the order of the additions,
    async work in flight together, metrics, gradient sync, and the failure modes:
    ranks that disagree, a rank that leaves, a rank that is late past the timeout.
-   Usage: test_mpi [all|mismatch|leave|late|stuck|cut]; rank 0 prints the PASS/FAIL lines. */
+   Usage: test_mpi [all|mismatch|leave|late|stuck|leave_stuck|cut]; rank 0 prints the PASS/FAIL lines. */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "test.h"
@@ -320,8 +320,10 @@ int main(int argc, char **argv)
         }
         return r == DDP_OK ? 0 : 3; /* a timed-out rank exits non-zero; the launcher ends the job */
     }
-    if (strcmp(mode, "stuck") == 0) { /* DDP_TIMEOUT=1: rank 1 never comes (stuck in its own work until the
-                                           launcher ends the job); the others time out and leave ddp_destroy */
+    if (strcmp(mode, "stuck") == 0 || strcmp(mode, "leave_stuck") == 0) {
+        /* DDP_TIMEOUT=1: rank 1 never comes (stuck in its own work until the launcher ends
+           the job), or leaves with ddp_destroy first; the others fail and leave ddp_destroy */
+        if (me == 1 && mode[0] == 'l') ddp_destroy(&ctx);
         if (me == 1)
             for (;;) pause();
         r = ddp_all_reduce(&ctx, x, x, 10, DDP_F32, DDP_SUM, NULL);
