@@ -5500,14 +5500,16 @@ typedef struct ddp__end {
     int early;  /* status 0 before it started ddp_init, while ranks that did wait for it */
     int left;   /* status 0 after ddp_init, not through a ddp_destroy that all met: the others may have needed it */
     int quiet;  /* it said no failure of its own */
+    int timed_out; /* its own failure was a timeout (waiting for a rank that may never come) */
 } ddp__end;
 
-/* The failure to report: the first that no other rank caused (a signal, or an exit for
-   a reason of the rank's own); else, where the others only failed because a rank was
-   gone, the first that exited 0 without a ddp_destroy they all met (they lost it);
-   else the first; -1 if no rank failed so far. The ranks that a killed rank takes down
-   end first as often as not. Where every rank exited 0 but some said they lost a rank
-   (in ddp_destroy, which returns nothing), the first that left without a word. */
+/* The failure to report: the first that no other rank caused (a signal, an exit for a
+   reason of the rank's own, or an exit 0 after it timed out: in ddp_destroy, which
+   returns nothing, waiting for a rank that lives on, stuck); else, where
+   the others only failed because a rank was gone, the first that exited 0 without a
+   ddp_destroy they all met (they lost it); else the first; -1 if no rank failed so far.
+   The ranks that a killed rank takes down end first as often as not. Where every rank
+   exited 0 but some said they lost a rank, the first that left without a word. */
 static int ddp__first_cause(const ddp__end *ends, int n)
 {
     int i, first = -1, left = -1, silent = -1, lost = 0;
@@ -5516,7 +5518,7 @@ static int ddp__first_cause(const ddp__end *ends, int n)
         if (ends[i].status == 0 && !ends[i].early) {
             if (ends[i].left && left < 0) left = i;
             if (ends[i].left && ends[i].quiet && silent < 0) silent = i;
-            continue;
+            if (!ends[i].left || !ends[i].timed_out) continue;
         }
         if (!ends[i].caused) return i;
         if (first < 0) first = i;
@@ -5696,7 +5698,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             ends[nends].pid = (int)pid;
             ends[nends].signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
             ends[nends].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            ends[nends].caused = ends[nends].early = ends[nends].left = ends[nends].quiet = 0;
+            ends[nends].caused = ends[nends].early = ends[nends].left = ends[nends].quiet = ends[nends].timed_out = 0;
             nends++;
         }
         if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said, joined, part); /* written before they exited */
@@ -5708,6 +5710,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             ends[i].early = ends[i].status == 0 && !joined[ends[i].rank] && any_joined && i + 1 < nproc;
             ends[i].left = ends[i].status == 0 && joined[ends[i].rank] == 1;
             ends[i].quiet = said[ends[i].rank] < 0;
+            ends[i].timed_out = said[ends[i].rank] == DDP_ERR_TIMEOUT;
         }
         now = ddp__now_ms();
         c = ddp__first_cause(ends, nends);
@@ -5732,6 +5735,9 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
                                                                         "killer, or someone's kill -9)" : "")
                 : ends[c].early ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 before ddp_init, while "
                                            "the others waited for it", ends[c].rank, ends[c].pid)
+                : ends[c].status == 0 && ends[c].timed_out
+                    ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 after it timed out waiting for the "
+                               "others", ends[c].rank, ends[c].pid)
                 : ends[c].status == 0 ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 while the others "
                                                  "still needed it", ends[c].rank, ends[c].pid)
                                       : snprintf(why, why_size, "rank %d (pid %d) exited with status %d", ends[c].rank,

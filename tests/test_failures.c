@@ -358,6 +358,14 @@ static int launched_child(const char *mode)
         if (ctx.rank == 5) raise(SIGKILL);
         return ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK ? 0 : 1;
     }
+    if (strcmp(mode, "stuck_at_the_end") == 0) { /* rank 1 stuck; the others' ddp_destroy times out, exit 0 */
+        if (ctx.rank == 1) {
+            alarm(20); /* (stuck for good but for this: the check fails rather than hang where the job is not ended) */
+            for (;;) pause();
+        }
+        ddp_destroy(&ctx);
+        return 0;
+    }
     /* rank 1 leaves (or stops) between two collectives */
     if (strcmp(mode, "last_without_destroy") == 0) { /* the others' ddp_destroy loses rank 1, and they exit 0 */
         if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
@@ -517,6 +525,14 @@ static void test_launcher_blame(const char *self)
           "%d of %d runs named rank 1 with status 1; the first other: %s", named, runs, bad);
     /* a stopped rank is why the others time out; it is continued to take the launcher's SIGTERM */
     setenv("DDP_TIMEOUT", "1", 1);
+    /* a rank stuck for good while the others reach ddp_destroy, time out there and exit 0:
+       their failure ends the job (the launcher waited for the stuck rank forever) */
+    t0 = now_s();
+    rc = launch_to_file(self, "stuck_at_the_end", 3, out, 0);
+    dt = now_s() - t0;
+    CHECK("launcher.ends_a_job_whose_ranks_failed_in_ddp_destroy", rc == 1 &&
+          file_has(out, "exited with status 0 after it timed out waiting for the others; stopped the other") && dt < 8,
+          "status %d after %.1f s", rc, dt);
     t0 = now_s();
     rc = launch_to_file(self, "halt", 3, out, 0);
     dt = now_s() - t0;
