@@ -98,7 +98,8 @@ else echo "FAIL mpi.torchrun_workers_inside_mpirun: exit $rc: $(grep -v '^\s*$' 
 t0=$SECONDS
 DDP_TIMEOUT=60 run 60 -np 3 "$tmp/test_mpi" >"$tmp/out" 2>&1 &
 job=$!
-for _ in $(seq 100); do victim=$(pgrep -f "$tmp/test_mpi" | sed -n 2p); [ -n "$victim" ] && break; sleep 0.1; done
+# (a rank's command line starts with the program: mpirun's and timeout's hold it further on)
+for _ in $(seq 100); do victim=$(pgrep -f "^$tmp/test_mpi" | sed -n 2p); [ -n "$victim" ] && break; sleep 0.1; done
 [ -n "$victim" ] && kill -9 "$victim"
 wait $job
 rc=$?
