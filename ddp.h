@@ -3501,6 +3501,10 @@ static void ddp__cuda_why(char *out, size_t n, cudaError_t e)
              drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
 }
 
+/* NCCL's error as ddp.h's: a remote one (a peer that exited, a network that failed) is
+   another rank's failure, so the launcher names that rank rather than this one */
+#define DDP__NCCL_CODE(r) ((r) == ncclRemoteError ? DDP_ERR_PEER : DDP_ERR_BACKEND)
+
 /* Under b->mu: the first failure takes the communicator out and says why. Returns it
    for the caller to abort once the lock is released; NULL if an earlier failure did. */
 static ncclComm_t ddp__nccl_take(ddp__nccl *b, ddp_result code, const char *fmt, ...) DDP__PRINTF(3, 4);
@@ -3523,11 +3527,14 @@ static ddp_result ddp__nccl_alive(ddp_ctx *ctx, const char *what, uint64_t seq)
 {
     ddp__nccl *b = ddp__nccl_of(ctx);
     ddp_result code;
+    char prefix[64];
     pthread_mutex_lock(&b->mu);
     code = b->failed;
     pthread_mutex_unlock(&b->mu);
     if (code == DDP_OK) return DDP_OK;
-    return ddp__fail(ctx, code, "%s #%llu: %s", what, (unsigned long long)seq, b->why);
+    snprintf(prefix, sizeof prefix, "%s #%llu", what, (unsigned long long)seq);
+    if (!strncmp(b->why, prefix, strlen(prefix))) return ddp__fail(ctx, code, "%s", b->why); /* its own failure */
+    return ddp__fail(ctx, code, "%s: %s", prefix, b->why);
 }
 
 /* Non-blocking NCCL calls may answer "in progress": polls for the verdict (the lock
@@ -3558,7 +3565,7 @@ static ddp_result ddp__nccl_settle(ddp_ctx *ctx, ncclResult_t r, const char *wha
         if (failed) return ddp__nccl_alive(ctx, what, seq);
         if (r == ncclSuccess) return DDP_OK;
         if (r != ncclInProgress || !pollable)
-            return ddp__fail(ctx, DDP_ERR_BACKEND, "%s #%llu: %s (%s)", what, (unsigned long long)seq,
+            return ddp__fail(ctx, DDP__NCCL_CODE(r), "%s #%llu: %s (%s)", what, (unsigned long long)seq,
                              ncclGetErrorString(r), last);
         sched_yield();
     }
@@ -3593,7 +3600,7 @@ static ddp_result ddp__nccl_wait_event(ddp_ctx *ctx, cudaEvent_t ev, const char 
         pthread_mutex_lock(&b->mu);
         if (b->comm && ncclCommGetAsyncError(b->comm, &async) == ncclSuccess && async != ncclSuccess &&
             async != ncclInProgress)
-            gone = ddp__nccl_take(b, DDP_ERR_BACKEND, "%s #%llu: %s (%s)", what, (unsigned long long)seq,
+            gone = ddp__nccl_take(b, DDP__NCCL_CODE(async), "%s #%llu: %s (%s)", what, (unsigned long long)seq,
                                   ncclGetErrorString(async), ncclGetLastError(b->comm));
         failed = b->failed;
         pthread_mutex_unlock(&b->mu);
@@ -3641,7 +3648,7 @@ static void *ddp__nccl_watchdog(void *arg)
         }
         if (!gone && ncclCommGetAsyncError(b->comm, &async) == ncclSuccess && async != ncclSuccess &&
             async != ncclInProgress)
-            gone = ddp__nccl_take(b, DDP_ERR_BACKEND, "NCCL failed: %s (%s; the watchdog aborted NCCL)",
+            gone = ddp__nccl_take(b, DDP__NCCL_CODE(async), "NCCL failed: %s (%s; the watchdog aborted NCCL)",
                                   ncclGetErrorString(async), ncclGetLastError(b->comm));
         if (gone) {
             pthread_mutex_unlock(&b->mu);

@@ -28,7 +28,8 @@
      DDP_EMU_NCCL_HANG) gives every rank a one-line timeout within DDP_TIMEOUT on host
      memory (ddp.h waits), and on device memory the watchdog aborts NCCL within it (a
      stream that waits for the collective goes on); a rank that dies makes the others
-     fail, not hang; ranks that all see one GPU (CUDA_VISIBLE_DEVICES=0) are refused
+     fail, not hang, and under ddp.h's launcher a rank that exits 0 mid-job is the
+     one named (NCCL's remote error is another rank's failure); ranks that all see one GPU (CUDA_VISIBLE_DEVICES=0) are refused
      by ddp_init. A world of
      one cannot show the arithmetic (the data a rank sends is the result), nor a
      broadcast's data.
@@ -759,12 +760,58 @@ static int failure_rank(int rank, void *arg)
         r = ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
         dt = now_s() - t0;
         snprintf(env, sizeof env, "rank %d left the job", last);
-        status = r == DDP_ERR_PEER ? expect_error(&ctx, r, DDP_ERR_PEER, env) : expect_error(&ctx, r, DDP_ERR_BACKEND, "exited");
+        /* (a peer gone is another rank's failure either way: the launcher names that rank) */
+        status = expect_error(&ctx, r, DDP_ERR_PEER, strstr(ddp_error(&ctx), "left the job") ? env : "remote process exited");
         if (!status && dt > SLACK_S) status = 4;
         break;
     }
     ddp_destroy(&ctx);
     return status;
+}
+
+/* A rank of launched_by_ddp_run: the last exits 0 without ddp_destroy while the others
+   wait in a collective (they fail, through NCCL's remote error or the store's word). */
+static const char *self_; /* argv[0] */
+
+static int launched_rank(void)
+{
+    ddp_ctx ctx;
+    float x = 1;
+    ddp_result r;
+    if (!init(&ctx, 20000)) return 1;
+    if (ctx.rank == ctx.world_size - 1) return 0;
+    r = ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
+    ddp_destroy(&ctx);
+    return r == DDP_OK ? 0 : 1;
+}
+
+/* W ranks through ddp.h's launcher: it names the rank that left, not a survivor (NCCL's
+   remote error was the survivor's own failure to it) */
+static void launched_by_ddp_run(const char *self, int W)
+{
+    char out[] = "/tmp/ddp-nccl-launch-XXXXXX", text[8192] = "", want[64], name[96];
+    char *args[] = {(char *)self, (char *)"launched", NULL};
+    int fd = mkstemp(out), st = 0;
+    ssize_t n = 0;
+    pid_t pid = -1;
+    fflush(NULL);
+    if (fd >= 0 && (pid = fork()) == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        _exit(ddp_run(W, args));
+    }
+    if (fd >= 0 && pid > 0) {
+        waitpid(pid, &st, 0);
+        n = pread(fd, text, sizeof text - 1, 0);
+    }
+    text[n > 0 ? n : 0] = 0;
+    if (fd >= 0) close(fd);
+    unlink(out);
+    snprintf(want, sizeof want, "ddp: rank %d (pid ", W - 1);
+    snprintf(name, sizeof name, "nccl.w%d.launcher_names_the_rank_that_left", W);
+    CHECK(name, WIFEXITED(st) && WEXITSTATUS(st) == 1 && strstr(text, want) &&
+          strstr(text, "exited with status 0 while the others still needed it"), "status %d: %.600s",
+          WIFEXITED(st) ? WEXITSTATUS(st) : -1, text);
 }
 
 static int many_ranks(int W)
@@ -790,15 +837,18 @@ static int many_ranks(int W)
         snprintf(name, sizeof name, "nccl.w%d.%s", W, failures[i]);
         CHECK(name, job.failed == 0, "%s (%.1f s)", TEST_JOB_WHY(&job, fail_meaning), job.seconds);
     }
+    launched_by_ddp_run(self_, W);
     return test_failures_ ? 1 : 0;
 }
 
 int main(int argc, char **argv)
 {
     const int W = argc > 1 ? atoi(argv[1]) : 1;
+    if (argc > 1 && strcmp(argv[1], "launched") == 0) return launched_rank();
     if (W < 1 || W > 8) {
         printf("FAIL nccl.args: usage: test_nccl [world size 1..8], not '%s'\n", argv[1]);
         return 1;
     }
+    self_ = argv[0];
     return W == 1 ? world_of_one() : many_ranks(W);
 }
