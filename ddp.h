@@ -35,8 +35,7 @@
          float x = (float)(ctx.rank + 1);
          if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
          ddp_print(&ctx, "sum %g over %d ranks\n", x, ctx.world_size); // rank 0 only
-         ddp_destroy(&ctx);
-         return 0;
+         return ddp_destroy(&ctx) == DDP_OK ? 0 : 1; // a rank missing at the end fails too
      }
 
    LAUNCHING (any of these; the program reads whichever environment it finds)
@@ -370,7 +369,8 @@ DDPDEF int ddp_restart_count(void);
    process was started with it closed (prog >&-): else the store's sockets or the arena
    take those numbers, and the program's prints land in them. */
 DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc);
-DDPDEF void ddp_destroy(ddp_ctx *ctx); /* waits for the others to arrive, then frees */
+DDPDEF ddp_result ddp_destroy(ddp_ctx *ctx); /* waits for the others to arrive, then frees; DDP_OK if the
+                                              job ended well (else its failure: exit non-zero) */
 DDPDEF const char *ddp_strerror(ddp_result r);
 DDPDEF const char *ddp_error(const ddp_ctx *ctx); /* detail of the last failure, or "" (a NULL or
                                                       destroyed context: says so) */
@@ -5361,15 +5361,16 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     return DDP_OK;
 }
 
-void ddp_destroy(ddp_ctx *ctx)
+ddp_result ddp_destroy(ddp_ctx *ctx)
 {
     struct ddp__state *st;
     ddp_result r = DDP_OK;
-    if (!ctx || !ctx->st) return;
+    if (!ctx) return DDP_ERR_ARG;
+    if (!ctx->st) return DDP_OK; /* destroyed already */
     st = ctx->st;
     if (st->pid != getpid()) { /* a child of fork(): its copy goes with it, the parent's group is not its own */
         ctx->st = NULL;
-        return;
+        return DDP_OK;
     }
     /* the last meeting: nobody leaves while others still expect it in a collective,
        and those that do expect it learn at once that it left */
@@ -5386,6 +5387,7 @@ void ddp_destroy(ddp_ctx *ctx)
         int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), DDP__LEAVING);
         if (write(st->report_fd, msg, (size_t)n) < 0) {}
     }
+    if (r == DDP_OK) r = st->broken; /* the job failed before: a program that returns this exits non-zero */
     ddp__release(ctx);
     ddp__trace_free(st);
     pthread_mutex_destroy(&st->mu);
@@ -5393,6 +5395,7 @@ void ddp_destroy(ddp_ctx *ctx)
     pthread_cond_destroy(&st->cv);
     DDP_FREE(st);
     ctx->st = NULL;
+    return r;
 }
 
 /* ---- >>launcher ------------------------------------------------------------------------------ */

@@ -159,6 +159,6 @@ int main(int argc, char **argv)
         free(recv);
     }
     free(host);
-    ddp_destroy(&ctx);
+    if (ddp_destroy(&ctx) != DDP_OK) status = 1;
     return status;
 }

@@ -600,6 +600,6 @@ done:
     grad_destroy(&grad);
     ddp_sampler_destroy(&train_sampler);
     ddp_sampler_destroy(&val_sampler);
-    ddp_destroy(&ctx);
+    if (ddp_destroy(&ctx) != DDP_OK) status = 1;
     return status;
 }

@@ -2034,7 +2034,7 @@ static void print_setup(const trainer *t)
                   "from step 0 (--resume auto would go on from --save's file)");
 }
 
-static void finish(trainer *t)
+static ddp_result finish(trainer *t) /* ddp_destroy's verdict: a rank missing at the end fails the job */
 {
     if (t->log) fclose(t->log);
     ddp_grad_destroy(&t->sync);
@@ -2043,7 +2043,7 @@ static void finish(trainer *t)
     ddp_sampler_destroy(&t->val);
     gpt_destroy(&t->model);
     free(t->data.tokens);
-    ddp_destroy(&t->ctx);
+    return ddp_destroy(&t->ctx);
 }
 
 /* ---- main ---------------------------------------------------------------------------- */
@@ -2132,8 +2132,7 @@ int main(int argc, char **argv)
     if (status == 0) return fail(err);
     if (status < 0) { /* nothing to train, rank 0 says */
         if (*err) printf(PROG ": %s\n", err);
-        finish(&t);
-        return 0;
+        return finish(&t) == DDP_OK ? 0 : 1;
     }
     print_setup(&t);
 
@@ -2179,8 +2178,7 @@ int main(int argc, char **argv)
         ddp_print(&t.ctx, "\n");
     }
     if (ddp_is_main(&t.ctx) && t.o.sample_len) generate(&t.model, t.dev, &t.o);
-    finish(&t);
-    return 0;
+    return finish(&t) == DDP_OK ? 0 : 1;
 }
 
 /* ---- checkpoints: safetensors (examples/safetensors.h) -------------------------------

@@ -363,7 +363,7 @@ static int launched_child(const char *mode)
             alarm(20); /* (stuck for good but for this: the check fails rather than hang where the job is not ended) */
             for (;;) pause();
         }
-        ddp_destroy(&ctx);
+        printf("rank %d: ddp_destroy says %s\n", ctx.rank, ddp_strerror(ddp_destroy(&ctx))); /* then ignores it */
         return 0;
     }
     /* rank 1 leaves (or stops) between two collectives */
@@ -533,6 +533,8 @@ static void test_launcher_blame(const char *self)
     CHECK("launcher.ends_a_job_whose_ranks_failed_in_ddp_destroy", rc == 1 &&
           file_has(out, "exited with status 0 after it timed out waiting for the others; stopped the other") && dt < 8,
           "status %d after %.1f s", rc, dt);
+    CHECK("launcher.ddp_destroy_says_the_job_failed", file_has(out, "rank 0: ddp_destroy says timed out") ||
+          file_has(out, "rank 0: ddp_destroy says the process group was aborted"), "rank 0's line is not in the output");
     t0 = now_s();
     rc = launch_to_file(self, "halt", 3, out, 0);
     dt = now_s() - t0;
