@@ -63,7 +63,7 @@ unsigned long long block_serial;
 thread_local const char *call_name = "";
 
 static const size_t page = 4096;
-static bool cuda_used;      /* this process has initialised CUDA (for the fork rule) */
+static std::atomic<bool> cuda_used; /* this process has initialised CUDA (for the fork rule); any thread sets it */
 static bool forked_after_use;
 static thread_local cudaError_t last_error;
 
@@ -125,7 +125,7 @@ static long long env_number(const char *name, long long def, long long lo, long 
 
 static void at_exit();
 static void on_fault(int sig, siginfo_t *si, void *uc);
-static void after_fork() { forked_after_use = cuda_used; }
+static void after_fork() { forked_after_use = cuda_used.load(std::memory_order_relaxed); }
 
 static void read_settings()
 {
@@ -181,7 +181,7 @@ static cudaError_t enter(const char *call)
         said = true;
         return cudaErrorInitializationError;
     }
-    cuda_used = true;
+    cuda_used.store(true, std::memory_order_relaxed);
     return cudaSuccess;
 }
 

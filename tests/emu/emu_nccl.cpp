@@ -529,7 +529,10 @@ ncclResult_t issue(int kind, const void *send, void *recv, size_t count, ncclDat
 /* Marks c gone (abort or destroy): its collectives end, its rank is left. */
 void end_comm(ncclComm *c, const char *how)
 {
-    snprintf(c->ended_by, sizeof c->ended_by, "%s on thread %d", how, (int)tid());
+    {
+        std::lock_guard<std::mutex> lk(comms_mu); /* the engine's doorbells read it */
+        snprintf(c->ended_by, sizeof c->ended_by, "%s on thread %d", how, (int)tid());
+    }
     c->slots[c->rank].gone = 1;
     ring(c->h);
     wake_engine();
