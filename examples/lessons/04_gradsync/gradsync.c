@@ -115,6 +115,5 @@ int main(int argc, char **argv)
     ddp_grad_destroy(&sync);
     dev_free(&ctx, dev_grad);
     ddp_sampler_destroy(&sampler);
-    ddp_destroy(&ctx);
-    return 0;
+    return ddp_destroy(&ctx) == DDP_OK ? 0 : 1; /* a rank missing at the end fails the job */
 }

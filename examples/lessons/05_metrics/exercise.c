@@ -78,6 +78,6 @@ int main(int argc, char **argv)
     }
     free(diffs);
     if (f) fclose(f);
-    ddp_destroy(&ctx);
+    if (ddp_destroy(&ctx) != DDP_OK) ok = 0; /* a rank missing at the end fails the job */
     return ok ? 0 : 1;
 }

@@ -118,6 +118,5 @@ int main(int argc, char **argv)
         ddp_print(&ctx, "  other programs are using the cores: these numbers measure the machine's load (uptime)\n");
     dev_free(&ctx, dev);
     ddp_sampler_destroy(&sampler);
-    ddp_destroy(&ctx);
-    return 0;
+    return ddp_destroy(&ctx) == DDP_OK ? 0 : 1; /* a rank missing at the end fails the job */
 }
