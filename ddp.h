@@ -4500,7 +4500,14 @@ static void ddp__mpi_release(ddp_ctx *ctx)
            waits for every rank with no timeout, and one may be stuck, stopped or cut off
            for good; a process that exits without MPI_Finalize makes mpirun, Hydra and
            srun end the job (one that finalized and exited 1 kept a Hydra job waiting) */
-        ddp__info(ctx, "ddp_destroy: the job failed, so MPI is left unfinalized (this rank's exit ends the job)");
+        if (ctx->rank == 0 && b->owns_mpi) { /* once per job: mpirun's report of it follows */
+            char msg[200];
+            snprintf(msg, sizeof msg, "rank 0/%d: after the failure above MPI is left unfinalized, so that the ranks' "
+                     "exits end the job (mpirun then reports them as exiting improperly)", ctx->world_size);
+            pthread_mutex_lock(&ctx->st->log_mu);
+            ctx->st->log(ctx->st->log_user, DDP_LOG_INFO, msg);
+            pthread_mutex_unlock(&ctx->st->log_mu);
+        }
         b->chain = 0;
         b->win = MPI_WIN_NULL;
         b->leaders = b->results = b->local = MPI_COMM_NULL;
