@@ -184,7 +184,12 @@
                       /dev/null; ulimit -f and a loopback interface that is down named;
                       ddp_init again at once after ddp_destroy; the launcher fails a
                       job whose ranks all exit 0 when one was missing from ddp_destroy;
-                      a rank that dies leaving a forked child is noticed at once
+                      a rank that dies leaving a forked child is noticed at once;
+                      ddp_destroy returns the job's verdict; a rank stuck for good ends
+                      the job under every launcher (a failed MPI job is left
+                      unfinalized, Hydra's PMI too; the launcher stops the job when a
+                      rank timed out and exited 0); NCCL's remote error is another
+                      rank's failure; the log callback runs one call at a time
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -5521,8 +5526,8 @@ typedef struct ddp__end {
 } ddp__end;
 
 /* The failure to report: the first that no other rank caused (a signal, an exit for a
-   reason of the rank's own, or an exit 0 after it timed out: in ddp_destroy, which
-   returns nothing, waiting for a rank that lives on, stuck); else, where
+   reason of the rank's own, or an exit 0 after it timed out: in ddp_destroy, its verdict
+   ignored, waiting for a rank that lives on, stuck); else, where
    the others only failed because a rank was gone, the first that exited 0 without a
    ddp_destroy they all met (they lost it); else the first; -1 if no rank failed so far.
    The ranks that a killed rank takes down end first as often as not. Where every rank
