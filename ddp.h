@@ -1786,11 +1786,14 @@ static ddp_result ddp__pmi_master(ddp_ctx *ctx, char *out, size_t n)
 
 /* Hydra stops every rank of a host when a process that spoke PMI exits without a
    finalize: send it, unless MPI owns the connection (its MPI_Finalize sends one) or the
-   group failed (then that stop is wanted: a rank stuck for good kept the job forever). */
+   group failed for want of a rank (a timeout, a rank gone): then that stop is wanted, as
+   a rank stuck for good kept the job forever. A failure every rank meets alike (settings,
+   arguments) is finalized: Hydra lets each rank say it before the job ends. */
 static void ddp__pmi_done(ddp_ctx *ctx)
 {
     char line[100];
-    if (ctx->st->pmi_fd >= 0 && !ddp__mpi_started() && !ctx->st->broken)
+    const ddp_result b = ctx->st->broken;
+    if (ctx->st->pmi_fd >= 0 && !ddp__mpi_started() && b != DDP_ERR_TIMEOUT && b != DDP_ERR_PEER && b != DDP_ERR_ABORTED)
         ddp__pmi_ask(ctx->st->pmi_fd, "cmd=finalize\n", line, sizeof line, 5000);
     ctx->st->pmi_fd = -1; /* left open: a later write fails at once instead of reaching another file */
 }
