@@ -1130,6 +1130,14 @@ static void ddp__default_log(void *user, int level, const char *msg)
     fprintf(stderr, "%s%s\n", level == DDP_LOG_ERROR ? "ddp: error: " : "ddp: ", msg);
 }
 
+/* msg to the log, one call at a time (the worker thread logs too) */
+static void ddp__say(const ddp_ctx *ctx, int level, const char *msg)
+{
+    pthread_mutex_lock(&ctx->st->log_mu);
+    ctx->st->log(ctx->st->log_user, level, msg);
+    pthread_mutex_unlock(&ctx->st->log_mu);
+}
+
 static void ddp__info(ddp_ctx *ctx, const char *fmt, ...) DDP__PRINTF(2, 3);
 static void ddp__info(ddp_ctx *ctx, const char *fmt, ...)
 {
@@ -1141,9 +1149,7 @@ static void ddp__info(ddp_ctx *ctx, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
-    pthread_mutex_lock(&ctx->st->log_mu);
-    ctx->st->log(ctx->st->log_user, DDP_LOG_INFO, msg);
-    pthread_mutex_unlock(&ctx->st->log_mu);
+    ddp__say(ctx, DDP_LOG_INFO, msg);
 }
 
 /* The one way out of a failure: records the detail for ddp_error(), reports it
@@ -1160,7 +1166,7 @@ static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt
     snprintf(msg, sizeof msg, "rank %d/%d: %s", ctx->rank, ctx->world_size, text);
     pthread_mutex_lock(&ctx->st->log_mu);
     memcpy(ctx->st->err, text, sizeof text);
-    ctx->st->log(ctx->st->log_user, DDP_LOG_ERROR, msg);
+    ddp__say(ctx, DDP_LOG_ERROR, msg); /* (the lock is recursive) */
     if (ctx->st->report_fd >= 0 && !ctx->st->reported) { /* the launcher blames the first rank whose failure was its own */
         int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), (int)code);
         if (write(ctx->st->report_fd, msg, (size_t)n) < 0) {}
@@ -4512,9 +4518,7 @@ static void ddp__mpi_release(ddp_ctx *ctx)
             char msg[200];
             snprintf(msg, sizeof msg, "rank 0/%d: after the failure above MPI is left unfinalized, so that the ranks' "
                      "exits end the job (mpirun then reports them as exiting improperly)", ctx->world_size);
-            pthread_mutex_lock(&ctx->st->log_mu);
-            ctx->st->log(ctx->st->log_user, DDP_LOG_INFO, msg);
-            pthread_mutex_unlock(&ctx->st->log_mu);
+            ddp__say(ctx, DDP_LOG_INFO, msg);
         }
         b->chain = 0;
         b->win = MPI_WIN_NULL;
@@ -5308,8 +5312,8 @@ static void ddp__warn_nproc(ddp_ctx *ctx, const ddp_desc *d)
     if (!d->argc || !d->argv || ctx->world_size > 1) return;
     for (i = 1; i < *d->argc && strcmp(d->argv[i], "--") != 0; i++) /* after "--": the program's own */
         if (ddp__flag(d->argv[i], ddp__nproc_names)) {
-            ctx->st->log(ctx->st->log_user, DDP_LOG_INFO,
-                         "warning: argv has --nproc, but this program does not call ddp_launch: running as one process");
+            ddp__say(ctx, DDP_LOG_INFO, "warning: argv has --nproc, but this program does not call ddp_launch: running as "
+                     "one process");
             return;
         }
 }
