@@ -110,8 +110,8 @@
      planned once per shape, type, epilogue and alignment and cached in the context
      (DDP_KERNELS_LT_PLANS, round robin); where cuBLASLt has no algorithm (e.g. bf16
      rows of an unpadded 50257 vocabulary) cublasGemmEx does the product and a small
-     kernel adds the bias. CPU: register tiles of 16 rows x 16 columns in AVX-512
-     intrinsics, 6 in AVX2 + FMA ones, else 5 in C that the compiler vectorizes
+     kernel adds the bias. CPU: register tiles of 12 rows x 32 columns in AVX-512
+     intrinsics, 6 x 16 in AVX2 + FMA ones, else 5 x 16 in C that the compiler vectorizes
      (DDP_KERNELS_CPU_TILE names the one built), over panels of the other operand
      packed contiguous (once per call, shared by the threads); the weight gradient's
      transposed operand packed too where its stride is a page, and the next tile's
@@ -186,7 +186,8 @@
         corrections as reciprocals (one division per element, both twins); CPU
         attention in blocks of 48 queries (whole register tiles, the same bits); the
         weight gradients' tasks take k a step at a time across all their columns
-        (the same bits).
+        (the same bits); the AVX-512 tile 12 rows x 32 columns, two vectors per row
+        for each broadcast (the same bits).
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
 #ifndef DDP_KERNELS_CUH
@@ -398,17 +399,21 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
    and stored in fp32 between panels, so its bits do not depend on the blocking, on
    which other rows are in the batch, or on how many threads share the tasks. */
 #if (defined(__AVX512F__) && !defined(__CUDACC__)) || defined(DDP__AVX512_STANDIN)
-/* 16 accumulators of 16 lanes, each row's a broadcast from memory into its multiply-add:
-   in intrinsics, as gcc's own vectorization of the C tile below used 8-wide registers
-   under -march=native on Xeons that prefer them (under half of MKL's rate there). The
-   standin is tests/emu/avx512.h: the same tile on any CPU, for the tests. */
+/* 12 rows of 32 columns: 24 accumulators and the two vectors of a panel row, each row's a
+   broadcast once for its two multiply-adds. 16 rows of one vector took a load per
+   multiply-add (17 for 16): 203 of a core's 256 GFLOP/s in the forward on an AMD EPYC
+   family 26, where this tile makes 242-250 (14 rows no more). In intrinsics, as gcc's own
+   vectorization of the C tile below used 8-wide registers under -march=native on Xeons that
+   prefer them. The standin is tests/emu/avx512.h: the same tile on any CPU, for the tests. */
 #ifndef DDP__AVX512_STANDIN
 #include <immintrin.h>
 #endif
-#define DDP__MR 16
-#define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define DDP__MR 12
+#define DDP__NR 32
+#define DDP__KC 128 /* depth of a panel of b: 16 KB */
+#define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define DDP__AVX512_TILE
-#define DDP_KERNELS_CPU_TILE "16 x 16, AVX-512" /* what the CPU matmuls run on, for benchmarks' reports */
+#define DDP_KERNELS_CPU_TILE "12 x 32, AVX-512" /* what the CPU matmuls run on, for benchmarks' reports */
 #elif defined(__AVX2__) && defined(__FMA__) && !defined(__CUDACC__)
 /* 12 accumulators + 2 panel loads + 1 broadcast: 15 of 16 AVX registers, which gcc
    keeps only when the loop is written in intrinsics (from C it loads the 6 broadcasts
@@ -423,8 +428,10 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4)
 #define DDP_KERNELS_CPU_TILE "5 x 16, C as the compiler vectorizes it"
 #endif
-#define DDP__NR 16  /* columns of a register tile: two 8-wide vectors or one 16-wide */
+#ifndef DDP__NR
+#define DDP__NR 16  /* columns of a register tile and of a panel: two 8-wide vectors */
 #define DDP__KC 256 /* depth of a panel of b: 16 KB */
+#endif
 #define DDP__MC 255 /* most rows of a that one task walks per panel: ~128 KB of a in L2 */
 #define DDP__MD 96  /* most rows of a task over every panel: a's rows for a step (<= 96 KB) stay in L2 */
 
@@ -439,20 +446,21 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #define DDP__PREFETCH_W(p) ((void)(p))
 #endif
 
-/* c[i*ldc + j] for i < mv, j < nv: = bias[j] (0 if NULL) + sum_k a(i,k) bp[k*ldb + j]
+/* c[i*ldc + j] for i < mv, j < nv (<= nr, the panel's width: 16, or DDP__NR where that
+   is wider): = bias[j] (0 if NULL) + sum_k a(i,k) bp[k*ldb + j]
    when start, else += that sum; with cs, that result is added to cs[i*lds + j]
    (double: csum's rows) instead of stored in c. a(i,k) = a[i*am + k*ak]
    for the ra (>= mv) rows that may be read, rows past them repeating row ra-1; rows past
-   mv and columns past nv are computed (all DDP__NR of each row of bp) but not stored.
+   mv and columns past nv are computed (all nr of each row of bp) but not stored.
    The rows are unrolled by hand: gcc keeps the tile in registers only when every index
    into it is a constant. */
 static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const float *a, size_t am, size_t ak,
-                                  int ra, const float *bp, size_t ldb, int kc, int start, const float *bias, double *cs,
-                                  size_t lds)
+                                  int ra, const float *bp, size_t ldb, int nr, int kc, int start, const float *bias,
+                                  double *cs, size_t lds)
 {
     float acc[DDP__MR][DDP__NR], edge[DDP__MR][DDP__NR];
     const float *ar[DDP__MR];
-    const int full = mv == DDP__MR && nv == DDP__NR;
+    const int full = mv == DDP__MR && nv == nr;
     for (int i = 0; i < DDP__MR; i++) ar[i] = a + (size_t)(i < ra ? i : ra - 1) * am;
 #if defined(DDP__AVX512_TILE) || defined(DDP__AVX2_TILE)
     if (full) /* a whole tile starts and ends in registers (no vector load of what narrower stores just wrote) */
@@ -461,67 +469,73 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
 #endif
     if (start) {
         float b0[DDP__NR];
-        for (int j = 0; j < DDP__NR; j++) b0[j] = bias && j < nv ? bias[j] : 0.0f;
+        for (int j = 0; j < nr; j++) b0[j] = bias && j < nv ? bias[j] : 0.0f;
         for (int i = 0; i < DDP__MR; i++)
-            for (int j = 0; j < DDP__NR; j++) acc[i][j] = b0[j];
+            for (int j = 0; j < nr; j++) acc[i][j] = b0[j];
     } else if (full)
         for (int i = 0; i < DDP__MR; i++)
-            for (int j = 0; j < DDP__NR; j++) acc[i][j] = c[i * ldc + j];
+            for (int j = 0; j < nr; j++) acc[i][j] = c[i * ldc + j];
     else {
         for (int i = 0; i < DDP__MR; i++)
-            for (int j = 0; j < DDP__NR; j++) edge[i][j] = i < mv && j < nv ? c[i * ldc + j] : 0.0f;
+            for (int j = 0; j < nr; j++) edge[i][j] = i < mv && j < nv ? c[i * ldc + j] : 0.0f;
         for (int i = 0; i < DDP__MR; i++)
-            for (int j = 0; j < DDP__NR; j++) acc[i][j] = edge[i][j];
+            for (int j = 0; j < nr; j++) acc[i][j] = edge[i][j];
     }
 #ifdef DDP__AVX512_TILE
-    { /* each row: one multiply-add, its a broadcast from memory */
-        __m512 v[DDP__MR];
+    { /* each row: one broadcast of its a, then its two multiply-adds (one where the panel is
+         16 wide: `wide` is a constant where the tile is inlined, so hi then vanishes) */
+        __m512 lo[DDP__MR], hi[DDP__MR];
+        const int wide = nr > 16;
         if (full && start) {
             const __m512 b0 = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
-#define DDP__VLOAD(i) v[i] = b0;
+            const __m512 b1 = bias && wide ? _mm512_loadu_ps(bias + 16) : _mm512_setzero_ps();
+#define DDP__VLOAD(i) lo[i] = b0; hi[i] = b1;
             DDP__TILE_ROWS(DDP__VLOAD)
 #undef DDP__VLOAD
         } else if (full) {
-#define DDP__VLOAD(i) v[i] = _mm512_loadu_ps(c + (i) * ldc);
+#define DDP__VLOAD(i) lo[i] = _mm512_loadu_ps(c + (i) * ldc); hi[i] = wide ? _mm512_loadu_ps(c + (i) * ldc + 16) : lo[i];
             DDP__TILE_ROWS(DDP__VLOAD)
 #undef DDP__VLOAD
         } else {
-#define DDP__VLOAD(i) v[i] = _mm512_loadu_ps(acc[i]);
+#define DDP__VLOAD(i) lo[i] = _mm512_loadu_ps(acc[i]); hi[i] = wide ? _mm512_loadu_ps(acc[i] + 16) : lo[i];
             DDP__TILE_ROWS(DDP__VLOAD)
 #undef DDP__VLOAD
         }
+#define DDP__VMADD2(i, x) { const __m512 xi = _mm512_set1_ps(x); \
+                            lo[i] = _mm512_fmadd_ps(xi, b0, lo[i]); if (wide) hi[i] = _mm512_fmadd_ps(xi, b1, hi[i]); }
         if (ra == DDP__MR && am == 1) /* the rows side by side (a packed): one pointer */
             for (int k = 0; k < kc; k++) {
-                const __m512 b0 = _mm512_loadu_ps(bp + k * ldb);
+                const __m512 b0 = _mm512_loadu_ps(bp + k * ldb), b1 = wide ? _mm512_loadu_ps(bp + k * ldb + 16) : b0;
                 const float *x = a + k * ak;
-#define DDP__VMADD(i) v[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i]), b0, v[i]);
+#define DDP__VMADD(i) DDP__VMADD2(i, x[i])
                 DDP__TILE_ROWS(DDP__VMADD)
 #undef DDP__VMADD
             }
-        else if (ra == DDP__MR) { /* rows am apart: four pointers, each for four rows (row + 0, 1, 2, 3 am) */
-            const float *x[4] = {a, a + 4 * am, a + 8 * am, a + 12 * am};
+        else if (ra == DDP__MR) { /* rows am apart: three pointers, each for four rows (row + 0, 1, 2, 3 am) */
+            const float *x[3] = {a, a + 4 * am, a + 8 * am};
             const size_t am3 = 3 * am;
             for (int k = 0; k < kc; k++) {
-                const __m512 b0 = _mm512_loadu_ps(bp + k * ldb);
-#define DDP__VMADD(i) v[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[(i) / 4][(i) % 4 == 3 ? am3 : (i) % 4 * am]), b0, v[i]);
+                const __m512 b0 = _mm512_loadu_ps(bp + k * ldb), b1 = wide ? _mm512_loadu_ps(bp + k * ldb + 16) : b0;
+#define DDP__VMADD(i) DDP__VMADD2(i, x[(i) / 4][(i) % 4 == 3 ? am3 : (i) % 4 * am])
                 DDP__TILE_ROWS(DDP__VMADD)
 #undef DDP__VMADD
-                x[0] += ak; x[1] += ak; x[2] += ak; x[3] += ak;
+                x[0] += ak; x[1] += ak; x[2] += ak;
             }
         } else
             for (int k = 0; k < kc; k++) {
-                const __m512 b0 = _mm512_loadu_ps(bp + k * ldb);
-#define DDP__VMADD(i) v[i] = _mm512_fmadd_ps(_mm512_set1_ps(*ar[i]), b0, v[i]); ar[i] += ak;
+                const __m512 b0 = _mm512_loadu_ps(bp + k * ldb), b1 = wide ? _mm512_loadu_ps(bp + k * ldb + 16) : b0;
+#define DDP__VMADD(i) DDP__VMADD2(i, *ar[i]) ar[i] += ak;
                 DDP__TILE_ROWS(DDP__VMADD)
 #undef DDP__VMADD
             }
+#undef DDP__VMADD2
         if (full && !cs) {
-#define DDP__VSTORE(i) _mm512_storeu_ps(c + (i) * ldc, v[i]);
+#define DDP__VSTORE(i) _mm512_storeu_ps(c + (i) * ldc, lo[i]); if (wide) _mm512_storeu_ps(c + (i) * ldc + 16, hi[i]);
             DDP__TILE_ROWS(DDP__VSTORE)
 #undef DDP__VSTORE
             return;
         }
-#define DDP__VSTORE(i) _mm512_storeu_ps(acc[i], v[i]);
+#define DDP__VSTORE(i) _mm512_storeu_ps(acc[i], lo[i]); if (wide) _mm512_storeu_ps(acc[i] + 16, hi[i]);
         DDP__TILE_ROWS(DDP__VSTORE)
 #undef DDP__VSTORE
     }
@@ -568,7 +582,7 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
 #define DDP__LOAD(i) x[i] = *ar[i]; ar[i] += ak;
         DDP__TILE_ROWS(DDP__LOAD)
 #undef DDP__LOAD
-        for (int j = 0; j < DDP__NR; j++) {
+        for (int j = 0; j < nr; j++) {
             const float bj = b[j];
 #define DDP__MADD(i) acc[i][j] = DDP__FMA(x[i], bj, acc[i][j]);
             DDP__TILE_ROWS(DDP__MADD)
@@ -578,44 +592,47 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
 #endif
     if (cs && full) /* constant bounds, so that the conversion and the adds vectorize */
         for (int i = 0; i < DDP__MR; i++)
-            for (int j = 0; j < DDP__NR; j++) cs[i * lds + j] += acc[i][j];
+            for (int j = 0; j < nr; j++) cs[i * lds + j] += acc[i][j];
     else if (cs) {
         for (int i = 0; i < DDP__MR; i++)
-            for (int j = 0; j < DDP__NR; j++) edge[i][j] = acc[i][j];
+            for (int j = 0; j < nr; j++) edge[i][j] = acc[i][j];
         for (int i = 0; i < mv; i++)
             for (int j = 0; j < nv; j++) cs[i * lds + j] += edge[i][j];
     } else if (full)
         for (int i = 0; i < DDP__MR; i++)
-            for (int j = 0; j < DDP__NR; j++) c[i * ldc + j] = acc[i][j];
+            for (int j = 0; j < nr; j++) c[i * ldc + j] = acc[i][j];
     else {
         for (int i = 0; i < DDP__MR; i++)
-            for (int j = 0; j < DDP__NR; j++) edge[i][j] = acc[i][j];
+            for (int j = 0; j < nr; j++) edge[i][j] = acc[i][j];
         for (int i = 0; i < mv; i++)
             for (int j = 0; j < nv; j++) c[i * ldc + j] = edge[i][j];
     }
 }
 
-/* The packed panels that ddp__gemm_tile reads (16 columns per row of a panel), zero past
-   the last column. Rows of src as columns: dst[(p depth + d) 16 + j] = src[(16 p + j) ld + d]
-   (the forward's weight rows become the columns of its product, attention's keys those of
-   a score tile). */
-static inline void ddp__pack_rows(float *dst, const float *src, size_t ld, int rows, int depth)
+/* The packed panels that ddp__gemm_tile reads (w columns per row of a panel: 16, or
+   DDP__NR), zero past the last column. Rows of src as columns: dst[(p depth + d) w + j] =
+   src[(w p + j) ld + d] (the forward's weight rows become the columns of its product,
+   attention's keys those of a score tile). */
+static inline void ddp__pack_rows(float *dst, const float *src, size_t ld, int rows, int depth, int w)
 {
-    for (int p = 0; p * 16 < rows; p++) {
-        int d = 0;
-        if (rows - p * 16 >= 16) /* whole 16 x 16 blocks through a local copy, which gcc transposes in registers */
-            for (; d + 16 <= depth; d += 16) {
-                float t[16][16], *o = dst + ((size_t)p * depth + d) * 16;
-                for (int j = 0; j < 16; j++)
-                    for (int e = 0; e < 16; e++) t[j][e] = src[(p * 16 + j) * ld + d + e];
-                for (int e = 0; e < 16; e++)
-                    for (int j = 0; j < 16; j++) o[e * 16 + j] = t[j][e];
+    for (int p = 0; p * w < rows; p++)
+        for (int g = 0; g < w; g += 16) { /* 16 rows of src at a time */
+            float *o = dst + (size_t)p * depth * w + g;
+            const int r0 = p * w + g;
+            int d = 0;
+            if (rows - r0 >= 16) /* whole 16 x 16 blocks through a local copy, which gcc transposes in registers */
+                for (; d + 16 <= depth; d += 16) {
+                    float t[16][16];
+                    for (int j = 0; j < 16; j++)
+                        for (int e = 0; e < 16; e++) t[j][e] = src[(size_t)(r0 + j) * ld + d + e];
+                    for (int e = 0; e < 16; e++)
+                        for (int j = 0; j < 16; j++) o[(size_t)(d + e) * w + j] = t[j][e];
+                }
+            for (int j = 0; j < 16; j++) {
+                const int r = r0 + j;
+                for (int e = d; e < depth; e++) o[(size_t)e * w + j] = r < rows ? src[(size_t)r * ld + e] : 0.0f;
             }
-        for (int j = 0; j < 16; j++) {
-            const int r = p * 16 + j;
-            for (int e = d; e < depth; e++) dst[((size_t)p * depth + e) * 16 + j] = r < rows ? src[r * ld + e] : 0.0f;
         }
-    }
 }
 
 /* bp (kc, DDP__NR) = b[k*bk + j*bn] for j < nv, zero past nv; loads run along
@@ -623,7 +640,7 @@ static inline void ddp__pack_rows(float *dst, const float *src, size_t ld, int r
 static inline void ddp__gemm_pack(float *bp, const float *b, size_t bk, size_t bn, int kc, int nv)
 {
     if (bk == 1) { /* b's columns are rows in memory (the forward's weight): transposed in blocks */
-        ddp__pack_rows(bp, b, bn, nv, kc);
+        ddp__pack_rows(bp, b, bn, nv, kc, DDP__NR);
         return;
     }
     if (nv < DDP__NR)
@@ -705,7 +722,7 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
     const size_t bfl = scratch ? ddp__gemm_b_floats(M, N, K) : 0, afl = scratch ? ddp__gemm_a_floats(M, K, ak) : 0;
     float *bpk = bfl ? scratch : NULL, *apk = afl ? scratch + bfl : NULL;
     const int bjobs = bpk ? panels * depths : 0, jobs = bjobs + (apk ? (K + 15) / 16 : 0);
-    if (jobs) { /* b's panel p at bpk + 16 p K, depth k0 of it 16 k0 further; a by 16 rows of k */
+    if (jobs) { /* b's panel p at bpk + NR p K, depth k0 of it NR k0 further; a by 16 rows of k */
         DDP__OMP(for schedule(dynamic))
         for (int t = 0; t < jobs; t++)
             if (t < bjobs) {
@@ -739,7 +756,7 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                                    csum ? DDP__NR : (size_t)N, mv, nv,
                                    apk ? apk + ((size_t)(m / DDP__MR) * K + k0) * DDP__MR
                                        : a + (size_t)m * am + (size_t)k0 * ak,
-                                   apk ? 1 : am, apk ? DDP__MR : ak, apk ? DDP__MR : mv, bp, DDP__NR, kc, start,
+                                   apk ? 1 : am, apk ? DDP__MR : ak, apk ? DDP__MR : mv, bp, DDP__NR, DDP__NR, kc, start,
                                    bias ? bias + n0 : NULL, flush ? csum + (size_t)m * N + n0 : NULL, (size_t)N);
                 }
             }
@@ -903,8 +920,9 @@ static inline int ddp__att_grid(long B, long NH, long T, int rows, unsigned *gx,
 
 #define DDP__ATT_KV 2048 /* floats in each per-block key/value buffer */
 /* queries per work item of the forward, per block of the backward: whole register tiles both
-   ways (the queries are the tiles' rows in four products, a multiple of 6 and of 16, and their
-   columns in the forward's scores, panels of 16): 5% faster than 32 on Zen 1 (AVX2, 6 rows) */
+   ways (the queries are the tiles' rows in four products, a multiple of 6 and of 12, and their
+   columns in the forward's scores, panels of 16): 5% faster than 32 on Zen 1 (AVX2, 6 rows).
+   Attention's products take the tile 16 columns wide on every CPU, its panels laid out so. */
 #define DDP__ATT_QB 48
 
 /* Keys per block for head size hs: a multiple of 16 (the register tile's width) such that
@@ -950,7 +968,7 @@ static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t
         for (int p = 0; p * 16 < n; p++)
             ddp__gemm_tile(c + (size_t)i * ldc + p * 16, ldc, m - i < DDP__MR ? m - i : DDP__MR,
                            n - p * 16 < 16 ? n - p * 16 : 16, a + (size_t)i * am, am, ak,
-                           m - i < DDP__MR ? m - i : DDP__MR, bp + p * stride, ldb, kc, start, NULL, NULL, 0);
+                           m - i < DDP__MR ? m - i : DDP__MR, bp + p * stride, ldb, 16, kc, start, NULL, NULL, 0);
 }
 
 /* out (B,T,C); lse (B,NH,T) log-sum-exp of each softmax row, saved for backward;
@@ -985,7 +1003,7 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
         float m[DDP__ATT_QB], l[DDP__ATT_QB], mb[DDP__ATT_QB], lb[DDP__ATT_QB];
         float qp[DDP__ATT_QB * 128], vp[DDP__ATT_KV]; /* the queries as columns (hs, nr); values if packed */
         size_t vs, vl;
-        ddp__pack_rows(qp, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs);
+        ddp__pack_rows(qp, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs, 16);
         for (int r = 0; r < nr; r++) {
             for (int d = 0; d < hs; d++) o0[(size_t)r * C + d] = 0.0f;
             m[r] = -INFINITY;
@@ -1131,8 +1149,8 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
         for (int j0 = 0; j0 < T; j0 += kb) {
             const int nb = T - j0 < kb ? T - j0 : kb;
             const float *k = k0 + (size_t)j0 * C3;
-            ddp__pack_rows(kp, k, (size_t)C3, nb, hs);                          /* for s = q k^T */
-            ddp__pack_rows(vp, k + C, (size_t)C3, nb, hs);                      /* for dp = dout v^T */
+            ddp__pack_rows(kp, k, (size_t)C3, nb, hs, 16);                      /* for s = q k^T */
+            ddp__pack_rows(vp, k + C, (size_t)C3, nb, hs, 16);                  /* for dp = dout v^T */
             const float *kr = ddp__att_panels(kc, k, (size_t)C3, nb, hs, kb, &ks, &kl); /* for dq += ds k */
             for (int e = 0; e < nb * hs; e++) dk[e] = dv[e] = 0.0f;
             for (int t0 = j0; t0 < T; t0 += DDP__ATT_QB) {

@@ -3,7 +3,7 @@
 # flags users build with (-O3, multiply-adds fused where gcc sees them, as in its default
 # gnu modes; the Makefile's -std=c99 alone turns that off): -march=native (what this machine
 # runs), x86-64-v3 (AVX2 + FMA: the 6-row register tile in intrinsics) and x86-64-v4 (AVX-512: the
-# 16-row tile in intrinsics). Each must build clean with -Werror; each the CPU can run must pass
+# 12 x 32 tile in intrinsics). Each must build clean with -Werror; each the CPU can run must pass
 # every check (bit for bit across threads, batch splits and tile edges, as the make test
 # build at -O2 without FMA does). A path the CPU cannot run is built only, and says so;
 # the AVX-512 tile also runs everywhere over tests/emu/avx512.h, its intrinsics in plain C

@@ -1,4 +1,4 @@
-/* tests/emu/avx512.h - the five AVX-512 intrinsics ddp_kernels.cuh's 16-row matmul tile uses,
+/* tests/emu/avx512.h - the five AVX-512 intrinsics ddp_kernels.cuh's 12 x 32 matmul tile uses,
    in plain C, lane by lane (fmaf per lane: the bits of the hardware's vfmadd231ps), so that
    the tile's logic runs and is checked bit for bit on CPUs without AVX-512. Included ahead
    of the header with DDP__AVX512_STANDIN defined (tests/test_kernels_isa.sh):
