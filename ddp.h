@@ -189,7 +189,8 @@
                       the job under every launcher (a failed MPI job is left
                       unfinalized, Hydra's PMI too; the launcher stops the job when a
                       rank timed out and exited 0); NCCL's remote error is another
-                      rank's failure; the log callback runs one call at a time
+                      rank's failure; the log callback runs one call at a time;
+                      the launcher names the rank a timeout waited for
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -1107,6 +1108,7 @@ struct ddp__state {
     char pmi_kvs[128];       /* Hydra's kvsname once asked for */
     int report_fd;           /* the built-in launcher's pipe, else -1: how this rank's first failure came about */
     int reported;            /* that first failure was told */
+    int waited;              /* the rank a timeout waited for, once known (for that report), else -1 */
 #define DDP__JOINING 1000    /* (a report's code: this rank started ddp_init) */
 #define DDP__LEAVING 1001    /* (a report's code: this rank left with ddp_destroy) */
     ddp__server *server;     /* rank 0 only */
@@ -1168,7 +1170,9 @@ static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt
     memcpy(ctx->st->err, text, sizeof text);
     ddp__say(ctx, DDP_LOG_ERROR, msg); /* (the lock is recursive) */
     if (ctx->st->report_fd >= 0 && !ctx->st->reported) { /* the launcher blames the first rank whose failure was its own */
-        int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), (int)code);
+        int n = code == DDP_ERR_TIMEOUT && ctx->st->waited >= 0 /* and for whom it waited: the launcher names it */
+                    ? snprintf(msg, sizeof msg, "%d %d %d\n", (int)getpid(), (int)code, ctx->st->waited)
+                    : snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), (int)code);
         if (write(ctx->st->report_fd, msg, (size_t)n) < 0) {}
         ctx->st->reported = 1; /* the first failure says how it came about */
     }
@@ -2419,12 +2423,14 @@ static void ddp__server_free(ddp__server *s)
 }
 
 /* Appends " 2, 5, 7": the ranks that never joined (never), or that joined but have not
-   brought their part of g; the first 8 of them. Returns how many there are. */
-static int ddp__server_ranks(ddp__server *s, const ddp__gather *g, int never, char *out, size_t size)
+   brought their part of g; the first 8 of them. Returns how many there are; the first
+   goes to *first if that is still -1. */
+static int ddp__server_ranks(ddp__server *s, const ddp__gather *g, int never, char *out, size_t size, int *first)
 {
     int r, k = 0;
     for (r = 0; r < s->world; r++)
         if (never ? !s->joined[r] : s->joined[r] && g && !g->part[r]) {
+            if (!k && *first < 0) *first = r;
             if (k < 8) ddp__append(out, size, "%s%d", k ? ", " : " ", r);
             k++;
         }
@@ -2433,8 +2439,9 @@ static int ddp__server_ranks(ddp__server *s, const ddp__gather *g, int never, ch
 }
 
 /* For rank 0's messages, from its own thread: which ranks never joined, which joined
-   but have not reached the meeting `key`, and why the store refused others. */
-static void ddp__server_missing(ddp__server *s, const char *key, char *out, size_t size)
+   but have not reached the meeting `key`, and why the store refused others; the first
+   rank missing to *first if that is still -1. */
+static void ddp__server_missing(ddp__server *s, const char *key, char *out, size_t size, int *first)
 {
     const ddp__gather *g = NULL;
     char never[120] = "", late[120] = "";
@@ -2442,8 +2449,8 @@ static void ddp__server_missing(ddp__server *s, const char *key, char *out, size
     pthread_mutex_lock(&s->mu);
     for (i = 0; i < s->ngathers && !g; i++)
         if (strcmp(s->gathers[i].key, key) == 0) g = &s->gathers[i];
-    n_never = ddp__server_ranks(s, g, 1, never, sizeof never);
-    n_late = ddp__server_ranks(s, g, 0, late, sizeof late);
+    n_never = ddp__server_ranks(s, g, 1, never, sizeof never, first);
+    n_late = ddp__server_ranks(s, g, 0, late, sizeof late, first);
     out[0] = 0;
     if (n_never) ddp__append(out, size, "rank%s%s never joined%s%s", n_never > 1 ? "s" : "", never,
                              s->loopback[0] ? ": " : "", s->loopback);
@@ -2615,7 +2622,7 @@ static ddp_result ddp__store_req(ddp_ctx *ctx, uint32_t op, const char *key, con
     if (ddp__store_io(ctx->st->store_fd, op, key, val, vlen, ddp__now_ms() + cfg->timeout_ms, &status, &buf, outlen) != 0) {
         if (errno == ETIMEDOUT) {
             char who[400] = ""; /* rank 0 hosts the store: it can say who is missing */
-            if (ctx->st->server) ddp__server_missing(ctx->st->server, key, who, sizeof who);
+            if (ctx->st->server) ddp__server_missing(ctx->st->server, key, who, sizeof who, &ctx->st->waited);
             return ddp__fail(ctx, DDP_ERR_TIMEOUT, "timed out after %.*f s %s (store at %s:%d)%s%s", DDP__SECONDS(cfg->timeout_ms),
                              what, cfg->master_addr, cfg->master_port, who[0] ? ": " : "", who);
         }
@@ -2955,6 +2962,7 @@ static void ddp__shm_late(ddp_ctx *ctx, uint64_t mine, char *out, size_t size)
     for (i = 0; i < ctx->world_size && n + 48 < size; i++) {
         const ddp__fp *f = &h->now[i];
         if (__atomic_load_n(&h->arrived[i], __ATOMIC_RELAXED) >= mine) continue;
+        if (!late) ctx->st->waited = i;
         if (f->seq)
             n += (size_t)snprintf(out + n, size - n, "%s%d (last in %s #%llu)", late ? ", " : "", i,
                                   (unsigned)f->kind < DDP__COLL_COUNT ? ddp__colls[f->kind].name : "?",
@@ -5338,7 +5346,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     cfg = &st->cfg;
     st->log = desc->log ? desc->log : ddp__default_log;
     st->log_user = desc->log_user;
-    st->store_fd = st->pmi_fd = st->report_fd = -1;
+    st->store_fd = st->pmi_fd = st->report_fd = st->waited = -1;
     st->pid = getpid();
     pthread_mutex_init(&st->mu, NULL);
     {
@@ -5555,11 +5563,13 @@ static int ddp__first_cause(const ddp__end *ends, int n)
     return first >= 0 && left >= 0 ? left : first >= 0 ? first : lost ? silent : -1;
 }
 
-/* Reads what ranks said about their first failure ("pid code" lines): said[rank] = code;
+/* Reads what ranks said about their first failure ("pid code" lines, "pid code rank" for
+   a timeout waiting for that rank): said[rank] = code, waited[rank] = that rank;
    joined[rank] 1 once it said it started ddp_init, 2 once it left with ddp_destroy. Each
    line is one write below PIPE_BUF, but a read may end inside one: its start waits in
    part (size 64) for the next read. */
-static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, unsigned char *joined, char *part)
+static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, int *waited, unsigned char *joined,
+                              char *part)
 {
     char buf[4096 + 64], *line, *end;
     size_t have;
@@ -5570,13 +5580,16 @@ static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, unsig
         if ((k = read(fd, buf + have, sizeof buf - 1 - have)) <= 0) return;
         buf[have + (size_t)k] = 0;
         for (line = buf; (end = strchr(line, '\n')) != NULL; line = end + 1) {
-            int pid = 0, code = 0, i;
-            if (sscanf(line, "%d %d", &pid, &code) != 2) continue;
+            int pid = 0, code = 0, w = -1, i;
+            if (sscanf(line, "%d %d %d", &pid, &code, &w) < 2) continue;
             for (i = 0; i < n; i++)
                 if (pids[i] == pid && (code == DDP__JOINING || code == DDP__LEAVING)) joined[i] = code == DDP__JOINING ? 1 : 2;
-                else if (pids[i] == pid && said[i] < 0) said[i] = code;
+                else if (pids[i] == pid && said[i] < 0) {
+                    said[i] = code;
+                    waited[i] = w >= 0 && w < n && w != i ? w : -1;
+                }
         }
-        ddp__copy(part, 64, strlen(line) < 64 ? line : ""); /* a line is 24 bytes at most */
+        ddp__copy(part, 64, strlen(line) < 64 ? line : ""); /* a line is 36 bytes at most */
     }
 }
 
@@ -5597,7 +5610,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     sigset_t block, old;
     pid_t *pids, *started;
     ddp__end *ends;
-    int *said, *halted, any_joined = 0;
+    int *said, *waited, *halted, any_joined = 0;
     unsigned char *joined;
     char port[16], job[40], num[16], secret[65], id[17], prefix[40], report[48] = "1", part[64] = "";
     const char *given = getenv("DDP_SECRET");
@@ -5620,7 +5633,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     pids = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *pids * (size_t)nproc));
     started = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *started * (size_t)nproc));
     ends = DDP__CAST(ddp__end *, DDP_MALLOC(sizeof *ends * (size_t)nproc));
-    said = DDP__CAST(int *, DDP_MALLOC(sizeof *said * (size_t)nproc));
+    said = DDP__CAST(int *, DDP_MALLOC(sizeof *said * 2 * (size_t)nproc)); /* then waited */
     halted = DDP__CAST(int *, DDP_MALLOC(sizeof *halted * (size_t)nproc));
     joined = DDP__CAST(unsigned char *, DDP_MALLOC((size_t)nproc));
     if (!pids || !started || !ends || !said || !halted || !joined) {
@@ -5628,7 +5641,8 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         snprintf(why, why_size, "out of memory");
         return 1;
     }
-    for (i = 0; i < nproc; i++) said[i] = -1, halted[i] = 0, joined[i] = 0;
+    waited = said + nproc;
+    for (i = 0; i < nproc; i++) said[i] = waited[i] = -1, halted[i] = 0, joined[i] = 0;
     /* ranks say how their first failure came about through a pipe (nonblocking: a rank
        never waits for the launcher), named to them with its inode */
     if (pipe(pipefd) == 0 && fstat(pipefd[1], &sb) == 0) {
@@ -5730,7 +5744,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             ends[nends].caused = ends[nends].early = ends[nends].left = ends[nends].quiet = ends[nends].timed_out = 0;
             nends++;
         }
-        if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said, joined, part); /* written before they exited */
+        if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said, waited, joined, part); /* written before they exited */
         for (i = 0; i < nproc; i++) any_joined |= joined[i];
         for (i = 0; i < nends; i++) {
             ends[i].caused = said[ends[i].rank] == DDP_ERR_PEER || said[ends[i].rank] == DDP_ERR_ABORTED;
@@ -5749,7 +5763,11 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         }
         /* the cause, once no rank that may still be it is left (or the moment is over) */
         if (cause < 0 && c >= 0 && (!ends[c].caused || live == 0 || now >= term_at)) {
-            int n, h;
+            int n, h, w = said[ends[c].rank] == DDP_ERR_TIMEOUT ? waited[ends[c].rank] : -1;
+            char late[80] = "";
+            if (w >= 0) /* the rank it waited for: the one to look at (a loop, a deadlock, a hung read) */
+                snprintf(late, sizeof late, " after it timed out waiting for rank %d (pid %d%s)", w, started[w],
+                         pids[w] > 0 ? ", still running" : "");
             cause = c;
             status = ends[c].status;
             if (!status) status = 1; /* the job failed, though the rank's own status was 0 (early, left) */
@@ -5765,12 +5783,12 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
                 : ends[c].early ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 before ddp_init, while "
                                            "the others waited for it", ends[c].rank, ends[c].pid)
                 : ends[c].status == 0 && ends[c].timed_out
-                    ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 after it timed out waiting for the "
-                               "others", ends[c].rank, ends[c].pid)
+                    ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0%s", ends[c].rank, ends[c].pid,
+                               late[0] ? late : " after it timed out waiting for the others")
                 : ends[c].status == 0 ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 while the others "
                                                  "still needed it", ends[c].rank, ends[c].pid)
-                                      : snprintf(why, why_size, "rank %d (pid %d) exited with status %d", ends[c].rank,
-                                                 ends[c].pid, status);
+                                      : snprintf(why, why_size, "rank %d (pid %d) exited with status %d%s", ends[c].rank,
+                                                 ends[c].pid, status, late);
             if (others && n > 0 && (size_t)n < why_size)
                 snprintf(why + n, why_size - (size_t)n, "; stopped the other %d", others);
         }

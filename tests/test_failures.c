@@ -358,6 +358,15 @@ static int launched_child(const char *mode)
         if (ctx.rank == 5) raise(SIGKILL);
         return ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK ? 0 : 1;
     }
+    if (strcmp(mode, "stuck_mid_job") == 0) { /* rank 2 stuck after one all-reduce; the others' next times out */
+        if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
+        if (ctx.rank == 2) {
+            alarm(20);
+            for (;;) pause();
+        }
+        if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
+        return ddp_destroy(&ctx) == DDP_OK ? 0 : 1;
+    }
     if (strcmp(mode, "stuck_at_the_end") == 0) { /* rank 1 stuck; the others' ddp_destroy times out, exit 0 */
         if (ctx.rank == 1) {
             alarm(20); /* (stuck for good but for this: the check fails rather than hang where the job is not ended) */
@@ -531,10 +540,20 @@ static void test_launcher_blame(const char *self)
     rc = launch_to_file(self, "stuck_at_the_end", 3, out, 0);
     dt = now_s() - t0;
     CHECK("launcher.ends_a_job_whose_ranks_failed_in_ddp_destroy", rc == 1 &&
-          file_has(out, "exited with status 0 after it timed out waiting for the others; stopped the other") && dt < 8,
-          "status %d after %.1f s", rc, dt);
+          file_has(out, "exited with status 0 after it timed out waiting for rank 1 (pid ") &&
+          file_has(out, ", still running); stopped the other") && dt < 8, "status %d after %.1f s", rc, dt);
     CHECK("launcher.ddp_destroy_says_the_job_failed", file_has(out, "rank 0: ddp_destroy says timed out") ||
           file_has(out, "rank 0: ddp_destroy says the process group was aborted"), "rank 0's line is not in the output");
+    /* the rank the first failure waited for is the one to look at: the summary names it */
+    for (named = 0, bad[0] = 0, i = 0; i < runs; i++) {
+        rc = launch_to_file(self, "stuck_mid_job", 4, out, 0); /* (late: the stuck rank never ends) */
+        if (rc == 1 && file_has(out, "exited with status 1 after it timed out waiting for rank 2 (pid ") &&
+            file_has(out, ", still running); stopped the other")) named++;
+        else if (!bad[0]) snprintf(bad, sizeof bad, "status %d, %s", rc, file_has(out, "waiting for rank 2 (pid ") ?
+                                   "rank 2 named" : "rank 2 not named in the summary");
+    }
+    CHECK("launcher.names_the_rank_a_timeout_waited_for", named == runs,
+          "%d of %d runs named rank 2 with status 1; the first other: %s", named, runs, bad);
     t0 = now_s();
     rc = launch_to_file(self, "halt", 3, out, 0);
     dt = now_s() - t0;
