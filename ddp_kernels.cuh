@@ -653,28 +653,51 @@ static inline void ddp__gemm_pack(float *bp, const float *b, size_t bk, size_t b
             for (int k = 0; k < kc; k++) bp[k * DDP__NR + j] = b[k * bk + j * bn];
 }
 
+/* k per step of ddp__gemm's tasks: a panel's depth, or with csum a run (seg, else all K). */
+static inline int ddp__gemm_step(int K, int sum, int seg)
+{
+    return !sum ? DDP__KC : seg > 0 && seg < K ? seg : K > 0 ? K : 1;
+}
+
+/* a packed a step at a time, each thread its own block's rows (at most DDP__MD + MR - 1)
+   into a region of its own that stays in L2, where k is deeper than a panel and such a
+   region is at most 1 MB; else a packed whole before the tasks. Packed whole, the weight
+   gradient's dout went to memory and back once more: on an AMD EPYC family 26 it then ran
+   10-20% slower than reading dout in place, page-strided as it is. */
+static inline int ddp__gemm_a_by_step(int K, int step)
+{
+    return K > DDP__KC && (size_t)(DDP__MD + DDP__MR) * (size_t)step <= ((size_t)1 << 18);
+}
+
 /* Floats of ddp__gemm's scratch: b packed whole (K, N rounded up to whole panels) when its
    row blocks would each pack the same panels again (M past one block, or past one tile
    where k is deeper than a panel: the block count then follows the threads), then a packed
-   (M rounded up to whole tiles, K) when it is strided along k by a page or more (each k a
-   new page, where the hardware prefetches nothing; shorter strides read in place were
-   faster than packing, weight gradients with 128-512 outputs on Zen 3), each tile's rows
-   k by k. */
+   when it is strided along k by a page or more (each k a new page, where the hardware
+   prefetches nothing; shorter strides read in place were faster than packing, weight
+   gradients with 128-512 outputs on Zen 3), each tile's rows k by k: a step's region for
+   each of `threads`, else all of a (M rounded up to whole tiles, K). */
 static inline size_t ddp__gemm_b_floats(int M, int N, int K)
 {
     const int one_block = M <= (K > DDP__KC ? DDP__MR : DDP__MC);
     return !one_block && N > 0 && K > 0 ? (size_t)K * (size_t)((N + DDP__NR - 1) / DDP__NR) * DDP__NR : 0;
 }
-static inline size_t ddp__gemm_a_floats(int M, int K, size_t ak)
+static inline size_t ddp__gemm_a_floats(int M, int K, size_t ak, int step, int threads)
 {
-    return ak * sizeof(float) >= 4096 && M > 0 && K > 0 ? (size_t)K * (size_t)((M + DDP__MR - 1) / DDP__MR) * DDP__MR : 0;
+    if (ak * sizeof(float) < 4096 || M <= 0 || K <= 0) return 0;
+    return ddp__gemm_a_by_step(K, step) ? (size_t)threads * (DDP__MD + DDP__MR) * (size_t)step
+                                        : (size_t)K * (size_t)((M + DDP__MR - 1) / DDP__MR) * DDP__MR;
 }
 
-/* ddp__gemm's scratch for these shapes, or NULL: not needed, or too little memory, and
-   then ddp__gemm packs b per task and reads a in place. The bits are the same. */
-static inline float *ddp__gemm_scratch(int M, int N, int K, size_t ak)
+/* ddp__gemm's scratch for these shapes (sum, seg: its csum and seg), for a team of at most
+   omp_get_max_threads(); or NULL: not needed, or too little memory, and then ddp__gemm
+   packs b per task and reads a in place. The bits are the same. */
+static inline float *ddp__gemm_scratch(int M, int N, int K, size_t ak, int sum, int seg)
 {
-    const size_t n = ddp__gemm_b_floats(M, N, K) + ddp__gemm_a_floats(M, K, ak);
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    const size_t n = ddp__gemm_b_floats(M, N, K) + ddp__gemm_a_floats(M, K, ak, ddp__gemm_step(K, sum, seg), threads);
     return n ? (float *)malloc(n * sizeof(float)) : NULL;
 }
 
@@ -701,7 +724,8 @@ static inline void ddp__gemm_pack_a(float *ap, const float *a, size_t am, size_t
    b in fp32, as c would, and adds every run of its own elements in order). Call it inside a
    parallel region (or outside one, serially), every thread with the same arguments: its
    tasks are shared out and nobody waits at the end. With scratch (ddp__gemm_scratch's for
-   the same M, N, K and ak) the team first packs b and a into it, then waits for all of it. */
+   the same shapes, and a team no larger) the team first packs b, and a unless each thread
+   packs its rows of a step by step, into it, then waits for all of it. */
 static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, const float *b, size_t bk, size_t bn,
                              const float *bias, int accumulate, int M, int N, int K, double *csum, int seg,
                              float *scratch)
@@ -718,10 +742,14 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
     const int mc = (tiles + blocks - 1) / blocks * DDP__MR, panels = M > 0 ? (N + DDP__NR - 1) / DDP__NR : 0;
     const int per = deep ? panels : 1, across = deep ? 1 : panels, tasks = panels > 0 ? blocks * across : 0;
     const int depths = (K + DDP__KC - 1) / DDP__KC;
-    const int step = !csum ? DDP__KC : seg > 0 && seg < K ? seg : K > 0 ? K : 1; /* k per step */
-    const size_t bfl = scratch ? ddp__gemm_b_floats(M, N, K) : 0, afl = scratch ? ddp__gemm_a_floats(M, K, ak) : 0;
-    float *bpk = bfl ? scratch : NULL, *apk = afl ? scratch + bfl : NULL;
-    const int bjobs = bpk ? panels * depths : 0, jobs = bjobs + (apk ? (K + 15) / 16 : 0);
+    const int step = ddp__gemm_step(K, csum != NULL, seg), by_step = ddp__gemm_a_by_step(K, step);
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    const size_t bfl = scratch ? ddp__gemm_b_floats(M, N, K) : 0, afl = scratch ? ddp__gemm_a_floats(M, K, ak, step, 1) : 0;
+    float *bpk = bfl ? scratch : NULL, *apk = afl ? scratch + bfl + (by_step ? (size_t)tid * afl : 0) : NULL;
+    const int bjobs = bpk ? panels * depths : 0, jobs = bjobs + (apk && !by_step ? (K + 15) / 16 : 0);
     if (jobs) { /* b's panel p at bpk + NR p K, depth k0 of it NR k0 further; a by 16 rows of k */
         DDP__OMP(for schedule(dynamic))
         for (int t = 0; t < jobs; t++)
@@ -738,10 +766,13 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
     for (int t = 0; t < tasks; t++) {
         float own[DDP__KC * DDP__NR], part[(DDP__MC + DDP__MR) * DDP__NR]; /* a run's rows (mc <= DDP__MC + MR - 1) */
         const int m0 = t / across * mc, m1 = m0 + mc < M ? m0 + mc : M, p0 = t % across * per, p1 = p0 + per;
-        for (int s0 = 0; s0 < (K ? K : 1); s0 += step) /* K == 0 still writes bias */
+        for (int s0 = 0; s0 < (K ? K : 1); s0 += step) { /* K == 0 still writes bias */
+        const int s1 = s0 + step < K ? s0 + step : K;
+        if (apk && by_step) /* this step's rows of a, tile by tile, at apk + (tile step + k - s0) MR */
+            ddp__gemm_pack_a(apk, a + (size_t)m0 * am + (size_t)s0 * ak, am, ak, m1 - m0, step, 0, s1 - s0);
         for (int p = p0; p < p1; p++) {
             const int n0 = p * DDP__NR, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
-            for (int k0 = s0, s1 = s0 + step < K ? s0 + step : K; k0 < (K ? s1 : 1); k0 += DDP__KC) {
+            for (int k0 = s0; k0 < (K ? s1 : 1); k0 += DDP__KC) {
                 const int kc = s1 - k0 < DDP__KC ? s1 - k0 : DDP__KC, start = !accumulate && k0 == (csum ? s0 : 0);
                 const int flush = csum && k0 + kc >= s1;
                 const float *bp = bpk ? bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR : own;
@@ -754,12 +785,14 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                     const int mv = m1 - m < DDP__MR ? m1 - m : DDP__MR; /* rows stored; packed a has all DDP__MR */
                     ddp__gemm_tile(csum ? part + (size_t)(m - m0) * DDP__NR : c + (size_t)m * N + n0,
                                    csum ? DDP__NR : (size_t)N, mv, nv,
-                                   apk ? apk + ((size_t)(m / DDP__MR) * K + k0) * DDP__MR
+                                   apk && by_step ? apk + ((size_t)((m - m0) / DDP__MR) * step + (k0 - s0)) * DDP__MR
+                                   : apk ? apk + ((size_t)(m / DDP__MR) * K + k0) * DDP__MR
                                        : a + (size_t)m * am + (size_t)k0 * ak,
                                    apk ? 1 : am, apk ? DDP__MR : ak, apk ? DDP__MR : mv, bp, DDP__NR, DDP__NR, kc, start,
                                    bias ? bias + n0 : NULL, flush ? csum + (size_t)m * N + n0 : NULL, (size_t)N);
                 }
             }
+        }
         }
     }
 }
@@ -768,7 +801,7 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
 static inline void ddp_matmul_forward_cpu(float *out, const float *inp, const float *weight,
                                    const float *bias, int B, int T, int C, int OC)
 {
-    float *scratch = ddp__gemm_scratch(B * T, OC, C, 1);
+    float *scratch = ddp__gemm_scratch(B * T, OC, C, 1, 0, 0);
     DDP__OMP(parallel)
     ddp__gemm(out, inp, (size_t)C, 1, weight, 1, (size_t)C, bias, 0, B * T, OC, C, NULL, 0, scratch);
     free(scratch);
@@ -781,7 +814,8 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
                                     const float *inp, const float *weight, int B, int T, int C, int OC)
 {
     const int BT = B * T;
-    float *ds = dinp ? ddp__gemm_scratch(BT, C, OC, 1) : NULL, *ws = dweight ? ddp__gemm_scratch(OC, C, BT, OC) : NULL;
+    float *ds = dinp ? ddp__gemm_scratch(BT, C, OC, 1, 0, 0) : NULL;
+    float *ws = dweight ? ddp__gemm_scratch(OC, C, BT, (size_t)OC, 0, 0) : NULL;
     DDP__OMP(parallel)
     {
         if (dinp) ddp__gemm(dinp, dout, (size_t)OC, 1, weight, (size_t)C, 1, NULL, 1, BT, C, OC, NULL, 0, ds);
@@ -807,7 +841,7 @@ static inline void ddp_matmul_backward_cpu(float *dinp, float *dweight, float *d
 static inline void ddp_matmul_backward_sum_cpu(double *dweight, double *dbias, const float *dout, const float *inp,
                                                int B, int T, int C, int OC)
 {
-    float *scratch = dweight && T > 0 ? ddp__gemm_scratch(OC, C, B * T, (size_t)OC) : NULL;
+    float *scratch = dweight && T > 0 ? ddp__gemm_scratch(OC, C, B * T, (size_t)OC, 1, T) : NULL;
     DDP__OMP(parallel)
     {
         if (dweight && T > 0) /* one product over all B*T rows, summed sequence by sequence */

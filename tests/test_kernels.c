@@ -196,7 +196,8 @@ static void test_matmul_blocked(void)
 {
     static const int shapes[][3] = {{1, 1, 1}, {1, 1, 17}, {3, 1, 1}, {7, 19, 1}, {11, 37, 33},
                                     {17, 300, 20}, {6, 16, 300}, {260, 17, 5}, {300, 9, 40}, {30, 20, 270},
-                                    {260, 300, 20}, {40, 7, 1030}}; /* the last: dweight's a packed (OC >= 1024) */
+                                    {260, 300, 20}, {40, 7, 1030},  /* dweight's a packed (OC >= 1024) */
+                                    {300, 9, 1030}};                /* and packed a step at a time (k past a panel) */
     double worst = 0.0;
     int same_threads = 1, same_rows = 1, same_split = 1;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -318,6 +319,7 @@ static void test_matmul_sum(void)
     matmul_sum_case(2, 40, 19, 270, &same, &threads);
     matmul_sum_case(2, 270, 19, 270, &same, &threads);
     matmul_sum_case(3, 30, 5, 1030, &same, &threads); /* dout packed: strided by a page */
+    matmul_sum_case(3, 300, 5, 1030, &same, &threads); /* and packed a run at a time (k past a panel) */
     matmul_sum_case(2, 150, 4, 0, &same, &threads);   /* no outputs, k past a panel: nothing to do, no crash */
     CHECK("kernels.matmul.sum_per_sequence", same && threads, "the double sum %s the per-sequence fp32 gradients; "
           "one thread %s", same ? "matches" : "differs from", threads ? "agrees" : "differs");
