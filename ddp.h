@@ -399,7 +399,10 @@ DDPDEF const char *ddp_backend_name(ddp_backend b);
    send == recv is in place; buffers that overlap otherwise are refused. Integer sums
    wrap (as NCCL's and PyTorch's); AVG of integers truncates toward zero. MIN and MAX
    give NaN where any rank has one (on the CPU and MPI backends). 16-bit floats
-   accumulate in f32 on the CPU. */
+   accumulate in f32 on the CPU. A collective that failed once it started (a timeout, a
+   rank gone, ranks that disagree; not an argument refused) leaves recv without a
+   result (MPI may even write part of it later: a nonblocking collective in flight
+   cannot be cancelled), and the context refuses every later one: end the job. */
 DDPDEF ddp_result ddp_all_reduce(ddp_ctx *ctx, const void *send, void *recv, size_t count,
                                  ddp_dtype dtype, ddp_op op, void *stream);
 DDPDEF ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *recv, size_t count,

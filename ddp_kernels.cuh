@@ -493,7 +493,8 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
             DDP__TILE_ROWS(DDP__VLOAD)
 #undef DDP__VLOAD
         } else if (full) {
-#define DDP__VLOAD(i) lo[i] = _mm512_loadu_ps(c + (i) * ldc); hi[i] = wide ? _mm512_loadu_ps(c + (i) * ldc + 16) : lo[i];
+#define DDP__VLOAD(i) lo[i] = _mm512_loadu_ps(c + (i) * ldc); \
+                      hi[i] = wide ? _mm512_loadu_ps(c + (i) * ldc + 16) : lo[i];
             DDP__TILE_ROWS(DDP__VLOAD)
 #undef DDP__VLOAD
         } else {
@@ -747,7 +748,8 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
 #ifdef _OPENMP
     tid = omp_get_thread_num();
 #endif
-    const size_t bfl = scratch ? ddp__gemm_b_floats(M, N, K) : 0, afl = scratch ? ddp__gemm_a_floats(M, K, ak, step, 1) : 0;
+    const size_t bfl = scratch ? ddp__gemm_b_floats(M, N, K) : 0;
+    const size_t afl = scratch ? ddp__gemm_a_floats(M, K, ak, step, 1) : 0; /* with by_step: one thread's region */
     float *bpk = bfl ? scratch : NULL, *apk = afl ? scratch + bfl + (by_step ? (size_t)tid * afl : 0) : NULL;
     const int bjobs = bpk ? panels * depths : 0, jobs = bjobs + (apk && !by_step ? (K + 15) / 16 : 0);
     if (jobs) { /* b's panel p at bpk + NR p K, depth k0 of it NR k0 further; a by 16 rows of k */
@@ -767,32 +769,34 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
         float own[DDP__KC * DDP__NR], part[(DDP__MC + DDP__MR) * DDP__NR]; /* a run's rows (mc <= DDP__MC + MR - 1) */
         const int m0 = t / across * mc, m1 = m0 + mc < M ? m0 + mc : M, p0 = t % across * per, p1 = p0 + per;
         for (int s0 = 0; s0 < (K ? K : 1); s0 += step) { /* K == 0 still writes bias */
-        const int s1 = s0 + step < K ? s0 + step : K;
-        if (apk && by_step) /* this step's rows of a, tile by tile, at apk + (tile step + k - s0) MR */
-            ddp__gemm_pack_a(apk, a + (size_t)m0 * am + (size_t)s0 * ak, am, ak, m1 - m0, step, 0, s1 - s0);
-        for (int p = p0; p < p1; p++) {
-            const int n0 = p * DDP__NR, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
-            for (int k0 = s0; k0 < (K ? s1 : 1); k0 += DDP__KC) {
-                const int kc = s1 - k0 < DDP__KC ? s1 - k0 : DDP__KC, start = !accumulate && k0 == (csum ? s0 : 0);
-                const int flush = csum && k0 + kc >= s1;
-                const float *bp = bpk ? bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR : own;
-                if (!bpk) ddp__gemm_pack(own, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
-                for (int m = m0; m < m1; m += DDP__MR) {
-                    for (int i = m + DDP__MR; i < m + 2 * DDP__MR && i < m1 && !csum; i++) {
-                        DDP__PREFETCH_W(c + (size_t)i * N + n0);
-                        DDP__PREFETCH_W(c + (size_t)i * N + n0 + nv - 1);
+            const int s1 = s0 + step < K ? s0 + step : K;
+            if (apk && by_step) /* this step's rows of a, tile by tile, at apk + (tile step + k - s0) MR */
+                ddp__gemm_pack_a(apk, a + (size_t)m0 * am + (size_t)s0 * ak, am, ak, m1 - m0, step, 0, s1 - s0);
+            for (int p = p0; p < p1; p++) {
+                const int n0 = p * DDP__NR, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
+                for (int k0 = s0; k0 < (K ? s1 : 1); k0 += DDP__KC) {
+                    const int kc = s1 - k0 < DDP__KC ? s1 - k0 : DDP__KC, start = !accumulate && k0 == (csum ? s0 : 0);
+                    const int flush = csum && k0 + kc >= s1;
+                    const float *bp = bpk ? bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR : own;
+                    if (!bpk) ddp__gemm_pack(own, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
+                    for (int m = m0; m < m1; m += DDP__MR) {
+                        const size_t ta = (size_t)((m - m0) / DDP__MR) * step + (size_t)(k0 - s0); /* its place in a by_step region */
+                        for (int i = m + DDP__MR; i < m + 2 * DDP__MR && i < m1 && !csum; i++) {
+                            DDP__PREFETCH_W(c + (size_t)i * N + n0);
+                            DDP__PREFETCH_W(c + (size_t)i * N + n0 + nv - 1);
+                        }
+                        const int mv = m1 - m < DDP__MR ? m1 - m : DDP__MR; /* rows stored; packed a has all DDP__MR */
+                        ddp__gemm_tile(csum ? part + (size_t)(m - m0) * DDP__NR : c + (size_t)m * N + n0,
+                                       csum ? DDP__NR : (size_t)N, mv, nv,
+                                       apk && by_step ? apk + ta * DDP__MR
+                                       : apk ? apk + ((size_t)(m / DDP__MR) * K + k0) * DDP__MR
+                                           : a + (size_t)m * am + (size_t)k0 * ak,
+                                       apk ? 1 : am, apk ? DDP__MR : ak, apk ? DDP__MR : mv, bp, DDP__NR, DDP__NR, kc,
+                                       start,
+                                       bias ? bias + n0 : NULL, flush ? csum + (size_t)m * N + n0 : NULL, (size_t)N);
                     }
-                    const int mv = m1 - m < DDP__MR ? m1 - m : DDP__MR; /* rows stored; packed a has all DDP__MR */
-                    ddp__gemm_tile(csum ? part + (size_t)(m - m0) * DDP__NR : c + (size_t)m * N + n0,
-                                   csum ? DDP__NR : (size_t)N, mv, nv,
-                                   apk && by_step ? apk + ((size_t)((m - m0) / DDP__MR) * step + (k0 - s0)) * DDP__MR
-                                   : apk ? apk + ((size_t)(m / DDP__MR) * K + k0) * DDP__MR
-                                       : a + (size_t)m * am + (size_t)k0 * ak,
-                                   apk ? 1 : am, apk ? DDP__MR : ak, apk ? DDP__MR : mv, bp, DDP__NR, DDP__NR, kc, start,
-                                   bias ? bias + n0 : NULL, flush ? csum + (size_t)m * N + n0 : NULL, (size_t)N);
                 }
             }
-        }
         }
     }
 }
