@@ -1174,8 +1174,8 @@ static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt
     ddp__say(ctx, DDP_LOG_ERROR, msg); /* (the lock is recursive) */
     if (ctx->st->report_fd >= 0 && !ctx->st->reported) { /* the launcher blames the first rank whose failure was its own */
         int n = code == DDP_ERR_TIMEOUT && ctx->st->waited >= 0 /* and for whom it waited: the launcher names it */
-                    ? snprintf(msg, sizeof msg, "%d %d %d\n", (int)getpid(), (int)code, ctx->st->waited)
-                    : snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), (int)code);
+                    ? snprintf(msg, sizeof msg, "\n%d %d %d\n", (int)getpid(), (int)code, ctx->st->waited)
+                    : snprintf(msg, sizeof msg, "\n%d %d\n", (int)getpid(), (int)code);
         if (write(ctx->st->report_fd, msg, (size_t)n) < 0) {}
         ctx->st->reported = 1; /* the first failure says how it came about */
     }
@@ -1661,7 +1661,7 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
         if ((v = getenv("DDP_LAUNCHER")) && sscanf(v, "%d:%lu", &fd, &ino) == 2 && fstat(fd, &sb) == 0 &&
             S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino) {
             char msg[32];
-            int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), DDP__JOINING);
+            int n = snprintf(msg, sizeof msg, "\n%d %d\n", (int)getpid(), DDP__JOINING);
             fcntl(fd, F_SETFD, FD_CLOEXEC); /* the rank's own children are not ranks */
             ctx->st->report_fd = fd;
             if (write(fd, msg, (size_t)n) < 0) {} /* this rank uses ddp.h: it ending before the others is a failure */
@@ -2770,9 +2770,11 @@ static ddp_result ddp__store_connect(ddp_ctx *ctx)
             if (admitted < 0) return ddp__fail(ctx, admitted == -2 ? DDP_ERR_PROTOCOL : DDP_ERR_REFUSED, "%s", why);
             err = ECONNRESET;
         }
-        if (ddp__now_ms() + backoff > deadline)
+        if (ddp__now_ms() + backoff > deadline) {
+            ctx->st->waited = 0; /* rank 0 hosts the store */
             return ddp__fail(ctx, DDP_ERR_TIMEOUT, "cannot reach rank 0's store at %s:%d within %.*f s: %s",
                              cfg->master_addr, cfg->master_port, DDP__SECONDS(cfg->timeout_ms), strerror(err));
+        }
         ddp__sleep_ms(backoff);
         /* at most 0.1 s: a rank that waits for rank 0 joins as soon as it listens */
         backoff = backoff * 2 > 100 ? 100 : backoff * 2;
@@ -5414,7 +5416,7 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
     }
     if (st->report_fd >= 0 && r == DDP_OK && !st->broken) { /* left cleanly: its exit stops nobody */
         char msg[32];
-        int n = snprintf(msg, sizeof msg, "%d %d\n", (int)getpid(), DDP__LEAVING);
+        int n = snprintf(msg, sizeof msg, "\n%d %d\n", (int)getpid(), DDP__LEAVING);
         if (write(st->report_fd, msg, (size_t)n) < 0) {}
     }
     if (r == DDP_OK) r = st->broken; /* the job failed before: a program that returns this exits non-zero */
@@ -5570,7 +5572,8 @@ static int ddp__first_cause(const ddp__end *ends, int n)
    a timeout waiting for that rank): said[rank] = code, waited[rank] = that rank;
    joined[rank] 1 once it said it started ddp_init, 2 once it left with ddp_destroy. Each
    line is one write below PIPE_BUF, but a read may end inside one: its start waits in
-   part (size 64) for the next read. */
+   part (size 64) for the next read. Ranks start each line with a newline too, so that
+   bytes a program wrote to the pipe end before it; a NUL among them hides nothing. */
 static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, int *waited, unsigned char *joined,
                               char *part)
 {
@@ -5581,9 +5584,12 @@ static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, int *
         have = strlen(part);
         memcpy(buf, part, have);
         if ((k = read(fd, buf + have, sizeof buf - 1 - have)) <= 0) return;
+        for (end = buf + have; end < buf + have + k; end++)
+            if (!*end) *end = '?';
         buf[have + (size_t)k] = 0;
         for (line = buf; (end = strchr(line, '\n')) != NULL; line = end + 1) {
             int pid = 0, code = 0, w = -1, i;
+            *end = 0; /* this line's fields only (sscanf would read on past a newline) */
             if (sscanf(line, "%d %d %d", &pid, &code, &w) < 2) continue;
             for (i = 0; i < n; i++)
                 if (pids[i] == pid && (code == DDP__JOINING || code == DDP__LEAVING)) joined[i] = code == DDP__JOINING ? 1 : 2;
@@ -5766,23 +5772,27 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         }
         /* the cause, once no rank that may still be it is left (or the moment is over) */
         if (cause < 0 && c >= 0 && (!ends[c].caused || live == 0 || now >= term_at)) {
-            int n, h, w = said[ends[c].rank] == DDP_ERR_TIMEOUT ? waited[ends[c].rank] : -1;
-            char late[80] = "";
+            const int timed_out = said[ends[c].rank] == DDP_ERR_TIMEOUT;
+            int n, h, w = timed_out ? waited[ends[c].rank] : -1;
+            char late[100] = "";
+            for (h = 0; timed_out && w < 0 && any_joined && h < nproc; h++) /* a rank that never came to ddp_init */
+                if (pids[h] > 0 && !joined[h]) w = h;
             if (w >= 0) /* the rank it waited for: the one to look at (a loop, a deadlock, a hung read) */
                 snprintf(late, sizeof late, " after it timed out waiting for rank %d (pid %d%s)", w, started[w],
-                         pids[w] > 0 ? ", still running" : "");
+                         pids[w] <= 0 ? "" : joined[w] ? ", still running" : ", still running, not yet in ddp_init");
             cause = c;
             status = ends[c].status;
             if (!status) status = 1; /* the job failed, though the rank's own status was 0 (early, left) */
-            /* a rank held stopped (SIGSTOP, a debugger's attach gone wrong): the others time out waiting */
-            for (h = 0; h < nproc && !(pids[h] > 0 && halted[h]); h++) {}
+            /* a rank held stopped (SIGSTOP, a debugger's attach gone wrong): the others time out waiting;
+               where the timeout says for whom, only that rank */
+            for (h = 0; h < nproc && !(pids[h] > 0 && halted[h] && (w < 0 || h == w)); h++) {}
             n = h < nproc && !ends[c].signal && (ends[c].caused || said[ends[c].rank] == DDP_ERR_TIMEOUT)
                     ? snprintf(why, why_size, "rank %d (pid %d) stayed stopped by signal %d (%s) until rank %d exited with "
-                               "status %d", h, started[h], halted[h], strsignal(halted[h]), ends[c].rank, status)
-                : ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)%s", ends[c].rank,
+                               "status %d", h, started[h], halted[h], strsignal(halted[h]), ends[c].rank, ends[c].status)
+                : ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)%s%s", ends[c].rank,
                                             ends[c].pid, ends[c].signal, strsignal(ends[c].signal),
                                             ends[c].signal == SIGKILL ? " (not by this launcher: the kernel's out-of-memory "
-                                                                        "killer, or someone's kill -9)" : "")
+                                                                        "killer, or someone's kill -9)" : "", late)
                 : ends[c].early ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 before ddp_init, while "
                                            "the others waited for it", ends[c].rank, ends[c].pid)
                 : ends[c].status == 0 && ends[c].timed_out

@@ -334,6 +334,10 @@ static int launched_child(const char *mode)
     if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
     /* rank 1 leaves before ddp_init with status 0: the others would wait DDP_TIMEOUT for it */
     if (strcmp(mode, "exit0_before_init") == 0 && getenv("RANK") && strcmp(getenv("RANK"), "1") == 0) return 0;
+    if (strcmp(mode, "stuck_before_init") == 0 && getenv("RANK") && strcmp(getenv("RANK"), "3") == 0) {
+        alarm(20);
+        for (;;) pause();
+    }
     if (quiet(&ctx, &d) != DDP_OK) return 10;
     if (strcmp(mode, "exit3") == 0 && ctx.rank == 2) return 3;
     if (strcmp(mode, "segv") == 0 && ctx.rank == 1) raise(SIGSEGV);
@@ -366,6 +370,28 @@ static int launched_child(const char *mode)
         }
         if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
         return ddp_destroy(&ctx) == DDP_OK ? 0 : 1;
+    }
+    if (strcmp(mode, "abort_after_timeout") == 0 || strcmp(mode, "stray_bytes") == 0 ||
+        strcmp(mode, "bystander_stopped") == 0) { /* rank 2 (bystander: 1) stuck; the others' all-reduce times out */
+        const int stuck = mode[0] == 'b' ? 1 : 2;
+        unsigned long ino;
+        int fd;
+        if (mode[0] == 's' && ctx.rank == 1 && sscanf(getenv("DDP_LAUNCHER"), "%d:%lu", &fd, &ino) == 2) {
+            if (write(fd, "7", 1) < 0 || write(fd, "\0junk", 5) < 0) {} /* a program's stray bytes on the pipe */
+        }
+        if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
+        if (ctx.rank == stuck) {
+            alarm(20);
+            for (;;) pause();
+        }
+        if (mode[0] == 'b' && ctx.rank == 3) raise(SIGSTOP); /* stopped too, late as well: the timeout names rank 1 */
+        if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK) return ddp_destroy(&ctx) != DDP_OK;
+        if (mode[0] == 'a') {
+            struct rlimit none = {0, 0};
+            setrlimit(RLIMIT_CORE, &none); /* as an assert would end it, without a core file */
+            abort();
+        }
+        return 1;
     }
     if (strcmp(mode, "stuck_at_the_end") == 0) { /* rank 1 stuck; the others' ddp_destroy times out, exit 0 */
         if (ctx.rank == 1) {
@@ -554,6 +580,21 @@ static void test_launcher_blame(const char *self)
     }
     CHECK("launcher.names_the_rank_a_timeout_waited_for", named == runs,
           "%d of %d runs named rank 2 with status 1; the first other: %s", named, runs, bad);
+    rc = launch_to_file(self, "stuck_before_init", 4, out, 0);
+    CHECK("launcher.names_a_rank_stuck_before_ddp_init", rc == 10 &&
+          file_has(out, "after it timed out waiting for rank 3 (pid ") && file_has(out, "not yet in ddp_init)"),
+          "status %d, %s", rc, file_has(out, "waiting for rank 3 (pid ") ? "rank 3 named" : "rank 3 not named");
+    rc = launch_to_file(self, "abort_after_timeout", 4, out, 0);
+    CHECK("launcher.names_the_rank_a_killed_rank_waited_for", rc == 128 + SIGABRT &&
+          file_has(out, "(Aborted) after it timed out waiting for rank 2 (pid "), "status %d, %s", rc,
+          file_has(out, "waiting for rank 2 (pid ") ? "rank 2 named" : "rank 2 not named");
+    rc = launch_to_file(self, "stray_bytes", 4, out, 0);
+    CHECK("launcher.reports_survive_stray_bytes", rc == 1 && file_has(out, "after it timed out waiting for rank 2 (pid "),
+          "status %d, %s", rc, file_has(out, "waiting for rank 2 (pid ") ? "rank 2 named" : "rank 2 not named");
+    rc = launch_to_file(self, "bystander_stopped", 4, out, 0);
+    CHECK("launcher.names_the_waited_rank_before_a_stopped_one", rc == 1 &&
+          file_has(out, "after it timed out waiting for rank 1 (pid ") && !file_has(out, "stayed stopped"),
+          "status %d, %s", rc, file_has(out, "stayed stopped") ? "the stopped rank 3 named" : "rank 1 not named");
     t0 = now_s();
     rc = launch_to_file(self, "halt", 3, out, 0);
     dt = now_s() - t0;
