@@ -7,7 +7,8 @@
     python3 examples/bench_train_gpt.py --gpu           # one GPU: GPT-2 124M, batch 8
 
 Prints the CPU first (its model as lscpu gives it, the vector instructions that matter for
-the matmul, the caches per core): a figure holds for the CPU it was measured on. Runs
+the matmul, the caches per core): a figure holds for the CPU it was measured on; and
+says so where PyTorch's MKL keeps its AVX-512 code from the CPU (AMD's). Runs
 every form once per round, the forms alternating (A, B, C, A, B, C, ...), so that
 a machine that slows down or speeds up meanwhile touches all of them alike, and prints
 one table: tokens/s as the median of the rounds with the slowest and fastest in
@@ -315,6 +316,21 @@ def torch_importable():
     return subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
 
 
+def mkl_off_its_avx512():
+    """True where PyTorch's sgemm is MKL's and MKL keeps its AVX-512 code from this CPU: it
+    checks the vendor, and on AMD's CPUs with AVX-512 runs its AVX2 code (unless an
+    LD_PRELOAD library answers its check, as the README shows)"""
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    if "GenuineIntel" in text or " avx512f" not in text or os.environ.get("LD_PRELOAD"):
+        return False
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.mkl.is_available())"],
+                         capture_output=True, text=True)
+    return out.returncode == 0 and out.stdout.strip() == "True"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gpu", action="store_true", help="train_gpt_gpu against PyTorch on one GPU")
@@ -362,6 +378,9 @@ def main():
     fpt = flops_per_token(L, C, T, args.vocab)
     where = cpu_summary()  # what the table's numbers come from
     print("cpu: " + where)
+    if have_torch and not args.gpu and mkl_off_its_avx512():
+        print("note: PyTorch's MKL runs its AVX2 code on this non-Intel CPU with AVX-512 (the README's Zen 5 "
+              "section gives it its AVX-512 code too)")
     if args.gpu:
         where = gpu_summary()
         print("gpu: " + where)
