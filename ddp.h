@@ -2957,7 +2957,8 @@ static ddp_result ddp__shm_abort(ddp_ctx *ctx, ddp_result code)
     return code;
 }
 
-/* "ranks 1 (all_reduce #11), 3 (not started)": where the ranks this one waits for are */
+/* "ranks 1 (all_reduce #11), 3 (not started)": where the ranks this one waits for are;
+   the first of them goes to st->waited, for this rank's report to the launcher */
 static void ddp__shm_late(ddp_ctx *ctx, uint64_t mine, char *out, size_t size)
 {
     ddp__shm *h = ddp__cpu_of(ctx)->shm;
@@ -5772,10 +5773,9 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         }
         /* the cause, once no rank that may still be it is left (or the moment is over) */
         if (cause < 0 && c >= 0 && (!ends[c].caused || live == 0 || now >= term_at)) {
-            const int timed_out = said[ends[c].rank] == DDP_ERR_TIMEOUT;
-            int n, h, w = timed_out ? waited[ends[c].rank] : -1;
+            int n, h, w = ends[c].timed_out ? waited[ends[c].rank] : -1;
             char late[100] = "";
-            for (h = 0; timed_out && w < 0 && any_joined && h < nproc; h++) /* a rank that never came to ddp_init */
+            for (h = 0; ends[c].timed_out && w < 0 && any_joined && h < nproc; h++) /* never came to ddp_init */
                 if (pids[h] > 0 && !joined[h]) w = h;
             if (w >= 0) /* the rank it waited for: the one to look at (a loop, a deadlock, a hung read) */
                 snprintf(late, sizeof late, " after it timed out waiting for rank %d (pid %d%s)", w, started[w],
@@ -5786,7 +5786,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             /* a rank held stopped (SIGSTOP, a debugger's attach gone wrong): the others time out waiting;
                where the timeout says for whom, only that rank */
             for (h = 0; h < nproc && !(pids[h] > 0 && halted[h] && (w < 0 || h == w)); h++) {}
-            n = h < nproc && !ends[c].signal && (ends[c].caused || said[ends[c].rank] == DDP_ERR_TIMEOUT)
+            n = h < nproc && !ends[c].signal && (ends[c].caused || ends[c].timed_out)
                     ? snprintf(why, why_size, "rank %d (pid %d) stayed stopped by signal %d (%s) until rank %d exited with "
                                "status %d", h, started[h], halted[h], strsignal(halted[h]), ends[c].rank, ends[c].status)
                 : ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)%s%s", ends[c].rank,

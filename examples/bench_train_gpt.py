@@ -262,17 +262,23 @@ def ceiling(args, C, T):
     return found
 
 
-def cpu_summary():
-    """'AMD EPYC (family 25, model 1); avx2 fma; L1d 32K, L2 512K per core; 2 cores' from /proc/cpuinfo
-    and sysfs (Linux), as much of it as this machine tells"""
+def cpu_info():
+    """the first processor's fields in /proc/cpuinfo (Linux), else {}"""
     info = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                info.setdefault(key.strip(), value.strip())  # the first processor's
+                info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    return info
+
+
+def cpu_summary():
+    """'AMD EPYC (family 25, model 1); avx2 fma; L1d 32K, L2 512K per core; 2 cores' from /proc/cpuinfo
+    and sysfs (Linux), as much of it as this machine tells"""
+    info = cpu_info()
     model = info.get("model name") or info.get("Model") or platform.processor() or platform.machine()
     if "cpu family" in info:
         model += " (family %s, model %s)" % (info["cpu family"], info.get("model", "?"))
@@ -320,11 +326,9 @@ def mkl_off_its_avx512():
     """True where PyTorch's sgemm is MKL's and MKL keeps its AVX-512 code from this CPU: it
     checks the vendor, and on AMD's CPUs with AVX-512 runs its AVX2 code (unless an
     LD_PRELOAD library answers its check, as the README shows)"""
-    try:
-        text = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    if "GenuineIntel" in text or " avx512f" not in text or os.environ.get("LD_PRELOAD"):
+    info = cpu_info()
+    if info.get("vendor_id", "GenuineIntel") == "GenuineIntel" or "avx512f" not in info.get("flags", "").split() \
+            or os.environ.get("LD_PRELOAD"):
         return False
     out = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.mkl.is_available())"],
                          capture_output=True, text=True)
