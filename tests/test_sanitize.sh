@@ -71,6 +71,24 @@ if echo 'int main(void) { return 0; }' | "$cc" -x c -fsanitize=thread - -o "$tmp
     report "sanitize.thread_build_$name" $? "$(head -c 400 "$tmp/tsan_$name.build")"
     [ -x "$tmp/tsan_$name" ] && clean_run "thread_$name" "$root" "$tmp/tsan_$name"
   done
+  # ddp.h's NCCL backend on the CUDA emulator (make emu's rewritten sources): its watchdog
+  # thread and the emulator's engine thread beside the caller's (the emulator's NCCL once
+  # published a communicator to its engine before the caller's last write to it)
+  if [ -f build/emu/src/tests/test_nccl.cu ] && command -v "${EMU_CXX:-g++}" >/dev/null; then
+    emu_flags="-std=c++17 -O1 -g -fno-strict-aliasing -pthread -D__CUDACC__ -w -fsanitize=thread -Itests/emu"
+    for m in emu emu_blas emu_nccl; do
+      "${EMU_CXX:-g++}" $emu_flags -c "tests/emu/$m.cpp" -o "$tmp/tsan_$m.o" >>"$tmp/tsan_emu.build" 2>&1
+    done
+    "${EMU_CXX:-g++}" $emu_flags -Ibuild/emu/src -x c++ build/emu/src/tests/test_nccl.cu -x none "$tmp"/tsan_emu*.o \
+      -o "$tmp/tsan_emu_nccl" -lrt >>"$tmp/tsan_emu.build" 2>&1
+    report "sanitize.thread_build_emu_nccl" $? "$(head -c 400 "$tmp/tsan_emu.build")"
+    for w in 1 2; do
+      [ -x "$tmp/tsan_emu_nccl" ] && clean_run "thread_emu_nccl_w$w" "$root" env DDP_EMU_NCCL_CHUNK=65536 \
+        "$tmp/tsan_emu_nccl" $w
+    done
+  else
+    echo "SKIP sanitize.thread_emu_nccl: make emu has not written build/emu/src (or no ${EMU_CXX:-g++})"
+  fi
 else
   echo "SKIP sanitize.thread: $cc cannot build or run with -fsanitize=thread here"
 fi

@@ -408,10 +408,15 @@ void poison_shared(void *p, size_t bytes) { memset(p, 0xff, bytes); }
 /* A fiber is a stack and a saved stack pointer. The switch saves the callee-saved
    registers, MXCSR and the x87 control word on the old stack, stores its pointer,
    and restores the same from the new one: what the ABI says survives a call. */
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define EMU_TSAN 1 /* ThreadSanitizer follows each fiber as a thread of its own, told at every switch */
+#endif
 struct fiber {
     void *sp;
-    char *stack; /* lowest usable byte; a guard page lies below */
+    char *stack = nullptr; /* lowest usable byte; a guard page lies below (none: a thread's own context) */
     void *carries; /* the GPU thread it runs now */
+    void *tsan = nullptr; /* ThreadSanitizer's fiber (for a thread's own context, taken as it switches away) */
 #if !defined(__x86_64__) || defined(EMU_UCONTEXT)
     ucontext_t uc;
 #endif
@@ -482,6 +487,9 @@ static char *new_stack()
 static void fiber_init(fiber *f, void (*entry)(void *), void *arg)
 {
     f->stack = new_stack();
+#ifdef EMU_TSAN
+    f->tsan = __tsan_create_fiber(0);
+#endif
 #if defined(__x86_64__) && !defined(EMU_UCONTEXT)
     uint64_t *top = (uint64_t *)(f->stack + stack_size); /* 16-byte aligned */
     uint64_t *sp = top - 10;
@@ -510,6 +518,10 @@ static void fiber_init(fiber *f, void (*entry)(void *), void *arg)
 
 static void fiber_switch(fiber *from, fiber *to)
 {
+#ifdef EMU_TSAN /* without it, its record of the one thread's calls grew past its limit, and it aborted */
+    if (!from->stack) from->tsan = __tsan_get_current_fiber();
+    __tsan_switch_to_fiber(to->tsan, 0); /* the switch orders what from did before what to does next */
+#endif
 #if defined(__x86_64__) && !defined(EMU_UCONTEXT)
     emu_switch(&from->sp, to->sp);
 #else
@@ -519,6 +531,10 @@ static void fiber_switch(fiber *from, fiber *to)
 
 static void fiber_free(fiber *f)
 {
+#ifdef EMU_TSAN
+    __tsan_destroy_fiber(f->tsan);
+    f->tsan = nullptr;
+#endif
     spare_stacks.push_back(f->stack);
     f->stack = NULL;
 }
@@ -1056,6 +1072,7 @@ static void start_engine()
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setstacksize(&at, 8 << 20);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED); /* nobody joins it: it stops at exit (at_exit) */
     if (pthread_create(&engine_thread, &at, engine_main, NULL) != 0) report("cannot start the engine thread");
     pthread_attr_destroy(&at);
     engine_running = true;

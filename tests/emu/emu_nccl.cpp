@@ -94,7 +94,7 @@ struct ncclComm {
     int fd;
     char name[64];
     bool blocking;
-    int state;                 /* 0 joining, 1 ready, 2 failed */
+    std::atomic<int> state{0}; /* 0 joining, 1 ready, 2 failed (the engine reads it in doorbells) */
     std::atomic<int> async;    /* ncclResult_t */
     char last[300];
     uint64_t issued;           /* collectives queued */
