@@ -120,6 +120,10 @@
      program's own settings are its to name: ddp_agree_on(ctx, "--lr", text) ("ranks
      disagree on --lr: rank 1 has 0.002, rank 0 has 0.001"). A call refused on one rank
      (a NULL buffer) still takes its number: the next call is a mismatch, not a shifted sum.
+     A helper refused on one rank (ddp_metric_reduce, ddp_agree_on, ddp_grad_init,
+     ddp_sampler_init) still meets the others in its collective: they get DDP_ERR_PEER
+     naming that rank, and the group goes on. Counts past an address space (2^56 bytes)
+     are refused.
      One context, one caller at a time: the collectives of a context pair up by their
      order, so calls from two threads (which interleave differently on each rank) pair
      wrongly when they have one shape, as in NCCL; two calls at once are refused and stop
@@ -706,6 +710,7 @@ inline ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc &
 #define DDP__MPI_CHAIN_CHUNK ((size_t)512 << 10)
 #define DDP__DEFAULT_BUCKET_BYTES ((size_t)25 << 20) /* PyTorch's bucket_cap_mb */
 #define DDP__MAX_CPU_RANKS 256
+#define DDP__MAX_BYTES (SIZE_MAX >> 8 > (size_t)0xffffffffu ? SIZE_MAX >> 8 : SIZE_MAX >> 1) /* a buffer's most */
 #define DDP__QUEUE 64          /* async collectives in flight per context (host backends) */
 #define DDP__SPIN_NS 20000     /* CPU barrier: spin this long, then sleep */
 #define DDP__STORE_PENDING 64  /* store: connections not yet identified, at most */
@@ -2866,7 +2871,7 @@ typedef struct ddp__shm {
     int32_t pids[DDP__MAX_CPU_RANKS];      /* for messages, and ddp__shm_alive */
     uint64_t pidns[DDP__MAX_CPU_RANKS];    /* each rank's PID namespace (its inode), 0 unknown */
     uint64_t arrived[DDP__MAX_CPU_RANKS];  /* barriers each rank has entered */
-    ddp__fp fp[2][DDP__MAX_CPU_RANKS];     /* by collective parity: compared at its first barrier */
+    ddp__fp fp[2][DDP__MAX_CPU_RANKS];     /* by the parity of ddp__cpu's meets: compared at the first barrier */
     ddp__fp now[DDP__MAX_CPU_RANKS];       /* the collective each rank entered last */
     char why[DDP__MAX_CPU_RANKS][160];     /* a failing rank's reason, for the others */
     uint32_t aborted;                      /* 1 + rank of the first rank that failed, or 0 */
@@ -2883,6 +2888,8 @@ typedef struct ddp__cpu {
     size_t size, chunk;
     int fd;    /* kept open: its lock says this rank is alive */
     int spin;  /* spin DDP__SPIN_NS before sleeping (only when ranks <= cores) */
+    uint64_t meets; /* collectives this rank has met the others in: a refused call takes a number but no
+                       meeting, so its number's parity could name the slot a slower rank still reads */
 } ddp__cpu;
 
 #define DDP__SHM_HEADER (((sizeof(ddp__shm) + 4095) / 4096) * 4096)
@@ -2951,7 +2958,9 @@ static ddp_result ddp__shm_abort(ddp_ctx *ctx, ddp_result code)
 {
     ddp__shm *h = ddp__cpu_of(ctx)->shm;
     uint32_t none = 0;
+    pthread_mutex_lock(&ctx->st->log_mu);
     ddp__copy(h->why[ctx->rank], sizeof h->why[0], ctx->st->err);
+    pthread_mutex_unlock(&ctx->st->log_mu);
     __atomic_compare_exchange_n(&h->aborted, &none, (uint32_t)ctx->rank + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     syscall(SYS_futex, &h->gen, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
     return code;
@@ -3047,14 +3056,16 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
    each rank checks all of them before any data is combined. */
 static ddp_result ddp__shm_meet(ddp_ctx *ctx, const ddp__coll *c)
 {
-    ddp__shm *h = ddp__cpu_of(ctx)->shm;
+    ddp__cpu *cpu = ddp__cpu_of(ctx);
+    ddp__shm *h = cpu->shm;
     ddp__fp mine = ddp__fingerprint(c);
+    const int slot = (int)(++cpu->meets & 1); /* a rank can be one meeting ahead, never two */
     ddp_result r;
     int i;
-    h->fp[c->seq & 1][ctx->rank] = mine;
+    h->fp[slot][ctx->rank] = mine;
     if ((r = ddp__shm_barrier(ctx, c)) != DDP_OK) return r;
     for (i = 0; i < ctx->world_size; i++) {
-        const ddp__fp *f = &h->fp[c->seq & 1][i];
+        const ddp__fp *f = &h->fp[slot][i];
         if (memcmp(f, &mine, sizeof mine) != 0) {
             char why[300];
             /* a rank a call behind or ahead wrote the other slot: name the call it is in */
@@ -4950,10 +4961,21 @@ static ddp_result ddp__queue(ddp_ctx *ctx, const ddp__coll *c, ddp_work *work)
 
 /* The group cannot go on: later calls are refused citing r, and the backend lets the
    other ranks know (the CPU arena's abort word, NCCL's communicator abort). */
+/* broken and the error text are written by a thread refused beside the one in a collective
+   (ddp__issue), so broken is read and written atomically, and the text under log_mu */
+static ddp_result ddp__broken(const struct ddp__state *st) { return __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE); }
 static ddp_result ddp__break(ddp_ctx *ctx, ddp_result r)
 {
-    ctx->st->broken = r;
+    __atomic_store_n(&ctx->st->broken, r, __ATOMIC_RELEASE);
     if (ctx->st->be && ctx->st->be->abort) ctx->st->be->abort(ctx, r);
+    return r;
+}
+
+/* A refused call still takes its number: refused on one rank only, its next call meets
+   the others' refused one's by number, a named mismatch, not a wrong result. */
+static ddp_result ddp__numbered(ddp_ctx *ctx, ddp_result r)
+{
+    if (ctx && ctx->st && ctx->st->pid == getpid() && !ddp__broken(ctx->st)) ctx->st->seq++;
     return r;
 }
 
@@ -4980,19 +5002,21 @@ static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
     if (ctx->st->pid != getpid()) /* it would join the parent's collectives as the parent */
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: this ddp_ctx belongs to process %d, not to this child of it "
                          "(fork() copies the context; only ddp_init's process can use it)", name, (int)ctx->st->pid);
-    if (ctx->st->broken)
+    if (ddp__broken(ctx->st))
         return ddp__refuse(ctx, name);
     if ((unsigned)c->dtype >= DDP_DTYPE_COUNT || (unsigned)c->op >= DDP_OP_COUNT)
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: unknown dtype %d or op %d", name, (int)c->dtype, (int)c->op);
     if (needs_data && (!c->recv || (!c->send && ddp__colls[c->kind].send)))
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: NULL buffer for %llu elements", name, (unsigned long long)c->count);
-    /* the bytes of the largest buffer, all ranks' blocks of all_gather or reduce_scatter */
-    if (c->count > SIZE_MAX / ddp_dtype_size((ddp_dtype)c->dtype) / (size_t)ctx->world_size)
+    /* the bytes of the largest buffer, all ranks' blocks of all_gather or reduce_scatter, within
+       what an address space holds (2^56 bytes: x86-64's and ARM's largest; a count past it
+       was read as a buffer and crashed) */
+    if (c->count > DDP__MAX_BYTES / ddp_dtype_size((ddp_dtype)c->dtype) / (size_t)ctx->world_size)
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: %llu elements of %s%s are more bytes than memory holds", name,
                          (unsigned long long)c->count, ddp_dtype_name((ddp_dtype)c->dtype),
                          ddp__colls[c->kind].send == 'W' || ddp__colls[c->kind].recv == 'W' ? " from every rank" : "");
     if (needs_data && ddp__colls[c->kind].send) { /* read in chunks while written: wrong results */
-        const char *a = (const char *)c->send, *b = (const char *)c->recv;
+        const uintptr_t a = (uintptr_t)c->send, b = (uintptr_t)c->recv; /* (as numbers: no pointer past its object) */
         const size_t one = c->count * ddp_dtype_size((ddp_dtype)c->dtype), mine = (size_t)ctx->rank * one;
         const size_t sbytes = ddp__colls[c->kind].send == 'W' ? one * (size_t)ctx->world_size : one;
         const size_t rbytes = ddp__colls[c->kind].recv == 'W' ? one * (size_t)ctx->world_size : one;
@@ -5049,12 +5073,7 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
     ddp_result r;
     int64_t t0 = 0;
     char name[48];
-    if ((r = ddp__check(ctx, c)) != DDP_OK) {
-        /* a refused call still takes its number: refused on one rank only, its next call
-           meets the others' refused one's by number, a named mismatch, not a wrong result */
-        if (!ctx->st->broken) ctx->st->seq++;
-        return r;
-    }
+    if ((r = ddp__check(ctx, c)) != DDP_OK) return ddp__numbered(ctx, r);
     st = ctx->st;
     if (st->trace) t0 = ddp__now_ns();
     c->seq = ++st->seq;
@@ -5115,7 +5134,7 @@ ddp_result ddp_all_reduce(ddp_ctx *ctx, const void *send, void *recv, size_t cou
 ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype, ddp_op op,
                                 void *stream, ddp_work *work)
 {
-    if (!work) return ddp__fail(ctx, DDP_ERR_ARG, "all_reduce_async needs a ddp_work to fill");
+    if (!work) return ddp__numbered(ctx, ddp__fail(ctx, DDP_ERR_ARG, "all_reduce_async needs a ddp_work to fill"));
     return ddp__post(ctx, DDP__ALL_REDUCE, send, recv, count, dtype, op, 0, stream, work);
 }
 
@@ -5125,13 +5144,14 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
 {
     struct ddp__state *st;
     ddp_result r;
-    if (!ctx || !ctx->st || !work) return DDP_ERR_ARG;
+    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!work) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: no ddp_work (NULL)");
     st = ctx->st;
-    if (!st->broken && (!work->seq || work->owner != st || (!st->be->wait && st->worker_started && work->seq > st->queued)))
+    if (!ddp__broken(st) && (!work->seq || work->owner != st || (!st->be->wait && st->worker_started && work->seq > st->queued)))
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
                          "(its call failed, or it was never made)");
     ddp_trace_begin(ctx, "wait"); /* nothing without tracing */
-    if (st->broken) {
+    if (ddp__broken(st)) {
         char what[40];
         snprintf(what, sizeof what, "wait for #%llu", (unsigned long long)work->seq);
         r = ddp__refuse(ctx, what);
@@ -5139,7 +5159,7 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
         r = st->be->wait(ctx, work, stream, host);
     else
         r = ddp__drain(ctx, work->seq);
-    if (r != DDP_OK) st->broken = r;
+    if (r != DDP_OK) __atomic_store_n(&st->broken, r, __ATOMIC_RELEASE);
     ddp_trace_end(ctx);
     return r;
 }
@@ -6065,14 +6085,16 @@ static void ddp__randperm(size_t *perm, size_t n, uint64_t seed)
 /* Ranks that shuffle differently would train on overlapping or missing samples, and
    ranks with different batch counts would stop stepping together: with a context the
    sampler's settings are compared in one all-reduce (the max of each value and of its
-   negation gives the largest and smallest across ranks). */
-static ddp_result ddp__sampler_agree(const ddp_sampler *s, ddp_ctx *ctx)
+   negation gives the largest and smallest across ranks). A rank whose call was refused
+   (`refused`, told already) takes part all the same, so that no rank pairs this
+   all-reduce with its next collective; the others then return DDP_ERR_PEER. */
+static ddp_result ddp__sampler_agree(const ddp_sampler *s, ddp_ctx *ctx, int refused)
 {
     static const char *const names[] = {"dataset_size", "seed (low 32 bits)", "seed (high 32 bits)", "no_shuffle",
                                         "drop_last", "batch_size", "drop_last_batch", "dataset_size (top 2 bits)",
                                         "batch_size (top 2 bits)"};
     enum { K = sizeof names / sizeof names[0] };
-    int64_t v[2 * K], mine[K];
+    int64_t v[2 * K + 1], mine[K];
     ddp_result r;
     int i;
     /* each value whole, in pieces an int64 max over (v, -v) can compare */
@@ -6086,7 +6108,12 @@ static ddp_result ddp__sampler_agree(const ddp_sampler *s, ddp_ctx *ctx)
     v[7] = (int64_t)((uint64_t)s->dataset_size >> 62);
     v[8] = (int64_t)((uint64_t)s->batch_size >> 62);
     for (i = 0; i < K; i++) v[K + i] = -(mine[i] = v[i]);
-    if ((r = ddp_all_reduce(ctx, v, v, 2 * K, DDP_I64, DDP_MAX, NULL)) != DDP_OK) return r;
+    v[2 * K] = refused ? ctx->rank + 1 : 0;
+    if ((r = ddp_all_reduce(ctx, v, v, 2 * K + 1, DDP_I64, DDP_MAX, NULL)) != DDP_OK) return r;
+    if (v[2 * K])
+        return refused ? DDP_ERR_ARG
+                       : ddp__fail(ctx, DDP_ERR_PEER, "ddp_sampler_init: rank %lld's call was refused (its ddp_error "
+                                   "says why)", (long long)v[2 * K] - 1);
     for (i = 0; i < K; i++)
         if (v[i] != -v[K + i])
             return ddp__fail(ctx, DDP_ERR_MISMATCH,
@@ -6100,7 +6127,11 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
     size_t n, w;
     if (!s) return DDP_ERR_ARG;
     memset(s, 0, sizeof *s);
-    if (!desc) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init: no desc");
+    if (!desc) { /* with a context, the others may be in the agreement already: meet them */
+        ddp_result r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init: no desc");
+        if (ctx && ctx->st && ctx->world_size > 1) ddp__sampler_agree(s, ctx, 1);
+        return r;
+    }
     if (ctx && !ctx->st && desc->world_size <= 0) return DDP_ERR_ARG; /* destroyed: ddp_error says so */
     if (desc->world_size > 0) {
         s->world_size = desc->world_size;
@@ -6116,8 +6147,11 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
                          s->world_size);
     n = s->dataset_size = desc->dataset_size;
     w = (size_t)s->world_size;
-    if (n > SIZE_MAX / sizeof(size_t) - w) /* its index arrays could not be allocated */
-        return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_sampler_init: %zu samples are more than memory can index", n);
+    if (n > SIZE_MAX / sizeof(size_t) - w) { /* its index arrays could not be allocated */
+        ddp_result r = ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_sampler_init: %zu samples are more than memory can index", n);
+        if (desc->world_size <= 0 && ctx && ctx->st && ctx->world_size > 1) ddp__sampler_agree(s, ctx, 1);
+        return r;
+    }
     s->shuffle = !desc->no_shuffle;
     s->drop_last = desc->drop_last != 0;
     s->drop_last_batch = desc->drop_last_batch != 0;
@@ -6132,7 +6166,7 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
     s->batch_size = desc->batch_size ? desc->batch_size : 1;
     s->num_batches = s->num_samples / s->batch_size + (!s->drop_last_batch && s->num_samples % s->batch_size);
     if (desc->world_size <= 0 && ctx && ctx->st && ctx->world_size > 1) {
-        ddp_result r = ddp__sampler_agree(s, ctx);
+        ddp_result r = ddp__sampler_agree(s, ctx, 0);
         if (r != DDP_OK) return r;
     }
     s->indices = (size_t *)DDP_MALLOC((s->num_samples ? s->num_samples : 1) * sizeof(size_t));
@@ -6227,24 +6261,35 @@ ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n)
 {
     /* all_gather rather than all_reduce: sums, mins and maxes in one collective, and
        every rank adds the ranks up in the same order */
-    size_t per = n * sizeof(ddp_metric) / sizeof(double), w, r;
-    int64_t counts[2];
-    double *all;
+    size_t per, w, r;
+    int64_t counts[3];
+    double *all = NULL;
+    const char *bad = NULL;
     ddp_result res;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
-    if (!m && n) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_metric_reduce: NULL metrics");
-    /* every rank the same n, 0 too (a rank with none would skip the gather the others
-       make, and NCCL drops an empty collective): the largest n and the smallest */
-    counts[0] = (int64_t)n;
-    counts[1] = -(int64_t)n;
-    if ((res = ddp_all_reduce(ctx, counts, counts, 2, DDP_I64, DDP_MAX, NULL)) != DDP_OK) return res;
-    if (counts[0] != -counts[1])
-        return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_MISMATCH, "ddp_metric_reduce: the ranks pass from %lld to %lld "
-                                         "metrics (this one %zu)", (long long)-counts[1], (long long)counts[0], n));
-    if (n == 0) return DDP_OK;
     w = (size_t)ctx->world_size;
-    all = (double *)DDP_MALLOC((w + 1) * per * sizeof(double));
-    if (!all) return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_metric_reduce: out of memory for %zu metrics", n);
+    if (!m && n) bad = "NULL metrics";
+    else if (n > DDP__MAX_BYTES / sizeof(ddp_metric) / (w + 1)) bad = "more metrics than memory holds";
+    else if (n && !(all = (double *)DDP_MALLOC((w + 1) * n * sizeof(ddp_metric)))) bad = "out of memory for them";
+    /* every rank the same n, 0 too (a rank with none would skip the gather the others
+       make, and NCCL drops an empty collective): the largest n and the smallest; and
+       whether a rank's call is refused, which it says there rather than leave the others
+       to pair its next collective with their gather */
+    counts[0] = bad ? 0 : (int64_t)n;
+    counts[1] = bad ? 0 : -(int64_t)n;
+    counts[2] = bad ? ctx->rank + 1 : 0;
+    if ((res = ddp_all_reduce(ctx, counts, counts, 3, DDP_I64, DDP_MAX, NULL)) == DDP_OK && counts[2])
+        res = bad ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_metric_reduce: %s (%zu)", bad, n)
+                  : ddp__fail(ctx, DDP_ERR_PEER, "ddp_metric_reduce: rank %lld's call was refused (ddp_error there says why)",
+                              (long long)counts[2] - 1);
+    else if (res == DDP_OK && counts[0] != -counts[1])
+        res = ddp__break(ctx, ddp__fail(ctx, DDP_ERR_MISMATCH, "ddp_metric_reduce: the ranks pass from %lld to %lld "
+                                        "metrics (this one %zu)", (long long)-counts[1], (long long)counts[0], n));
+    if (res != DDP_OK || n == 0) {
+        DDP_FREE(all);
+        return res;
+    }
+    per = n * sizeof(ddp_metric) / sizeof(double);
     memcpy(all + w * per, m, n * sizeof(ddp_metric));
     res = ddp_all_gather(ctx, all + w * per, all, per, DDP_F64, NULL); /* host memory on every backend */
     if (res == DDP_OK) {
@@ -6279,16 +6324,27 @@ ddp_result ddp_agree_on(ddp_ctx *ctx, const char *name, const char *value)
     size_t w, r;
     ddp_result res;
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
-    if (!name || !value) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_agree_on: NULL %s", name ? "value" : "name");
     memset(&mine, 0, sizeof mine);
-    mine.name = ddp__hash(name);
-    mine.hash = ddp__hash(value);
-    mine.len = strlen(value);
-    snprintf(mine.text, sizeof mine.text, "%s", value);
+    if (!name || !value) { /* refused, but in the gather all the same: the others may be in it already */
+        res = ddp__fail(ctx, DDP_ERR_ARG, "ddp_agree_on: NULL %s", name ? "value" : "name");
+        mine.len = UINT64_MAX;
+    } else {
+        mine.name = ddp__hash(name);
+        mine.hash = ddp__hash(value);
+        mine.len = strlen(value);
+        snprintf(mine.text, sizeof mine.text, "%s", value);
+    }
     w = (size_t)ctx->world_size;
     all = (ddp__agree_slot *)DDP_MALLOC(w * sizeof *all);
-    if (!all) return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_agree_on: out of memory for %zu ranks", w);
-    res = ddp_all_gather(ctx, &mine, all, sizeof mine / sizeof(int64_t), DDP_I64, NULL);
+    if (!all) return ddp__numbered(ctx, ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_agree_on: out of memory for %zu ranks", w));
+    if ((res = ddp_all_gather(ctx, &mine, all, sizeof mine / sizeof(int64_t), DDP_I64, NULL)) == DDP_OK)
+        for (r = 0; r < w; r++)
+            if (all[r].len == UINT64_MAX) {
+                res = mine.len == UINT64_MAX ? DDP_ERR_ARG
+                      : ddp__fail(ctx, DDP_ERR_PEER, "ddp_agree_on: rank %zu's call was refused (its ddp_error says why)",
+                                  r);
+                break;
+            }
     for (r = 1; res == DDP_OK && r < w; r++)
         if (all[r].name != all[0].name)
             res = ddp__fail(ctx, DDP_ERR_MISMATCH, "ddp_agree_on: rank %zu checks another setting than rank 0 (%s "
@@ -6326,16 +6382,23 @@ static void ddp__grad_reset(ddp_grad *g)
 }
 
 /* Every rank must cut the gradient into the same buckets: a difference would pair
-   one rank's bucket with another's of a different size. */
-static ddp_result ddp__grad_agree(ddp_grad *g)
+   one rank's bucket with another's of a different size. A rank whose call was refused
+   (`refused`: its reason told already) takes part all the same, as -1, so that no rank
+   pairs this gather with its next collective; the others then return DDP_ERR_PEER. */
+static ddp_result ddp__grad_agree(ddp_grad *g, int refused)
 {
     int64_t mine[4], *all;
     int r, w = g->ctx->world_size;
     ddp_result res;
-    mine[0] = (int64_t)g->count; mine[1] = g->dtype; mine[2] = (int64_t)g->bucket_count; mine[3] = g->sum;
+    mine[0] = refused ? -1 : (int64_t)g->count; mine[1] = g->dtype; mine[2] = (int64_t)g->bucket_count; mine[3] = g->sum;
     if (!(all = DDP__CAST(int64_t *, DDP_MALLOC(sizeof mine * (size_t)w))))
-        return ddp__fail(g->ctx, DDP_ERR_NOMEM, "ddp_grad_init: out of memory");
+        return ddp__numbered(g->ctx, ddp__fail(g->ctx, DDP_ERR_NOMEM, "ddp_grad_init: out of memory"));
     res = ddp_all_gather(g->ctx, mine, all, 4, DDP_I64, NULL);
+    for (r = 0; res == DDP_OK && r < w; r++)
+        if (all[4 * r] < 0)
+            res = refused ? DDP_ERR_ARG
+                          : ddp__fail(g->ctx, DDP_ERR_PEER, "ddp_grad_init: rank %d's call was refused (its ddp_error "
+                                      "says why)", r);
     for (r = 0; res == DDP_OK && r < w; r++)
         if (memcmp(all + 4 * r, mine, sizeof mine) != 0)
             res = ddp__fail(g->ctx, DDP_ERR_MISMATCH, "ddp_grad_init: rank %d has %lld x %s in buckets of %lld%s, "
@@ -6347,19 +6410,16 @@ static ddp_result ddp__grad_agree(ddp_grad *g)
     return res;
 }
 
-ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
+/* ddp_grad_init's checks of desc, and its buckets: DDP_OK, or the refusal (told) */
+static ddp_result ddp__grad_layout(ddp_grad *g, const ddp_grad_desc *desc)
 {
+    ddp_ctx *ctx = g->ctx;
     size_t bytes, i;
-    ddp_result r;
-    if (!g) return DDP_ERR_ARG;
-    memset(g, 0, sizeof *g);
-    if (!ctx || !ctx->st) return DDP_ERR_ARG;
     if (!desc || (desc->count && !desc->grads) || (unsigned)desc->dtype >= DDP_DTYPE_COUNT)
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: needs a desc with grads, count and a valid dtype");
     if ((desc->dtype == DDP_I32 || desc->dtype == DDP_I64) && !desc->sum)
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: %s gradients would average by truncation (0.5 -> 0): a "
                          "floating dtype, or .sum = 1 for the sum", ddp_dtype_name(desc->dtype));
-    g->ctx = ctx;
     g->grads = desc->grads;
     g->count = desc->count;
     g->dtype = desc->dtype;
@@ -6368,7 +6428,7 @@ ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
     bytes = desc->bucket_bytes ? desc->bucket_bytes : DDP__DEFAULT_BUCKET_BYTES;
     g->bucket_count = bytes / ddp_dtype_size(g->dtype);
     if (g->bucket_count == 0) g->bucket_count = 1;
-    if (g->count > SIZE_MAX / ddp_dtype_size(g->dtype))
+    if (g->count > DDP__MAX_BYTES / ddp_dtype_size(g->dtype))
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: %zu gradients of %s are more bytes than memory holds", g->count,
                          ddp_dtype_name(g->dtype));
     g->num_buckets = g->count / g->bucket_count + (g->count % g->bucket_count != 0);
@@ -6377,10 +6437,8 @@ ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
         memset(g->st, 0, sizeof *g->st);
         g->st->buckets = (ddp__grad_bucket *)DDP_MALLOC((g->num_buckets ? g->num_buckets : 1) * sizeof(ddp__grad_bucket));
     }
-    if (!g->st || !g->st->buckets) {
-        ddp_grad_destroy(g);
+    if (!g->st || !g->st->buckets)
         return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_grad_init: out of memory for %zu buckets", g->num_buckets);
-    }
     for (i = 0; i < g->num_buckets; i++) {
         ddp__grad_bucket *b = &g->st->buckets[i];
         memset(b, 0, sizeof *b);
@@ -6388,7 +6446,20 @@ ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
         b->count = g->count - b->begin < g->bucket_count ? g->count - b->begin : g->bucket_count;
     }
     ddp__grad_reset(g);
-    r = ddp__grad_agree(g);
+    return DDP_OK;
+}
+
+ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
+{
+    ddp_result r;
+    if (!g) return DDP_ERR_ARG;
+    memset(g, 0, sizeof *g);
+    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    g->ctx = ctx;
+    if ((r = ddp__grad_layout(g, desc)) != DDP_OK) /* the others may be in the agreement already: meet them */
+        ddp__grad_agree(g, 1);
+    else
+        r = ddp__grad_agree(g, 0);
     if (r == DDP_OK && desc->params) {
         float one = 1;
         r = ddp_broadcast(ctx, desc->params, desc->param_count ? desc->param_count : desc->count, desc->param_dtype, 0,

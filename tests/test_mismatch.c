@@ -485,6 +485,119 @@ static void stranger_fingerprint(void)
     CHECK("mismatch.stranger_fingerprint_kind", strstr(why, "rank 0 ? #3") != NULL, "'%s'", why);
 }
 
+/* A helper's call refused on rank 1 only (its arguments) before the collectives it makes:
+   rank 1 still meets the others there, so each rank returns an error (rank 1 its own,
+   the others DDP_ERR_PEER naming it) and the group goes on; before, the others' gather
+   paired with rank 1's next collective (metric means mixed across steps, with DDP_OK).
+   An async all-reduce refused for want of a handle takes its number as the others do. */
+static const char *const helper_codes[] = {
+    [10] = "init failed", [11] = "rank 1's call was not refused", [12] = "another rank's call did not fail",
+    [13] = "another rank's error does not name rank 1's refusal", [14] = "the group did not go on",
+    [15] = "the next metric_reduce gave a wrong mean", [16] = "rank 1's next call paired with the others' refused one",
+    [17] = "unknown mode"};
+static int refused_in_helper(int rank, void *arg)
+{
+    const char *mode = (const char *)arg;
+    ddp_ctx ctx;
+    ddp_result r;
+    float x = 1;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    if (strcmp(mode, "metric") == 0) {
+        ddp_metric m = {0, 0, 0, 0};
+        ddp_metric_add(&m, 100.0 * (rank + 1), 1);
+        r = ddp_metric_reduce(&ctx, rank == 1 ? NULL : &m, 1);
+    } else if (strcmp(mode, "grad") == 0) {
+        int32_t g[4] = {0, 0, 0, 0};
+        ddp_grad grad;
+        ddp_grad_desc d;
+        memset(&d, 0, sizeof d);
+        d.grads = g;
+        d.count = 4;
+        d.dtype = rank == 1 ? DDP_I32 : DDP_F32; /* an integer average is refused */
+        r = ddp_grad_init(&grad, &ctx, &d);
+        ddp_grad_destroy(&grad);
+    } else if (strcmp(mode, "sampler") == 0) {
+        ddp_sampler s;
+        ddp_sampler_desc d;
+        memset(&d, 0, sizeof d);
+        d.dataset_size = rank == 1 ? SIZE_MAX : 100; /* more than memory can index */
+        r = ddp_sampler_init(&s, &ctx, &d);
+        ddp_sampler_destroy(&s);
+    } else if (strcmp(mode, "agree") == 0) {
+        r = ddp_agree_on(&ctx, "data", rank == 1 ? NULL : "train.bin");
+    } else if (strcmp(mode, "async") == 0) {
+        ddp_work w;
+        r = ddp_all_reduce_async(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL, rank == 1 ? NULL : &w);
+        if (rank != 1 && r == DDP_OK) r = ddp_wait(&ctx, &w, NULL);
+        if (rank == 1 && r != DDP_ERR_ARG) return 11;
+        if (rank != 1 && r == DDP_OK) return 12;
+        if (rank == 1 && ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_ERR_MISMATCH) return 16;
+        return 0;
+    } else
+        return 17;
+    if (rank == 1 && r != DDP_ERR_ARG && r != DDP_ERR_NOMEM) return 11;
+    if (rank != 1 && r != DDP_ERR_PEER) return 12;
+    if (rank != 1 && !strstr(ddp_error(&ctx), "rank 1's call was refused")) return 13;
+    if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK || x != (float)ctx.world_size) return 14;
+    if (strcmp(mode, "metric") == 0) { /* the next one pairs with the others' next one */
+        ddp_metric m = {0, 0, 0, 0};
+        ddp_metric_add(&m, 1.0 + rank, 1);
+        if (ddp_metric_reduce(&ctx, &m, 1) != DDP_OK || ddp_metric_mean(&m) != (1.0 + ctx.world_size) / 2) return 15;
+    }
+    return ddp_destroy(&ctx) != DDP_OK ? 14 : 0;
+}
+
+/* A barrier (a meeting only) and then a call refused alike on every rank, many times: a
+   rank out of the barrier first, whose refused call took a number, wrote its next
+   fingerprint over the one a slower rank was still comparing (a false mismatch that
+   stopped the group, 5 runs of 5). */
+static const char *const meet_codes[] = {
+    [10] = "init failed", [11] = "a barrier failed", [12] = "the NULL buffer was not refused",
+    [13] = "a count-0 all-reduce failed", [14] = "ddp_destroy failed"};
+static int barrier_then_refused(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    float x = 1;
+    int i;
+    (void)rank;
+    (void)arg;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    for (i = 0; i < 200; i++) {
+        if (ddp_barrier(&ctx) != DDP_OK) return 11;
+        if (ddp_all_reduce(&ctx, NULL, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_ERR_ARG) return 12;
+        if (ddp_all_reduce(&ctx, &x, &x, 0, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 13;
+        if (ddp_broadcast(&ctx, &x, 1, DDP_F32, -1, NULL) != DDP_ERR_ARG) return 12;
+    }
+    return ddp_destroy(&ctx) != DDP_OK ? 14 : 0;
+}
+
+/* Counts past an address space are refused by name, not read (a broadcast of 2^60
+   floats crashed; an all-reduce of 2^61 was called overlapping), and a metric count whose
+   buffer would overflow size_t is refused, not wrapped. */
+static const char *const huge_codes[] = {
+    [10] = "init failed", [11] = "the broadcast of 2^60 floats was not refused as past memory",
+    [12] = "the all-reduce of 2^61 floats was not refused as past memory",
+    [13] = "metric_reduce of 2^59 + 1 metrics was not refused", [14] = "the group did not go on"};
+static int huge_counts(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    float a[4] = {1, 1, 1, 1}, b[4];
+    ddp_metric m[4];
+    (void)rank;
+    (void)arg;
+    memset(m, 0, sizeof m);
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    if (ddp_broadcast(&ctx, a, (size_t)1 << 60, DDP_F32, 0, NULL) != DDP_ERR_ARG ||
+        !strstr(ddp_error(&ctx), "more bytes than memory holds"))
+        return 11;
+    if (ddp_all_reduce(&ctx, a, b, (size_t)1 << 61, DDP_F32, DDP_SUM, NULL) != DDP_ERR_ARG ||
+        !strstr(ddp_error(&ctx), "more bytes than memory holds"))
+        return 12;
+    if (ddp_metric_reduce(&ctx, m, ((size_t)1 << 59) + 1) != DDP_ERR_ARG) return 13;
+    if (ddp_all_reduce(&ctx, a, a, 4, DDP_F32, DDP_SUM, NULL) != DDP_OK || a[0] != (float)ctx.world_size) return 14;
+    return ddp_destroy(&ctx) != DDP_OK ? 14 : 0;
+}
+
 int main(int argc, char **argv)
 {
     test_job job;
@@ -506,6 +619,22 @@ int main(int argc, char **argv)
     CHECK("mismatch.refused_on_one_rank_does_not_shift_the_others", job.failed == 0, "%s", TEST_JOB_WHY(&job, refused_codes));
     test_spawn(&job, 3, refused_on_one, NULL);
     CHECK("mismatch.refused_on_one_of_three", job.failed == 0, "%s", TEST_JOB_WHY(&job, refused_codes));
+    {
+        static const char *const helpers[] = {"metric", "grad", "sampler", "agree", "async"};
+        char name[96];
+        size_t i;
+        for (i = 0; i < sizeof helpers / sizeof helpers[0]; i++) {
+            snprintf(name, sizeof name, "mismatch.refused_on_one_rank_in_%s", helpers[i]);
+            test_spawn(&job, 3, refused_in_helper, (void *)helpers[i]);
+            CHECK(name, job.failed == 0, "%s", TEST_JOB_WHY(&job, helper_codes));
+        }
+    }
+    test_spawn(&job, 2, barrier_then_refused, NULL);
+    CHECK("mismatch.refused_after_a_barrier_w2", job.failed == 0, "%s", TEST_JOB_WHY(&job, meet_codes));
+    test_spawn(&job, 5, barrier_then_refused, NULL);
+    CHECK("mismatch.refused_after_a_barrier_w5", job.failed == 0, "%s", TEST_JOB_WHY(&job, meet_codes));
+    test_spawn(&job, 2, huge_counts, NULL);
+    CHECK("mismatch.counts_past_an_address_space", job.failed == 0, "%s", TEST_JOB_WHY(&job, huge_codes));
     test_spawn(&job, 3, leave_early, NULL);
     CHECK("mismatch.destroy_while_others_wait", job.failed == 0, "%s", TEST_JOB_WHY(&job, leave_codes));
     test_spawn(&job, 4, grad_layout, NULL);
