@@ -378,7 +378,8 @@ DDPDEF int ddp_restart_count(void);
 /* ddp_init (and ddp_launch, ddp_run) open /dev/null on stdin, stdout or stderr where the
    process was started with it closed (prog >&-): else the store's sockets or the arena
    take those numbers, and the program's prints land in them. */
-DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc);
+DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc); /* failed: ddp_error(ctx) says why until
+                                                                  ddp_destroy(ctx) frees the rest */
 DDPDEF ddp_result ddp_destroy(ddp_ctx *ctx); /* waits for the others to arrive, then frees; DDP_OK if the
                                               job ended well (else its failure: exit non-zero) */
 DDPDEF const char *ddp_strerror(ddp_result r);
