@@ -6281,7 +6281,7 @@ ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n)
     counts[2] = bad ? ctx->rank + 1 : 0;
     if ((res = ddp_all_reduce(ctx, counts, counts, 3, DDP_I64, DDP_MAX, NULL)) == DDP_OK && counts[2])
         res = bad ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_metric_reduce: %s (%zu)", bad, n)
-                  : ddp__fail(ctx, DDP_ERR_PEER, "ddp_metric_reduce: rank %lld's call was refused (ddp_error there says why)",
+                  : ddp__fail(ctx, DDP_ERR_PEER, "ddp_metric_reduce: rank %lld's call was refused (its ddp_error says why)",
                               (long long)counts[2] - 1);
     else if (res == DDP_OK && counts[0] != -counts[1])
         res = ddp__break(ctx, ddp__fail(ctx, DDP_ERR_MISMATCH, "ddp_metric_reduce: the ranks pass from %lld to %lld "
