@@ -405,13 +405,13 @@ static void check_slack(const void *p, const kernel_site &site)
 void poison_shared(void *p, size_t bytes) { memset(p, 0xff, bytes); }
 
 /* ---- fibers ----------------------------------------------------------------------- */
-/* A fiber is a stack and a saved stack pointer. The switch saves the callee-saved
-   registers, MXCSR and the x87 control word on the old stack, stores its pointer,
-   and restores the same from the new one: what the ABI says survives a call. */
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
 #define EMU_TSAN 1 /* ThreadSanitizer follows each fiber as a thread of its own, told at every switch */
 #endif
+/* A fiber is a stack and a saved stack pointer. The switch saves the callee-saved
+   registers, MXCSR and the x87 control word on the old stack, stores its pointer,
+   and restores the same from the new one: what the ABI says survives a call. */
 struct fiber {
     void *sp;
     char *stack = nullptr; /* lowest usable byte; a guard page lies below (none: a thread's own context) */
