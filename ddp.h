@@ -519,9 +519,10 @@ typedef struct ddp_metric {
 DDPDEF void ddp_metric_add(ddp_metric *m, double value, double weight);
 /* into[i] += from[i] for n metrics (sums, counts, min, max). */
 DDPDEF void ddp_metric_merge(ddp_metric *into, const ddp_metric *from, size_t n);
-/* Replaces n metrics on every rank by their totals over all ranks: one collective
-   (f64), combined in rank order so every rank gets the same bits. Host memory on
-   every backend. */
+/* Replaces n metrics on every rank by their totals over all ranks: an all-reduce of
+   3 int64 (every rank passes as many, and none was refused), then an all-gather of
+   the metrics (f64), combined in rank order so every rank gets the same bits. Host
+   memory on every backend. */
 DDPDEF ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n);
 DDPDEF double ddp_metric_mean(const ddp_metric *m);    /* sum / count; 0 when empty */
 DDPDEF double ddp_metric_percent(const ddp_metric *m); /* 100 sum / count: accuracy in % */

@@ -38,14 +38,20 @@ int main(int argc, char **argv)
        machine; device: my GPU (local_rank, or the only one I see), or -1 on the CPU. */
     ddp_log(&ctx, "rank %d of %d, local rank %d on node %d, device %d, backend %s\n", ctx.rank, ctx.world_size,
             ctx.local_rank, ctx.node_rank, ctx.device, ddp_backend_name(ctx.backend));
-    ddp_print(&ctx, "the store: rank 0 at %s:%s\n", addr ? addr : "-", port ? port : "- (a world of one)");
+    if (ctx.world_size == 1)
+        ddp_print(&ctx, "a world of one: no store\n");
+    else if (addr && port)
+        ddp_print(&ctx, "the store: rank 0 at %s:%s\n", addr, port);
+    else /* mpirun, srun, Hydra: their own variables said where rank 0 is */
+        ddp_print(&ctx, "the store: rank 0's, found through the launcher's variables (no MASTER_ADDR here)\n");
 
     for (i = 0; i < N; i++) host[i] = (float)ctx.rank; /* my own data: my rank number */
 #ifdef __CUDACC__
-    /* template: data = data.cuda(args.local_rank) (note 2). Every rank selects its own
-       GPU before it allocates, or all of them would crowd onto GPU 0. */
+    /* template: data = data.cuda(args.local_rank) (note 2). ddp_init has selected this
+       rank's GPU for this thread (torch.cuda.set_device), so cudaMalloc allocates there;
+       another thread of the program would call cudaSetDevice(ctx.device) first. */
     if (ctx.device >= 0) {
-        if (cudaSetDevice(ctx.device) != cudaSuccess || cudaMalloc((void **)&data, sizeof host) != cudaSuccess ||
+        if (cudaMalloc((void **)&data, sizeof host) != cudaSuccess ||
             cudaMemcpy(data, host, sizeof host, cudaMemcpyHostToDevice) != cudaSuccess) {
             ddp_log(&ctx, "cannot put my data on GPU %d\n", ctx.device);
             return 1;
