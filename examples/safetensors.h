@@ -35,6 +35,12 @@
 #define ST_DEF static
 #endif
 
+/* What a file that is not a regular one is, for an error message. */
+ST_DEF const char *st_not_regular(mode_t mode)
+{
+    return S_ISDIR(mode) ? "is a directory" : S_ISFIFO(mode) ? "is a pipe" : "is a device or socket";
+}
+
 /* ---- a whole file in memory ------------------------------------------------------------
    Only regular files: a directory or a FIFO is refused by name before it is opened
    (opening a FIFO would wait for a writer). */
@@ -48,8 +54,7 @@ ST_DEF unsigned char *st_read_file(const char *path, size_t *size, char *err, si
         return NULL;
     }
     if (!S_ISREG(sb.st_mode)) {
-        snprintf(err, errsize, "%s: %s, not a regular file", path,
-                 S_ISDIR(sb.st_mode) ? "is a directory" : S_ISFIFO(sb.st_mode) ? "is a pipe" : "is a device or socket");
+        snprintf(err, errsize, "%s: %s, not a regular file", path, st_not_regular(sb.st_mode));
         return NULL;
     }
     if (!(f = fopen(path, "rb"))) {
@@ -540,7 +545,9 @@ ST_DEF const char *st_float(char *out, size_t cap, float x)
 
 /* A file that a run writes later (a checkpoint, a log) can be made now: a name, not a
    directory, in a directory this process may create files in. 0 with the reason in err
-   (flag: the option that named it), so that a run refuses at its start, not after hours. */
+   (flag: the option that named it), so that a run refuses at its start, not after hours.
+   What is there already must be a regular file: a save's rename would put a file in the
+   place of a device or a FIFO, and opening a FIFO as a log waits for a reader forever. */
 ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t errsize)
 {
     const char *slash = strrchr(path, '/');
@@ -550,8 +557,8 @@ ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t err
         snprintf(err, errsize, "%s needs a file name of 1 to 1000 bytes", flag);
         return 0;
     }
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        snprintf(err, errsize, "%s %s is a directory: give a file name", flag, path);
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        snprintf(err, errsize, "%s %s %s, not a regular file: give a file name", flag, path, st_not_regular(sb.st_mode));
         return 0;
     }
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");

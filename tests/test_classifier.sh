@@ -64,6 +64,11 @@ refused "bad value ' -1' for --seed" --seed ' -1'
 refused "--out $tmp/nodir/m.st: cannot create files in $tmp/nodir" --out "$tmp/nodir/m.st"
 refused "--out needs a file name" --out=
 refused "--out $tmp is a directory" --out "$tmp"
+# a save's rename would put a file in the place of a FIFO or a device
+mkfifo "$tmp/p.fifo" && ln -s /dev/null "$tmp/null.st"
+refused "--out $tmp/p.fifo is a pipe, not a regular file" --out "$tmp/p.fifo"
+refused "--init-out $tmp/p.fifo is a pipe, not a regular file" --init-out "$tmp/p.fifo"
+refused "--out $tmp/null.st is a device or socket, not a regular file" --out "$tmp/null.st"
 refused "--out and --init-out are one file" --out "$tmp/a.st" --init-out "$tmp/a.st"
 # a learning rate that blows the weights up: NaN was clamped into a finite loss and saved
 "$bin" --nproc 2 --lr 50 --epochs 2 --out "$tmp/nan.bin" >"$tmp/nan.txt" 2>&1

@@ -249,6 +249,17 @@ grep -q 'pipe' err.txt
 report "train_gpt: --data FIFO says it is a pipe" $? "$(cat err.txt)"
 one_line_error "--save in a missing directory (at the start)" --nproc 2 $tiny --steps 2 --save no/such/dir/x.st
 one_line_error "--save is a directory" --nproc 2 $tiny --steps 2 --save datadir
+# an output there already that is not a regular file: a save's rename would put a file in
+# the place of a device or a FIFO, and a --log opened on a FIFO waits for a reader forever
+for f in --save --log --trace; do
+  rm -f out.fifo null.out && mkfifo out.fifo && ln -s /dev/null null.out
+  one_line_error "$f is a FIFO (refused, no hang)" $tiny --steps 1 $f out.fifo
+  [ -p out.fifo ] && grep -q "^train_gpt: $f out.fifo is a pipe, not a regular file" err.txt
+  report "train_gpt: $f FIFO is refused before training, the FIFO stays" $? "$(cat err.txt)"
+  one_line_error "$f is a device" $tiny --steps 1 $f null.out
+  [ -L null.out ] && grep -q "^train_gpt: $f null.out is a device or socket, not a regular file" err.txt
+  report "train_gpt: $f naming a device is refused, the device stays" $? "$(cat err.txt)"
+done
 one_line_error "--dtype bf16 on the CPU (the GPU path's)" --nproc 2 $tiny --steps 2 --dtype bf16
 grep -q 'for the GPU path' err.txt
 report "train_gpt: --dtype bf16 on the CPU says it is for the GPU path" $? "$(cat err.txt)"
