@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__GNUC__) || defined(__clang__)
 #define ST_DEF static __attribute__((unused))
@@ -496,7 +497,8 @@ ST_DEF const st_tensor *st_find(const st_file *f, const char *name)
 
 /* ---- writing ----------------------------------------------------------------------------
    st_put appends printf-style text to a growing header; st_write_file writes header and
-   data arrays to FILE.tmp, flushes, fsyncs and renames it, so FILE is always whole. */
+   data arrays to a new file beside FILE (st_temp), flushes, fsyncs and renames it, so
+   FILE is always whole. */
 typedef struct st_text {
     char *s;
     size_t len, cap;
@@ -569,6 +571,24 @@ ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t err
     return 1;
 }
 
+/* A new file beside path for a save to rename into place, its name in tmp (cap bytes):
+   FILE.tmp, or, where that name is taken, FILE.tmp.XXXXXX. O_EXCL: a file this call
+   made, never one that was there (a killed save's, a link, someone's data: not ours to
+   remove or write through). The descriptor, or -1 with errno set. */
+ST_DEF int st_temp(const char *path, char *tmp, size_t cap)
+{
+    static unsigned counter;
+    int fd, k;
+    for (k = 0; k < 100; k++) {
+        const unsigned x = ((unsigned)getpid() * 2654435761u) ^ ((unsigned)time(NULL) * 40503u) ^ (counter++ * 97u);
+        if (k == 0) snprintf(tmp, cap, "%s.tmp", path);
+        else snprintf(tmp, cap, "%s.tmp.%06x", path, x & 0xffffffu);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    return -1;
+}
+
 /* header: the JSON (padded here to a multiple of 8); then n arrays of bytes[i] bytes.
    The data is written as this machine stores it: little-endian on x86 and ARM. */
 ST_DEF int st_write_file(const char *path, st_text *header, const void *const *arrays, const size_t *bytes, int n,
@@ -588,10 +608,7 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
         return 0;
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header->len >> (8 * i));
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    /* a fresh file, never one that FILE.tmp links to (left there by someone else) */
-    fd = unlink(tmp) == 0 || errno == ENOENT ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666) : -1;
-    if (fd < 0 || !(f = fdopen(fd, "wb"))) {
+    if ((fd = st_temp(path, tmp, sizeof tmp)) < 0 || !(f = fdopen(fd, "wb"))) {
         if (fd >= 0) close(fd);
         snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
         return 0;

@@ -70,6 +70,13 @@ refused "--out $tmp/p.fifo is a pipe, not a regular file" --out "$tmp/p.fifo"
 refused "--init-out $tmp/p.fifo is a pipe, not a regular file" --init-out "$tmp/p.fifo"
 refused "--out $tmp/null.st is a device or socket, not a regular file" --out "$tmp/null.st"
 refused "--out and --init-out are one file" --out "$tmp/a.st" --init-out "$tmp/a.st"
+# --init-out at --out's FILE.tmp: the last save leaves it as it is (it took it as its temporary file)
+"$bin" --nproc 1 --epochs 1 --out "$tmp/c.st" --init-out "$tmp/c.st.tmp" >"$tmp/tmpname.txt" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && [ -s "$tmp/c.st" ] && [ "$(stat -c %s "$tmp/c.st.tmp" 2>/dev/null || echo 0)" -gt "$(stat -c %s "$tmp/c.st")" ] &&
+  [ -z "$(ls "$tmp"/c.st.tmp.* 2>/dev/null)" ]
+report "classifier: --init-out FILE.tmp of --out FILE stays (the save writes beside it)" $? \
+  "exit $rc: $(ls -l "$tmp"/c.st* | tr '\n' ' ')"
 # a learning rate that blows the weights up: NaN was clamped into a finite loss and saved
 "$bin" --nproc 2 --lr 50 --epochs 2 --out "$tmp/nan.bin" >"$tmp/nan.txt" 2>&1
 rc=$?

@@ -320,12 +320,18 @@ timeout 60 "$bin" --nproc 2 $tiny --batch-size 4 --val-every 0 --resume hugem.st
 [ $? -eq 1 ] && [ "$(grep -c "step 9: a weight is -\?inf after the update: training diverged, kept.st not written" err.txt)" -eq 1 ] &&
   cmp -s one.st kept.st
 report "train_gpt: weights that are not finite are not saved over the last good checkpoint" $? "$(cat err.txt)"
-# a FILE.tmp left as a link to another file: the save writes a fresh file, the other stays
+# a FILE.tmp left as a link to another file: the save writes a fresh file beside it (and
+# leaves the link: not its own), the other stays
 echo keep >victim.txt && ln -sf victim.txt linked.st.tmp && ln -sf victim.txt linked.json.tmp
 run linked --nproc 2 --batch-size 4 --steps 1 --save linked.st --trace linked.json
-[ "$(cat victim.txt)" = keep ] && [ -f linked.st ] && [ ! -L linked.st ] && [ ! -e linked.st.tmp ] &&
-  [ -f linked.json ] && [ ! -L linked.json ] && [ ! -e linked.json.tmp ]
+[ "$(cat victim.txt)" = keep ] && [ -f linked.st ] && [ ! -L linked.st ] && [ -L linked.st.tmp ] &&
+  [ -f linked.json ] && [ ! -L linked.json ] && [ ! -e linked.json.tmp ] && [ -z "$(ls linked.st.tmp.* 2>/dev/null)" ]
 report "train_gpt --save, --trace: a link at FILE.tmp is not followed" $? "victim: $(head -c 40 victim.txt | tr '\n' ' '), $(ls -l linked.* | tr '\n' ' ')"
+# a file at FILE.tmp is someone's (here the data itself): the save never removes it
+cp data.txt mine.st.tmp
+run tmpdata --steps 1 --save mine.st --data mine.st.tmp
+cmp -s data.txt mine.st.tmp && "$bin" --compare mine.st mine.st >/dev/null && [ -z "$(ls mine.st.tmp.* 2>/dev/null)" ]
+report "train_gpt --save FILE: a file at FILE.tmp (the data) is left as it was" $? "$(ls -l mine.st* | tr '\n' ' ')"
 # the default data (next to the program) a FIFO: refused at once, no wait for a writer
 mkdir alone && cp "$bin" alone/train_gpt && mkfifo alone/train_gpt.txt
 (cd alone && timeout 10 ./train_gpt --steps 1 >/dev/null 2>../err.txt)
