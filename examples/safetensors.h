@@ -545,6 +545,37 @@ ST_DEF const char *st_float(char *out, size_t cap, float x)
     return out;
 }
 
+/* The directory a path names a file in ("." for a bare name), into out (cap bytes). */
+ST_DEF const char *st_parent(const char *path, char *out, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    snprintf(out, cap, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    return out;
+}
+
+/* Whether two names are one file (--save x --trace ./x): the later write would replace
+   the other without a word. The same file when both exist; else the same directory
+   (resolved: x, ./x and d/../x are one) and the same last name. */
+ST_DEF int st_same_file(const char *a, const char *b)
+{
+    const char *names[2] = {a, b}, *base[2];
+    char *dir[2] = {NULL, NULL};
+    struct stat sa, sb;
+    int k, same;
+    if (!a || !b) return 0;
+    if (strcmp(a, b) == 0) return 1;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    for (k = 0; k < 2; k++) {
+        char parent[1024];
+        base[k] = strrchr(names[k], '/') ? strrchr(names[k], '/') + 1 : names[k];
+        dir[k] = realpath(st_parent(names[k], parent, sizeof parent), NULL);
+    }
+    same = dir[0] && dir[1] ? strcmp(dir[0], dir[1]) == 0 && strcmp(base[0], base[1]) == 0 : 0;
+    free(dir[0]);
+    free(dir[1]);
+    return same;
+}
+
 /* A file that a run writes later (a checkpoint, a log) can be made now: a name, not a
    directory, in a directory this process may create files in. 0 with the reason in err
    (flag: the option that named it), so that a run refuses at its start, not after hours.
@@ -552,7 +583,6 @@ ST_DEF const char *st_float(char *out, size_t cap, float x)
    place of a device or a FIFO, and opening a FIFO as a log waits for a reader forever. */
 ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t errsize)
 {
-    const char *slash = strrchr(path, '/');
     char dir[1024];
     struct stat sb;
     if (!*path || strlen(path) > 1000) {
@@ -563,8 +593,7 @@ ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t err
         snprintf(err, errsize, "%s %s %s, not a regular file: give a file name", flag, path, st_not_regular(sb.st_mode));
         return 0;
     }
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
-    if (access(dir, W_OK | X_OK) != 0) {
+    if (access(st_parent(path, dir, sizeof dir), W_OK | X_OK) != 0) {
         snprintf(err, errsize, "%s %s: cannot create files in %s: %s", flag, path, dir, strerror(errno));
         return 0;
     }

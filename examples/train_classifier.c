@@ -413,7 +413,7 @@ static int parse_options(int argc, char **argv, options *o)
         fprintf(stderr, "train_classifier: %s\n", err);
         return 0;
     }
-    if (o->init_out && strcmp(o->init_out, o->out) == 0) {
+    if (st_same_file(o->init_out, o->out)) {
         fprintf(stderr, "train_classifier: --out and --init-out are one file (%s): give each its own\n", o->out);
         return 0;
     }

@@ -1774,24 +1774,17 @@ static FILE *open_log(const char *path, int resumed_after, char *err, size_t err
     return f;
 }
 
-/* Two of the files a run reads or writes that are one file (--save x --trace x): the
-   later write would replace the other without a word. Names, or the same file twice. */
-static int same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    if (!a || !b) return 0;
-    if (strcmp(a, b) == 0) return 1;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
+/* The outputs can be written, and none is another output or an input (the one pair that
+   may be one file: --resume x --save x, a run going on). */
 static int check_outputs(const options *o, const char *data, char *err, size_t errsize)
 {
-    const char *files[][2] = {{"--save", o->save}, {"--log", o->log}, {"--trace", o->trace}, {"--data", data}};
-    const int outputs = 3;
+    const char *files[][2] = {{"--save", o->save}, {"--log", o->log}, {"--trace", o->trace}, {"--data", data},
+                              {"--resume", o->resume}};
+    const int outputs = 3, all = 5;
     for (int i = 0; i < outputs; i++) {
         if (files[i][1] && !st_writable(files[i][0], files[i][1], err, errsize)) return 0;
-        for (int j = i + 1; j < 4; j++)
-            if (same_file(files[i][1], files[j][1])) {
+        for (int j = i + 1; j < all; j++)
+            if ((i != 0 || j != 4) && st_same_file(files[i][1], files[j][1])) {
                 snprintf(err, errsize, "%s and %s are one file (%s): give each its own", files[i][0], files[j][0],
                          files[j][1]);
                 return 0;

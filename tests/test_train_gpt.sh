@@ -216,6 +216,18 @@ report "train_gpt: --log's directory is checked at the start" $? "$(cat err.txt)
 one_line_error "--save and --trace one file" $tiny --save same.out --trace same.out
 grep -q "^train_gpt: --save and --trace are one file (same.out)" err.txt && [ ! -e same.out ]
 report "train_gpt: --save and --trace naming one file are refused, nothing written" $? "$(cat err.txt)"
+# two spellings of one file that does not exist yet, and a --log that is the checkpoint
+# read (its truncation to the resumed step cut the checkpoint)
+for f in --trace --log; do
+  rm -f new.st
+  one_line_error "--save and $f one new file, spelled two ways" $tiny --save new.st $f ./new.st
+  grep -q "^train_gpt: --save and $f are one file (./new.st)" err.txt && [ ! -e new.st ]
+  report "train_gpt: --save new.st $f ./new.st is refused, nothing written" $? "$(cat err.txt)"
+done
+cp one.st read.st
+one_line_error "--log is the --resume file" $tiny --steps 10 --resume read.st --log read.st
+grep -q "^train_gpt: --log and --resume are one file (read.st)" err.txt && cmp -s one.st read.st
+report "train_gpt: a --log naming the --resume file is refused, the checkpoint stays" $? "$(cat err.txt)"
 cp data.txt data2.txt
 one_line_error "--log is the data" $tiny --data data2.txt --log data2.txt
 cmp -s data.txt data2.txt
