@@ -953,8 +953,14 @@ static int load_tokens(dataset *d, const char *path, int vocab, char *err, size_
     int *grown;
     int u16 = 0;
     if (!buf) return 0;
-    if (size >= sizeof header) memcpy(header, buf, sizeof header);
-    if (size >= 1024 && header[0] == 20240520) { /* llm.c */
+    memcpy(header, buf, size < sizeof header ? size : sizeof header);
+    if (size >= 4 && header[0] == 20240520) { /* llm.c; a cut one is no text either */
+        if (size < 1024) {
+            snprintf(err, errsize, "%s: an llm.c token file's header (magic 20240520) but only %zu bytes: its header "
+                     "alone is 1024", path, size);
+            free(buf);
+            return 0;
+        }
         if (header[1] != 1) {
             snprintf(err, errsize, "%s: llm.c token file of version %d; only version 1 is known", path, header[1]);
             free(buf);

@@ -198,6 +198,10 @@ one_line_error "data too short for a window" --nproc 2 --data short.txt --ctx 16
 one_line_error "token >= vocab" --nproc 2 --data big.bin
 one_line_error "odd-length .bin" --nproc 2 --data odd.bin
 one_line_error "llm.c shard shorter than its header says" --nproc 2 --data shard.bin
+{ printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x10\x00\x00\x00'; head -c 500 data.txt; } >cut.shard
+one_line_error "llm.c shard cut inside its header (was read as text)" $tiny --steps 1 --data cut.shard
+grep -q "cut.shard: an llm.c token file's header (magic 20240520) but only 512 bytes" err.txt
+report "train_gpt: an llm.c shard shorter than its header is named as such" $? "$(cat err.txt)"
 one_line_error "missing data file" --nproc 2 --data no-such-file
 one_line_error "unknown flag" --nproc 2 --no-such-flag 1
 one_line_error "bad number" --nproc 2 --lr fast
