@@ -934,6 +934,7 @@ typedef struct dataset {
     int *tokens;
     size_t n, n_train; /* tokens [0, n_train) train, [n_train, n) validate */
     char source[600];  /* what was read, for the first output line */
+    const char *format; /* how it was read: text bytes, or one of the token files */
 } dataset;
 
 static size_t num_windows(size_t n_tokens, int T, int stride)
@@ -943,10 +944,12 @@ static size_t num_windows(size_t n_tokens, int T, int stride)
 
 /* Appends the tokens of one file: llm.c token shards (a header of 256 int32: magic
    20240520, version 1, token count; then uint16 tokens), nanoGPT's headerless uint16
-   .bin, or any other file as bytes (byte-level tokens). */
+   .bin (or .BIN), or any other file as bytes (byte-level tokens). */
 static int load_tokens(dataset *d, const char *path, int vocab, char *err, size_t errsize)
 {
     size_t size, n, i, ext = strlen(path);
+    const int bin = ext >= 4 && path[ext - 4] == '.' && tolower((unsigned char)path[ext - 3]) == 'b' &&
+                    tolower((unsigned char)path[ext - 2]) == 'i' && tolower((unsigned char)path[ext - 1]) == 'n';
     unsigned char *buf = st_read_file(path, &size, err, errsize);
     int32_t header[3] = {0, 0, 0};
     const unsigned char *p;
@@ -975,7 +978,8 @@ static int load_tokens(dataset *d, const char *path, int vocab, char *err, size_
         p = buf + 1024;
         n = (size_t)header[2];
         u16 = 1;
-    } else if (ext >= 4 && strcmp(path + ext - 4, ".bin") == 0) { /* nanoGPT */
+        d->format = "llm.c token shard";
+    } else if (bin) { /* nanoGPT */
         if (size % 2) {
             snprintf(err, errsize, "%s: a .bin of uint16 tokens must have an even length, not %zu bytes", path, size);
             free(buf);
@@ -984,9 +988,11 @@ static int load_tokens(dataset *d, const char *path, int vocab, char *err, size_
         p = buf;
         n = size / 2;
         u16 = 1;
+        d->format = "nanoGPT uint16 tokens";
     } else {
         p = buf;
         n = size;
+        d->format = "text bytes";
     }
     if (n == 0) {
         snprintf(err, errsize, "%s: no tokens (%s)", path, size ? "a header only" : "empty file");
@@ -1092,8 +1098,9 @@ typedef struct options {
     X("model", "--dim", int, cfg.dim, "128", "", 1, 8192, "") \
     X("model", "--ctx", int, cfg.ctx, "64", "", 1, 8192, "") \
     X("model", "--vocab", int, cfg.vocab, "256", "", 2, 65536, "") \
-    X("data", "--data", text, data, "", "FILE", 0, 0, "text as bytes, llm.c .bin shard, nanoGPT uint16 .bin; " \
-      "default: examples/train_gpt.txt, a short story in plain words") \
+    X("data", "--data", text, data, "", "FILE", 0, 0, "an llm.c token shard by its header, nanoGPT " \
+      "uint16 tokens by a name ending .bin in any case, else text as bytes; default: examples/train_gpt.txt, a " \
+      "short story in plain words") \
     X("data", "--stride", int, stride, "", "S", 0, 8192, "training windows start every S tokens; default 1 for " \
       "data up to 1M tokens, else --ctx; validation windows never overlap") \
     X("batch", "--batch-size", int, batch_size, "16", "", 1, 65536, "sequences per rank per micro-step") \
@@ -2019,8 +2026,8 @@ static void print_setup(const trainer *t)
 #endif
     ddp_print(ctx, "model: %d layers, %d heads, dim %d, ctx %d, vocab %d: %.2f M parameters\n", o->cfg.layers,
               o->cfg.heads, o->cfg.dim, o->cfg.ctx, o->cfg.vocab, (double)t->model.num_params / 1e6);
-    ddp_print(ctx, "data: %s: %zu tokens, %zu train windows (stride %d), %zu validation windows%s\n",
-              t->data.source, t->data.n, t->train_windows, o->stride, t->val_windows,
+    ddp_print(ctx, "data: %s: %zu tokens (%s), %zu train windows (stride %d), %zu validation windows%s\n",
+              t->data.source, t->data.n, t->data.format, t->train_windows, o->stride, t->val_windows,
               o->data ? "" : " (no --data: the example's short story)");
     ddp_print(ctx, "ranks: %d (%s backend), global batch %zu sequences = %d per rank x %d ranks x %d accum, "
               "%zu tokens per step, %zu steps per epoch\n", ctx->world_size, ddp_backend_name(ctx->backend),

@@ -178,6 +178,14 @@ else
   echo "SKIP plot_loss.py draws a log: python3 matplotlib not installed"
 fi
 
+# the data's format, by its header or a .bin name in any case, said on the data line
+head -c 4000 /dev/zero >zeros.BIN
+run upper --steps 1 --sample-len 0 --data zeros.BIN
+grep -q '^data: zeros.BIN: 2000 tokens (nanoGPT uint16 tokens), ' upper.txt &&
+  grep -q '^data: data.txt: 30000 tokens (text bytes), ' one.txt
+report "train_gpt: a .BIN is uint16 tokens, and the data line says which format it read" $? \
+  "$(grep '^data: ' upper.txt one.txt | tr '\n' '|')"
+
 # ---- errors: one line on stderr, non-zero exit, no hang ----------------------------------
 one_line_error() { # name args...
   local name=$1; shift
