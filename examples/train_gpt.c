@@ -935,6 +935,7 @@ typedef struct dataset {
     size_t n, n_train; /* tokens [0, n_train) train, [n_train, n) validate */
     char source[600];  /* what was read, for the first output line */
     const char *format; /* how it was read: text bytes, or one of the token files */
+    int text;           /* the tokens are the file's bytes */
 } dataset;
 
 static size_t num_windows(size_t n_tokens, int T, int stride)
@@ -994,6 +995,7 @@ static int load_tokens(dataset *d, const char *path, int vocab, char *err, size_
         n = size;
         d->format = "text bytes";
     }
+    d->text = !u16;
     if (n == 0) {
         snprintf(err, errsize, "%s: no tokens (%s)", path, size ? "a header only" : "empty file");
         free(buf);
@@ -1127,7 +1129,8 @@ typedef struct options {
     X("", "--max_restarts", text, launcher, "", "N", 0, 0, "") \
     X("", "--local-rank", text, launcher, "", "N", 0, 0, "") \
     X("", "--local_rank", text, launcher, "", "N", 0, 0, "") \
-    X("sample", "--prompt", text, prompt, "The ", "", 0, 0, "") \
+    X("sample", "--prompt", text, prompt, "", "TEXT", 0, 0, "text data: its bytes, each below --vocab; default " \
+      "\"The \". Token data (no tokenizer here): token ids, --prompt~\"464 2068\"; default its first token") \
     X("sample", "--sample-len", int, sample_len, "300", "", 0, 1000000, "at most; ends at a sentence past half") \
     X("sample", "--temperature", float, temperature, "0.7", "", 0, 100, "0: greedy") \
     X("sample", "--top-k", int, top_k, "10", "", 0, 1000000, "0: all") \
@@ -1681,14 +1684,57 @@ static int sample_token(const float *logits, int V, float temperature, int top_k
     return best;
 }
 
-/* Rank 0 continues the prompt, one token at a time, from a seeded generator. Bytes
-   (vocab <= 256) print as text: past half of --sample-len the sample ends at the end of
-   a sentence, and no byte other than a letter or digit repeats more than three times in
-   a row (an undertrained model's runs of dashes or spaces). */
-static void generate(gpt *g, gpu *dev, const options *o)
+/* The sample's first tokens, from --prompt, into out (NULL: only checked): on text data
+   its bytes; on token data, whose tokens are no bytes and which no tokenizer here
+   encodes, token ids written as numbers. Without a prompt, "The " on text (where those
+   bytes are tokens), else the data's first token. The count (at most the prompt's length,
+   or 4), or -1 with the reason in err: the byte of a prompt taken modulo --vocab, or text
+   read as token ids, would be another prompt than the one given, unsaid. */
+static int prompt_tokens(const options *o, const dataset *d, int *out, char *err, size_t errsize)
 {
-    const int T = g->cfg.ctx, V = g->cfg.vocab, bytes = V <= 256;
-    int *seq = (int *)calloc((size_t)o->sample_len + strlen(o->prompt) + 1, sizeof(int));
+    const int V = o->cfg.vocab;
+    const char *p = o->prompt && *o->prompt ? o->prompt : d->text && V > 'h' ? "The " : NULL;
+    int n = 0;
+    if (!p) {
+        if (out) out[0] = d->tokens[0];
+        return 1;
+    }
+    for (; d->text && p[n]; n++) {
+        if ((unsigned char)p[n] >= V) {
+            snprintf(err, errsize, "--prompt: its byte %d (at %d) is not below --vocab %d (the prompt's bytes are its "
+                     "tokens)", (unsigned char)p[n], n, V);
+            return -1;
+        }
+        if (out) out[n] = (unsigned char)p[n];
+    }
+    while (!d->text && *p) {
+        char *end;
+        long id;
+        while (*p == ' ') p++;
+        if (!*p) break;
+        id = strtol(p, &end, 10);
+        if (*p < '0' || *p > '9' || (*end && *end != ' ') || id >= V) {
+            snprintf(err, errsize, "--prompt '%.100s': the data is %s, so a prompt is token ids below --vocab %d "
+                     "(--prompt '464 2068'): there is no tokenizer here to read text", o->prompt, d->format, V);
+            return -1;
+        }
+        if (out) out[n] = (int)id;
+        n++;
+        p = end;
+    }
+    if (!n) snprintf(err, errsize, "--prompt '%s' holds no token ids", o->prompt);
+    return n ? n : -1;
+}
+
+/* Rank 0 continues the prompt, one token at a time, from a seeded generator. Text data's
+   bytes (vocab <= 256) print as text: past half of --sample-len the sample ends at the
+   end of a sentence, and no byte other than a letter or digit repeats more than three
+   times in a row (an undertrained model's runs of dashes or spaces); other tokens print
+   as their ids. */
+static void generate(gpt *g, gpu *dev, const options *o, const dataset *d)
+{
+    const int T = g->cfg.ctx, V = g->cfg.vocab, bytes = V <= 256 && d->text;
+    int *seq = (int *)calloc((size_t)o->sample_len + (o->prompt ? strlen(o->prompt) : 0) + 5, sizeof(int));
     float *scratch = (float *)malloc((size_t)V * sizeof(float));
     uint64_t rng = o->seed;
     int n = 0, i, k;
@@ -1698,10 +1744,12 @@ static void generate(gpt *g, gpu *dev, const options *o)
         free(scratch);
         return;
     }
-    for (i = 0; o->prompt[i]; i++) seq[n++] = (unsigned char)o->prompt[i] % V;
-    if (!n) seq[n++] = '\n' % V;
-    printf("sample (%s, temperature %g, top-k %d):\n%s", bytes ? "bytes" : "token ids", o->temperature, o->top_k,
-           bytes ? o->prompt : "");
+    n = prompt_tokens(o, d, seq, NULL, 0); /* checked before training */
+    printf("sample (%s, temperature %g, top-k %d):\n", bytes ? "bytes" : "token ids", o->temperature, o->top_k);
+    for (i = 0; i < n; i++) {
+        if (bytes) putchar(seq[i]);
+        else printf("%d ", seq[i]);
+    }
     for (k = 0; k < o->sample_len; k++) {
         /* the last T tokens; positions after them are padding the causal mask ignores */
         int start = n > T ? n - T : 0, len = n - start, next, banned = -1;
@@ -1821,6 +1869,7 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
     const options *o = &t->o;
     const size_t batch = (size_t)o->batch_size * o->grad_accum * o->nproc;
     if (!load_data(&t->data, o->data, argv0, o->cfg.vocab, o->cfg.ctx, err, errsize)) return 0;
+    if (o->sample_len && prompt_tokens(o, &t->data, NULL, err, errsize) < 0) return 0;
     if (!t->o.stride) /* overlapping windows for a small text; a big one's would cost the sampler memory */
         t->o.stride = t->data.n_train <= 1000000 ? 1 : o->cfg.ctx;
     t->train_windows = num_windows(t->data.n_train, o->cfg.ctx, o->stride);
@@ -2183,7 +2232,7 @@ int main(int argc, char **argv)
                                 t.o.bf16 ? "bf16" : "fp32");
         ddp_print(&t.ctx, "\n");
     }
-    if (ddp_is_main(&t.ctx) && t.o.sample_len) generate(&t.model, t.dev, &t.o);
+    if (ddp_is_main(&t.ctx) && t.o.sample_len) generate(&t.model, t.dev, &t.o, &t.data);
     return finish(&t) == DDP_OK ? 0 : 1;
 }
 

@@ -186,6 +186,12 @@ grep -q '^data: zeros.BIN: 2000 tokens (nanoGPT uint16 tokens), ' upper.txt &&
 report "train_gpt: a .BIN is uint16 tokens, and the data line says which format it read" $? \
   "$(grep '^data: ' upper.txt one.txt | tr '\n' '|')"
 
+# --prompt: token data's prompt is token ids (its bytes are no tokens), text data's each byte below --vocab
+run idprompt --steps 1 --data zeros.BIN --prompt "0 0" --sample-len 4
+sed -n '/^sample/,$p' idprompt.txt | tail -n +2 | grep -q '^0 0 [0-9]* [0-9]* [0-9]* [0-9]* $' &&
+  grep -q '^sample (token ids' idprompt.txt
+report "train_gpt --prompt on token data: token ids, the sample in ids" $? "$(tail -n 2 idprompt.txt | tr '\n' '|')"
+
 # ---- errors: one line on stderr, non-zero exit, no hang ----------------------------------
 one_line_error() { # name args...
   local name=$1; shift
@@ -221,6 +227,12 @@ one_line_error "bad number after =" --nproc 2 --lr=fast
 grep -q "bad value 'fast' for --lr:" err.txt
 report "train_gpt: --lr=fast names the flag and the value" $? "$(cat err.txt)"
 one_line_error "a switch given a value" --bench-no-sync=1
+one_line_error "a --prompt byte not below --vocab (was taken modulo it)" $tiny --steps 1 --vocab 128 --prompt "$(printf '\303\251')"
+grep -q "^train_gpt: --prompt: its byte 195 (at 0) is not below --vocab 128" err.txt
+report "train_gpt: --prompt's byte past --vocab is named before training" $? "$(cat err.txt)"
+one_line_error "a text --prompt on token data (its bytes were fed as token ids)" $tiny --steps 1 --data zeros.BIN --prompt "The "
+grep -q "^train_gpt: --prompt 'The ': the data is nanoGPT uint16 tokens, so a prompt is token ids" err.txt
+report "train_gpt: a text --prompt on token data says a prompt there is token ids" $? "$(cat err.txt)"
 # outputs checked before training, each its own file; values that would read as others
 one_line_error "--log in a missing directory, before the ranks start" --nproc 3 $tiny --log nodir/l.jsonl
 grep -q "^train_gpt: --log nodir/l.jsonl: cannot create files in nodir" err.txt
