@@ -1022,15 +1022,29 @@ static int load_tokens(dataset *d, const char *path, int vocab, char *err, size_
     return 1;
 }
 
+/* The directory of this program into dir (size bytes): /proc/self/exe's, which also
+   knows it when the shell found the program on PATH (argv0 is then a bare name), else
+   argv0's (NULL: none). 0 when neither says. */
+static int program_dir(const char *argv0, char *dir, size_t size)
+{
+    const ssize_t n = readlink("/proc/self/exe", dir, size - 1);
+    if (n > 0) dir[n] = 0;
+    else if (argv0 && strchr(argv0, '/')) snprintf(dir, size, "%s", argv0);
+    else return 0;
+    if (!strchr(dir, '/')) return 0;
+    *strrchr(dir, '/') = 0; /* "/prog": "", and the callers add "/" */
+    return 1;
+}
+
 /* Without --data: the short story examples/train_gpt.txt, plain words that the
    default model learns to write in a minute (make run); found next to the program,
    else under the current directory. */
 static int load_default(dataset *d, const char *argv0, int vocab, char *err, size_t errsize)
 {
-    const char *slash = strrchr(argv0, '/');
-    char path[3][500];
+    char dir[4096], path[3][500];
     int k;
-    snprintf(path[0], sizeof path[0], "%.*strain_gpt.txt", slash ? (int)(slash - argv0 + 1) : 0, argv0);
+    if (program_dir(argv0, dir, sizeof dir)) snprintf(path[0], sizeof path[0], "%.480s/train_gpt.txt", dir);
+    else snprintf(path[0], sizeof path[0], "train_gpt.txt");
     snprintf(path[1], sizeof path[1], "examples/train_gpt.txt");
     snprintf(path[2], sizeof path[2], "train_gpt.txt");
     for (k = 0; k < 3; k++) {
@@ -1355,19 +1369,13 @@ static double now_s(void)
    version; returns 0 with the reason in version when there is no PyTorch to ask. */
 static int torch_matmul(const options *o, int threads, double rate[5][3], char *version, size_t size)
 {
-    char exe[4096], cmd[4300 + 160], line[256], *slash = NULL;
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char exe[4096], cmd[4300 + 160], line[256];
     FILE *f;
     int k = 0, status;
-    if (n > 0) {
-        exe[n] = 0;
-        slash = strrchr(exe, '/');
-    }
-    if (!slash || strchr(exe, '\'')) { /* the path goes into a shell command in single quotes */
+    if (!program_dir(NULL, exe, sizeof exe) || strchr(exe, '\'')) { /* the path goes into a shell command in quotes */
         snprintf(version, size, "cannot find bench_train_gpt.py beside this binary");
         return 0;
     }
-    *slash = 0;
     snprintf(cmd, sizeof cmd, "python3 '%s/bench_train_gpt.py' --torch-matmul --dim %d --ctx %d --batch %d --vocab %d "
              "--threads %d 2>&1", exe, o->cfg.dim, o->cfg.ctx, o->batch_size, o->cfg.vocab, threads);
     if (!(f = popen(cmd, "r"))) {

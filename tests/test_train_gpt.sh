@@ -374,6 +374,13 @@ mkdir alone && cp "$bin" alone/train_gpt && mkfifo alone/train_gpt.txt
 rc=$?
 [ "$rc" -eq 1 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q 'pipe' err.txt
 report "train_gpt without --data: a FIFO in the story's place is refused, no hang" $? "exit $rc: $(head -c 300 err.txt)"
+# the default data beside the program when the shell found it on PATH (argv[0] is a bare name)
+mkdir onpath elsewhere && cp "$bin" onpath/train_gpt && head -c 3000 data.txt >onpath/train_gpt.txt
+(cd elsewhere && PATH="$OLDPWD/onpath:$PATH" timeout 30 train_gpt --layers 1 --heads 1 --dim 16 --ctx 8 --steps 1 \
+  --sample-len 0 >../onpath.txt 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "^data: $PWD/onpath/train_gpt.txt: 3000 tokens" onpath.txt
+report "train_gpt on PATH without --data: the story beside the program" $? "exit $rc: $(head -c 300 onpath.txt)"
 # --compare of two files that differ names the worst tensor (from a copy: it was read from freed memory)
 out=$("$bin" --compare one.st linked.st 2>&1)
 case $out in "max_rel_diff "*" over 84 tensors, worst "[a-z]*.*) true ;; *) false ;; esac
