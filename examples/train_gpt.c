@@ -1879,7 +1879,7 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
     if (!load_data(&t->data, o->data, argv0, o->cfg.vocab, o->cfg.ctx, err, errsize)) return 0;
     if (o->sample_len && prompt_tokens(o, &t->data, NULL, err, errsize) < 0) return 0;
     if (!t->o.stride) /* overlapping windows for a small text; a big one's would cost the sampler memory */
-        t->o.stride = t->data.n_train <= 1000000 ? 1 : o->cfg.ctx;
+        t->o.stride = t->data.n <= 1000000 ? 1 : o->cfg.ctx; /* the data's tokens, as --help says */
     t->train_windows = num_windows(t->data.n_train, o->cfg.ctx, o->stride);
     t->val_windows = num_windows(t->data.n - t->data.n_train, o->cfg.ctx, o->cfg.ctx);
     if (t->train_windows < batch) {

@@ -186,6 +186,12 @@ grep -q '^data: zeros.BIN: 2000 tokens (nanoGPT uint16 tokens), ' upper.txt &&
 report "train_gpt: a .BIN is uint16 tokens, and the data line says which format it read" $? \
   "$(grep '^data: ' upper.txt one.txt | tr '\n' '|')"
 
+# the default --stride is 1 for data up to 1M tokens (all of them, as --help says), else --ctx
+for i in $(seq 40); do cat data.txt; done | head -c 1100000 >large.dat
+run large --steps 1 --sample-len 0 --data large.dat
+grep -q '^data: large.dat: 1100000 tokens .* (stride 16)' large.txt
+report "train_gpt: 1.1M tokens train with stride --ctx" $? "$(grep '^data: ' large.txt)"
+
 # --prompt: token data's prompt is token ids (its bytes are no tokens), text data's each byte below --vocab
 run idprompt --steps 1 --data zeros.BIN --prompt "0 0" --sample-len 4
 sed -n '/^sample/,$p' idprompt.txt | tail -n +2 | grep -q '^0 0 [0-9]* [0-9]* [0-9]* [0-9]* $' &&
