@@ -545,6 +545,24 @@ ST_DEF const char *st_float(char *out, size_t cap, float x)
     return out;
 }
 
+/* A new file beside path for a save to rename into place, its name in tmp (cap bytes):
+   FILE.tmp (when plain), or, where that name is taken, FILE.tmp.XXXXXX. O_EXCL: a file
+   this call made, never one that was there (a killed save's, a link, someone's data: not
+   ours to remove or write through). The descriptor, or -1 with errno set. */
+ST_DEF int st_temp(const char *path, int plain, char *tmp, size_t cap)
+{
+    static unsigned counter;
+    int fd, k;
+    for (k = !plain; k < 100; k++) {
+        const unsigned x = ((unsigned)getpid() * 2654435761u) ^ ((unsigned)time(NULL) * 40503u) ^ (counter++ * 97u);
+        if (k == 0) snprintf(tmp, cap, "%s.tmp", path);
+        else snprintf(tmp, cap, "%s.tmp.%06x", path, x & 0xffffffu);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    return -1;
+}
+
 /* The directory a path names a file in ("." for a bare name), into out (cap bytes). */
 ST_DEF const char *st_parent(const char *path, char *out, size_t cap)
 {
@@ -580,11 +598,14 @@ ST_DEF int st_same_file(const char *a, const char *b)
    directory, in a directory this process may create files in. 0 with the reason in err
    (flag: the option that named it), so that a run refuses at its start, not after hours.
    What is there already must be a regular file: a save's rename would put a file in the
-   place of a device or a FIFO, and opening a FIFO as a log waits for a reader forever. */
+   place of a device or a FIFO, and opening a FIFO as a log waits for a reader forever.
+   A file is made there and removed, under the longest name a save may write first: the
+   file system takes the name (NAME_MAX) and the directory a new file. */
 ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t errsize)
 {
-    char dir[1024];
+    char dir[1024], probe[1100];
     struct stat sb;
+    int fd;
     if (!*path || strlen(path) > 1000) {
         snprintf(err, errsize, "%s needs a file name of 1 to 1000 bytes", flag);
         return 0;
@@ -597,25 +618,17 @@ ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t err
         snprintf(err, errsize, "%s %s: cannot create files in %s: %s", flag, path, dir, strerror(errno));
         return 0;
     }
-    return 1;
-}
-
-/* A new file beside path for a save to rename into place, its name in tmp (cap bytes):
-   FILE.tmp, or, where that name is taken, FILE.tmp.XXXXXX. O_EXCL: a file this call
-   made, never one that was there (a killed save's, a link, someone's data: not ours to
-   remove or write through). The descriptor, or -1 with errno set. */
-ST_DEF int st_temp(const char *path, char *tmp, size_t cap)
-{
-    static unsigned counter;
-    int fd, k;
-    for (k = 0; k < 100; k++) {
-        const unsigned x = ((unsigned)getpid() * 2654435761u) ^ ((unsigned)time(NULL) * 40503u) ^ (counter++ * 97u);
-        if (k == 0) snprintf(tmp, cap, "%s.tmp", path);
-        else snprintf(tmp, cap, "%s.tmp.%06x", path, x & 0xffffffu);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-        if (fd >= 0 || errno != EEXIST) return fd;
+    if ((fd = st_temp(path, 0, probe, sizeof probe)) < 0) {
+        if (errno == ENAMETOOLONG)
+            snprintf(err, errsize, "%s %s: the name is too long for the file system there (a save writes "
+                     "NAME.tmp.XXXXXX first)", flag, path);
+        else
+            snprintf(err, errsize, "%s %s: cannot create files in %s: %s", flag, path, dir, strerror(errno));
+        return 0;
     }
-    return -1;
+    close(fd);
+    unlink(probe); /* made by st_temp: ours */
+    return 1;
 }
 
 /* header: the JSON (padded here to a multiple of 8); then n arrays of bytes[i] bytes.
@@ -637,7 +650,7 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
         return 0;
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header->len >> (8 * i));
-    if ((fd = st_temp(path, tmp, sizeof tmp)) < 0 || !(f = fdopen(fd, "wb"))) {
+    if ((fd = st_temp(path, 1, tmp, sizeof tmp)) < 0 || !(f = fdopen(fd, "wb"))) {
         if (fd >= 0) close(fd);
         snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
         return 0;

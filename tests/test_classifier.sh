@@ -70,6 +70,8 @@ refused "--out $tmp/p.fifo is a pipe, not a regular file" --out "$tmp/p.fifo"
 refused "--init-out $tmp/p.fifo is a pipe, not a regular file" --init-out "$tmp/p.fifo"
 refused "--out $tmp/null.st is a device or socket, not a regular file" --out "$tmp/null.st"
 refused "--out and --init-out are one file" --out "$tmp/a.st" --init-out "$tmp/a.st"
+long=$tmp/$(printf 'a%.0s' $(seq 250)).st
+refused "--out $long: the name is too long for the file system there" --out "$long"
 refused "--out and --init-out are one file" --out "$tmp/a.st" --init-out "$tmp/./a.st"
 # --init-out at --out's FILE.tmp: the last save leaves it as it is (it took it as its temporary file)
 "$bin" --nproc 1 --epochs 1 --out "$tmp/c.st" --init-out "$tmp/c.st.tmp" >"$tmp/tmpname.txt" 2>&1

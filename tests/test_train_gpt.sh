@@ -267,6 +267,14 @@ one_line_error "--resume auto under --nproc with another global batch, before th
 grep -q "resumed.st belongs to another run: its global batch .* is 8, this run's is 12" err.txt
 report "train_gpt: --resume auto names the global batch under --nproc" $? "$(cat err.txt)"
 one_line_error "an empty --save" $tiny --save ''
+# a name the file system cannot hold (FILE.tmp past 255 bytes): said before training, not after it
+long=$(printf 'a%.0s' $(seq 250)).st
+timeout 60 "$bin" $tiny --steps 1 --save "$long" >long.txt 2>err.txt
+rc=$?
+[ "$rc" -eq 1 ] && [ "$(wc -l <err.txt)" -eq 1 ] && ! grep -q '^step ' long.txt &&
+  grep -q "^train_gpt: --save a*.st: the name is too long for the file system there" err.txt
+report "train_gpt: a --save name too long for the file system is refused before training" $? \
+  "exit $rc, $(grep -c '^step ' long.txt) steps: $(head -c 300 err.txt)"
 # OpenMP threads with 128 KiB of stack (musl's default; OMP_STACKSIZE): the attention's
 # backward kept 136 KiB of buffers on it
 OMP_STACKSIZE=128K OMP_NUM_THREADS=2 timeout 60 "$bin" $tiny --steps 1 --ctx 64 >stack.txt 2>&1
