@@ -296,19 +296,22 @@ ST_DEF int st_read_tensor(const st_json *j, int t, st_tensor *ts, const unsigned
     for (i = 0; i < j->tok[t].size; i++, k = j->tok[k + 1].next) {
         const int v = k + 1, len = j->tok[v].size;
         const st_json_type type = j->tok[v].type;
-        int e, ok = 0;
+        int e, ok = 0, field;
         if (!st_json_string(j, k, key, sizeof key)) key[0] = 0;
-        if (strcmp(key, "dtype") == 0) {
+        field = strcmp(key, "dtype") == 0 ? 1 : strcmp(key, "shape") == 0 ? 2 : strcmp(key, "data_offsets") == 0 ? 4 : 0;
+        if (seen & field) { /* readers differ on which one counts, as for a name twice */
+            snprintf(err, errsize, "tensor %s has '%s' twice", ts->name, key);
+            return 0;
+        }
+        seen |= field;
+        if (field == 1) {
             ok = type == ST_JSON_STRING && st_json_string(j, v, ts->dtype, sizeof ts->dtype);
-            seen |= 1;
-        } else if (strcmp(key, "shape") == 0) {
+        } else if (field == 2) {
             ok = type == ST_JSON_ARRAY && len <= ST_MAX_DIMS;
             for (e = 0; ok && e < len; e++) ok = st_json_u64(j, v + 1 + e, &ts->shape[e]);
             ts->ndim = len;
-            seen |= 2;
-        } else if (strcmp(key, "data_offsets") == 0) {
+        } else if (field == 4) {
             ok = type == ST_JSON_ARRAY && len == 2 && st_json_u64(j, v + 1, &off[0]) && st_json_u64(j, v + 2, &off[1]);
-            seen |= 4;
         }
         if (!ok) {
             snprintf(err, errsize, "tensor %s: bad or unknown entry '%s'", ts->name, key);

@@ -322,6 +322,11 @@ one_line_error "--compare a shape whose size overflows" --compare overflow.st ov
 grep -q 'overflows' err.txt
 report "train_gpt --compare says the shape's size overflows" $? "$(cat err.txt)"
 one_line_error "--resume a shape whose size overflows" $tiny --resume overflow.st
+header='{"w":{"dtype":"I32","shape":[1,2],"dtype":"F32","shape":[2],"data_offsets":[0,8]}}   '  # (padded to 88)
+{ printf "\\x$(printf %02x ${#header})\\0\\0\\0\\0\\0\\0\\0%s" "$header"; head -c 8 /dev/zero; } >fieldtwice.st
+one_line_error "--compare a tensor with a field twice (the last counted)" --compare fieldtwice.st fieldtwice.st
+grep -q "tensor w has 'dtype' twice" err.txt
+report "train_gpt --compare names a tensor's field given twice" $? "$(cat err.txt)"
 # files other readers take differently, or that hold what training never writes
 python3 - one.st <<'EOF' >mutate.txt 2>&1
 import re, struct, sys
