@@ -22,6 +22,7 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -121,7 +122,8 @@ ST_DEF int st_json_value(st_json *j, int depth)
     if (j->pos >= j->len || depth > 64) return -1;
     if (j->n == j->cap) {
         int cap = j->cap ? 2 * j->cap : 256;
-        st_json_token *grown = (st_json_token *)realloc(j->tok, (size_t)cap * sizeof *grown);
+        st_json_token *grown = j->cap > INT_MAX / 2 || (size_t)cap > SIZE_MAX / sizeof *grown ? NULL :
+                               (st_json_token *)realloc(j->tok, (size_t)cap * sizeof *grown);
         if (!grown) return -1;
         j->tok = grown;
         j->cap = cap;
@@ -236,6 +238,9 @@ ST_DEF int st_json_u64(const st_json *j, int t, uint64_t *v)
 
 /* ---- safetensors: the header's meaning ------------------------------------------------- */
 #define ST_MAX_DIMS 8
+/* The reference library's limit: a header past it is refused before it is read, since
+   its tokens take 16 times its size (a token of 32 bytes per 2 bytes of "0,"). */
+#define ST_MAX_HEADER 100000000
 
 typedef struct st_tensor {
     char name[96], dtype[16];
@@ -428,6 +433,12 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
     for (i = 0; i < 8 && size >= 8; i++) hlen |= (uint64_t)f->bytes[i] << (8 * i);
     if (size < 8 || hlen < 2 || hlen > size - 8) {
         snprintf(err, errsize, "%s: not a safetensors file (truncated or bad header length)", path);
+        st_free(f);
+        return 0;
+    }
+    if (hlen > ST_MAX_HEADER) {
+        snprintf(err, errsize, "%s: a safetensors header of %llu bytes, past the %d the format allows", path,
+                 (unsigned long long)hlen, ST_MAX_HEADER);
         st_free(f);
         return 0;
     }

@@ -327,6 +327,11 @@ header='{"w":{"dtype":"I32","shape":[1,2],"dtype":"F32","shape":[2],"data_offset
 one_line_error "--compare a tensor with a field twice (the last counted)" --compare fieldtwice.st fieldtwice.st
 grep -q "tensor w has 'dtype' twice" err.txt
 report "train_gpt --compare names a tensor's field given twice" $? "$(cat err.txt)"
+# a header past the reference's 100 MB (its tokens took 16 times its size): refused by its length
+printf '\x01\xe1\xf5\x05\0\0\0\0{}' >bighead.st && truncate -s 100000009 bighead.st  # 100000001 bytes of header
+one_line_error "--compare a header past 100 MB" --compare bighead.st bighead.st
+grep -q "bighead.st: a safetensors header of 100000001 bytes, past the 100000000 the format allows" err.txt
+report "train_gpt --compare refuses a header past 100 MB by its length" $? "$(cat err.txt)"
 # files other readers take differently, or that hold what training never writes
 python3 - one.st <<'EOF' >mutate.txt 2>&1
 import re, struct, sys
