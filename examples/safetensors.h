@@ -43,13 +43,12 @@ ST_DEF const char *st_not_regular(mode_t mode)
     return S_ISDIR(mode) ? "is a directory" : S_ISFIFO(mode) ? "is a pipe" : "is a device or socket";
 }
 
-/* ---- a whole file in memory ------------------------------------------------------------
+/* ---- reading files ----------------------------------------------------------------------
    Only regular files: a directory or a FIFO is refused by name before it is opened
-   (opening a FIFO would wait for a writer). */
-ST_DEF unsigned char *st_read_file(const char *path, size_t *size, char *err, size_t errsize)
+   (opening a FIFO would wait for a writer). st_open gives the file and its size. */
+ST_DEF FILE *st_open(const char *path, size_t *size, char *err, size_t errsize)
 {
     struct stat sb;
-    unsigned char *buf;
     FILE *f;
     if (stat(path, &sb) != 0) {
         snprintf(err, errsize, "%s: cannot open: %s", path, strerror(errno));
@@ -64,12 +63,29 @@ ST_DEF unsigned char *st_read_file(const char *path, size_t *size, char *err, si
         return NULL;
     }
     *size = (size_t)sb.st_size;
-    buf = (unsigned char *)malloc(*size + 1);
-    if (!buf || fread(buf, 1, *size, f) != *size) {
-        snprintf(err, errsize, "%s: %s", path, buf ? "read failed" : "out of memory");
-        free(buf);
-        buf = NULL;
+    return f;
+}
+
+/* bytes [from, to) of f into buf + from, grown to to + 1 bytes (freed on a failure). */
+ST_DEF unsigned char *st_read_more(FILE *f, unsigned char *buf, size_t from, size_t to, const char *path, char *err,
+                                   size_t errsize)
+{
+    unsigned char *grown = (unsigned char *)realloc(buf, to + 1);
+    if (!grown || fread(grown + from, 1, to - from, f) != to - from) {
+        snprintf(err, errsize, "%s: %s", path, grown ? "read failed" : "out of memory");
+        free(grown ? grown : buf);
+        return NULL;
     }
+    return grown;
+}
+
+/* A whole file in memory (size bytes). */
+ST_DEF unsigned char *st_read_file(const char *path, size_t *size, char *err, size_t errsize)
+{
+    unsigned char *buf;
+    FILE *f = st_open(path, size, err, errsize);
+    if (!f) return NULL;
+    buf = st_read_more(f, NULL, 0, *size, path, err, errsize);
     fclose(f);
     return buf;
 }
@@ -287,9 +303,9 @@ ST_DEF void st_free(st_file *f)
     memset(f, 0, sizeof *f);
 }
 
-/* One tensor's object (token t) into ts, checked against the data (size bytes). */
-ST_DEF int st_read_tensor(const st_json *j, int t, st_tensor *ts, const unsigned char *data, size_t size,
-                          char *err, size_t errsize)
+/* One tensor's object (token t) into ts, checked against the data's size (its data
+   pointer is set once the data is read). */
+ST_DEF int st_read_tensor(const st_json *j, int t, st_tensor *ts, size_t size, char *err, size_t errsize)
 {
     char key[32];
     uint64_t off[2] = {0, 0}, bytes;
@@ -348,7 +364,6 @@ ST_DEF int st_read_tensor(const st_json *j, int t, st_tensor *ts, const unsigned
     ts->numel = (size_t)(bytes / st_dtype_size(ts->dtype));
     ts->begin = off[0];
     ts->end = off[1];
-    ts->data = data + off[0];
     return 1;
 }
 
@@ -419,36 +434,38 @@ ST_DEF int st_tiles(const st_file *f, size_t size, char *why, size_t whysize)
 }
 
 /* Reads and checks the whole file: the header's syntax and meaning, every tensor
-   inside the data. */
+   inside the data. The length first, then the header, the data last: a file that is
+   none (8 GB of something else) costs 8 bytes of reading, not 8 GB. */
 ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
 {
     char why[400];
     uint64_t hlen = 0;
     size_t size, data_size;
-    const unsigned char *data;
     st_json j;
     int i, k, entries, metadata = 0;
+    FILE *in;
     memset(f, 0, sizeof *f);
-    if (!(f->bytes = st_read_file(path, &size, err, errsize))) return 0;
+    if (!(in = st_open(path, &size, err, errsize))) return 0;
+    if (!(f->bytes = st_read_more(in, NULL, 0, size < 8 ? size : 8, path, err, errsize))) {
+        fclose(in);
+        return 0;
+    }
     for (i = 0; i < 8 && size >= 8; i++) hlen |= (uint64_t)f->bytes[i] << (8 * i);
     if (size < 8 || hlen < 2 || hlen > size - 8) {
         snprintf(err, errsize, "%s: not a safetensors file (truncated or bad header length)", path);
-        st_free(f);
-        return 0;
+        goto fail;
     }
     if (hlen > ST_MAX_HEADER) {
         snprintf(err, errsize, "%s: a safetensors header of %llu bytes, past the %d the format allows", path,
                  (unsigned long long)hlen, ST_MAX_HEADER);
-        st_free(f);
-        return 0;
+        goto fail;
     }
-    data = f->bytes + 8 + hlen;
+    if (!(f->bytes = st_read_more(in, f->bytes, 8, 8 + (size_t)hlen, path, err, errsize))) goto fail;
     data_size = size - 8 - (size_t)hlen;
     if (!st_json_tokenize(&j, (const char *)f->bytes + 8, (size_t)hlen) || j.tok[0].type != ST_JSON_OBJECT) {
         snprintf(err, errsize, "%s: corrupt safetensors header (not a JSON object)", path);
         free(j.tok);
-        st_free(f);
-        return 0;
+        goto fail;
     }
     entries = j.tok[0].size;
     f->t = (st_tensor *)calloc((size_t)entries + 1, sizeof(st_tensor));
@@ -488,17 +505,23 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
         } else {
             st_tensor *t = &f->t[f->n++];
             snprintf(t->name, sizeof t->name, "%s", key);
-            if (!st_read_tensor(&j, k + 1, t, data, data_size, why, sizeof why)) break;
+            if (!st_read_tensor(&j, k + 1, t, data_size, why, sizeof why)) break;
         }
     }
     free(j.tok);
     if (f->t && i == entries && (!st_unique(f, why, sizeof why) || !st_tiles(f, data_size, why, sizeof why))) i = -1;
     if (!f->t || i < entries) {
         snprintf(err, errsize, "%s: corrupt safetensors header: %s", path, why);
-        st_free(f);
-        return 0;
+        goto fail;
     }
+    if (!(f->bytes = st_read_more(in, f->bytes, 8 + (size_t)hlen, size, path, err, errsize))) goto fail;
+    fclose(in);
+    for (i = 0; i < f->n; i++) f->t[i].data = f->bytes + 8 + hlen + f->t[i].begin;
     return 1;
+fail:
+    fclose(in);
+    st_free(f);
+    return 0;
 }
 
 ST_DEF const st_tensor *st_find(const st_file *f, const char *name)

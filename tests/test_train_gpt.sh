@@ -332,6 +332,14 @@ printf '\x01\xe1\xf5\x05\0\0\0\0{}' >bighead.st && truncate -s 100000009 bighead
 one_line_error "--compare a header past 100 MB" --compare bighead.st bighead.st
 grep -q "bighead.st: a safetensors header of 100000001 bytes, past the 100000000 the format allows" err.txt
 report "train_gpt --compare refuses a header past 100 MB by its length" $? "$(cat err.txt)"
+# a large file that is no checkpoint: refused by its first 8 bytes, without reading it all
+# (under 1 GB of address space: the whole file in memory was "out of memory")
+truncate -s 3G sparse.st
+(ulimit -v 1000000; timeout 20 "$bin" --compare sparse.st sparse.st >/dev/null 2>err.txt)
+rc=$?
+rm -f sparse.st
+[ "$rc" -eq 1 ] && [ "$(cat err.txt)" = "train_gpt: sparse.st: not a safetensors file (truncated or bad header length)" ]
+report "train_gpt --compare refuses 3 GB of something else by its length, not after reading it" $? "exit $rc: $(cat err.txt)"
 # files other readers take differently, or that hold what training never writes
 python3 - one.st <<'EOF' >mutate.txt 2>&1
 import re, struct, sys
