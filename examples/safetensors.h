@@ -375,6 +375,22 @@ ST_DEF const char *st_meta(const st_file *f, const char *key)
     return "";
 }
 
+/* A metadata value as an integer in [lo, hi] (0 <= lo <= hi), written as the examples
+   write it: digits only, no sign, space or leading zero, as a reader in another language
+   parses it (strtol's " +01" would be 1 here and an error there). 0 if it is not one. */
+ST_DEF int st_meta_int(const st_file *f, const char *key, int lo, int hi, int *out)
+{
+    const char *v = st_meta(f, key);
+    int x = 0;
+    if (!*v || (v[0] == '0' && v[1])) return 0;
+    for (; *v; v++) {
+        if (*v < '0' || *v > '9' || x > (hi - (*v - '0')) / 10) return 0;
+        x = 10 * x + (*v - '0');
+    }
+    *out = x;
+    return x >= lo;
+}
+
 ST_DEF int st_by_name(const void *a, const void *b)
 {
     return strcmp((*(const st_tensor *const *)a)->name, (*(const st_tensor *const *)b)->name);

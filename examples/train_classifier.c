@@ -269,11 +269,9 @@ static int save_checkpoint(const char *path, const float *params, int epochs_don
 static int load_checkpoint(const char *path, float *params, const run_identity *run, int epochs)
 {
     st_file f;
-    char err[1500], *end;
-    const char *done;
-    long epoch;
+    char err[1500];
     size_t e;
-    int i, k;
+    int i, k, epoch;
     if (access(path, F_OK) != 0) return 0;
     if (!st_read(&f, path, err, sizeof err)) goto refuse;
     for (k = 0; k < RUN_KEYS; k++)
@@ -283,10 +281,9 @@ static int load_checkpoint(const char *path, float *params, const run_identity *
                      *st_meta(&f, run_keys[k][0]) ? st_meta(&f, run_keys[k][0]) : "not recorded", run->v[k]);
             goto refuse;
         }
-    done = st_meta(&f, "epoch");
-    epoch = strtol(done, &end, 10);
-    if (!*done || *end || epoch < 0 || epoch > epochs) {
-        snprintf(err, sizeof err, "%s: metadata epoch '%s' is not a count from 0 to --epochs %d", path, done, epochs);
+    if (!st_meta_int(&f, "epoch", 0, epochs, &epoch)) {
+        snprintf(err, sizeof err, "%s: metadata epoch '%s' is not a count from 0 to --epochs %d", path,
+                 st_meta(&f, "epoch"), epochs);
         goto refuse;
     }
     for (i = 0; i < 4; i++) {
@@ -306,7 +303,7 @@ static int load_checkpoint(const char *path, float *params, const run_identity *
             }
     }
     st_free(&f);
-    return (int)epoch;
+    return epoch;
 refuse:
     st_free(&f);
     fprintf(stderr, "train_classifier: %s\n", err);

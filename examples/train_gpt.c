@@ -2281,14 +2281,6 @@ static int save_checkpoint(const gpt *g, const char *path, int step, const run_i
     return ok;
 }
 
-/* A metadata value as an integer in [lo, hi], written as this program writes it: digits
-   only, no sign, space or leading zero (as a reader in another language would parse it). */
-static int meta_int(const st_file *f, const char *key, long lo, long hi, int *out)
-{
-    const char *v = st_meta(f, key);
-    return isdigit((unsigned char)v[0]) && (v[0] != '0' || !v[1]) && int_flag(v, lo, hi, out);
-}
-
 /* Fills params, m and v from a checkpoint of the same model (same tensor names and
    shapes, finite values), the step it was written after and its run's identity.
    Returns 0 with the reason in err. */
@@ -2303,12 +2295,12 @@ static int load_checkpoint(gpt *g, const char *path, uint64_t *seed, int *step, 
     int i, k, have;
     if (!st_read(&f, path, err, errsize)) return 0;
     for (k = 0; k < 5; k++)
-        if (!meta_int(&f, keys[k], 0, INT_MAX, &have) || have != want[k]) {
+        if (!st_meta_int(&f, keys[k], 0, INT_MAX, &have) || have != want[k]) {
             snprintf(err, errsize, "%s: written for --%s %s, this run has --%s %d", path, keys[k],
                      *st_meta(&f, keys[k]) ? st_meta(&f, keys[k]) : "(missing)", keys[k], want[k]);
             goto fail;
         }
-    if (!meta_int(&f, "step", 0, INT_MAX, step)) {
+    if (!st_meta_int(&f, "step", 0, INT_MAX, step)) {
         snprintf(err, errsize, "%s: metadata step '%s' is not a step count", path, st_meta(&f, "step"));
         goto fail;
     }

@@ -80,6 +80,28 @@ rc=$?
   [ -z "$(ls "$tmp"/c.st.tmp.* 2>/dev/null)" ]
 report "classifier: --init-out FILE.tmp of --out FILE stays (the save writes beside it)" $? \
   "exit $rc: $(ls -l "$tmp"/c.st* | tr '\n' ' ')"
+# --resume auto reads the epoch as written (digits only): " +01", "+1" and "01" are not epochs
+if command -v python3 >/dev/null; then
+  "$bin" --nproc 1 --epochs 2 --out "$tmp/e.st" >/dev/null 2>&1
+  for v in ' +01' '+1' '01'; do
+    python3 - "$tmp/e.st" "$tmp/bad_epoch.st" "$v" <<'EOF'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+h['__metadata__']['epoch'] = sys.argv[3]
+hs = json.dumps(h, separators=(',', ':')).encode()
+hs += b' ' * (-len(hs) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hs)) + hs + b[8 + n:])
+EOF
+    "$bin" --nproc 1 --epochs 2 --resume auto --out "$tmp/bad_epoch.st" >"$tmp/epoch.txt" 2>&1
+    rc=$?
+    [ "$rc" -eq 1 ] && grep -q "^train_classifier: .*bad_epoch.st: metadata epoch '$v' is not a count from 0 to --epochs 2$" "$tmp/epoch.txt"
+    report "classifier --resume auto: metadata epoch '$v' is refused" $? "exit $rc: $(tr '\n' '|' <"$tmp/epoch.txt")"
+  done
+else
+  echo "SKIP classifier --resume auto with a bad epoch: python3 not installed (it crafts the files)"
+fi
 # a learning rate that blows the weights up: NaN was clamped into a finite loss and saved
 "$bin" --nproc 2 --lr 50 --epochs 2 --out "$tmp/nan.bin" >"$tmp/nan.txt" 2>&1
 rc=$?
