@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_classifier.sh - one process with batch 32 and four with batch 8 per rank
 # train the same model: the last epoch's validation metrics agree to 1e-6 and the
-# classifier learns (> 90 % validation accuracy); --flag=value; bad flags and --help. The Makefile
+# classifier learns (> 90 % validation accuracy); --flag=value; bad flags, outputs that
+# cannot be written or would replace something else, bad --resume auto epochs and --help. The Makefile
 # builds the example; tests/test_pytorch_twin.sh compares it with PyTorch.
 cd "$(dirname "$0")/.." || exit 1
 bin=./examples/train_classifier

@@ -11,8 +11,10 @@
 #   fail in one line; --flag=value trains as --flag value; --help lists every flag; a
 #   diverged run (NaN loss) fails naming the step; --compare
 #   reports a NaN or infinity as a difference, never as 0; on a terminal one progress
-#   line; without --data the story, and a sample without runs of punctuation;
-#   plot_loss.py without matplotlib says what to install. (The benchmarks:
+#   line; without --data the story (beside the program, also one found on PATH), and a
+#   sample without runs of punctuation; the data line names the format read; --prompt
+#   is bytes below --vocab on text, token ids on token data; plot_loss.py without
+#   matplotlib says what to install. (The benchmarks:
 #   tests/test_bench.sh.)
 # The Makefile builds the example.
 cd "$(dirname "$0")/.." || exit 1
