@@ -4816,6 +4816,23 @@ static int ddp__trace_write(FILE *f, const ddp__event *all, const int64_t *count
     return ferror(f) ? -1 : 0;
 }
 
+/* A new file beside path for a save to rename into place (its name in tmp): PATH.tmp, or
+   where that name is taken PATH.tmp.XXXXXX. O_EXCL: a file this call made, never one
+   that was there (a killed save's, a link, the program's own data), which is not ours to
+   remove or to write through. The descriptor, or -1 with errno set. */
+static int ddp__temp_file(const char *path, char *tmp, size_t cap)
+{
+    int k, fd = -1;
+    for (k = 0; k < 100; k++) {
+        const uint64_t x = ((uint64_t)getpid() * 2654435761u) ^ (uint64_t)ddp__now_ns() ^ ((uint64_t)k * 40503u);
+        if (k == 0) snprintf(tmp, cap, "%s.tmp", path);
+        else snprintf(tmp, cap, "%s.tmp.%06x", path, (unsigned)(x & 0xffffffu));
+        if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666)) >= 0 || errno != EEXIST)
+            return fd;
+    }
+    return -1;
+}
+
 ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
 {
     struct ddp__trace none, *t;
@@ -4841,10 +4858,7 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
     else if (ctx->rank == 0) { /* whether rank 0 can write the file, before anything is sent */
         if (!path || !*path || strlen(path) > 4096) problem = 1;
         else {
-            int fd;
-            snprintf(tmp, sizeof tmp, "%s.tmp", path);
-            /* a fresh file, never one that a link left at PATH.tmp points to */
-            fd = unlink(tmp) == 0 || errno == ENOENT ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666) : -1;
+            const int fd = ddp__temp_file(path, tmp, sizeof tmp);
             err = errno;
             if (fd >= 0 && !(f = fdopen(fd, "w"))) err = errno, close(fd);
             if (!f) problem = 1;

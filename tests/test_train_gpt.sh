@@ -395,13 +395,19 @@ report "train_gpt: weights that are not finite are not saved over the last good 
 echo keep >victim.txt && ln -sf victim.txt linked.st.tmp && ln -sf victim.txt linked.json.tmp
 run linked --nproc 2 --batch-size 4 --steps 1 --save linked.st --trace linked.json
 [ "$(cat victim.txt)" = keep ] && [ -f linked.st ] && [ ! -L linked.st ] && [ -L linked.st.tmp ] &&
-  [ -f linked.json ] && [ ! -L linked.json ] && [ ! -e linked.json.tmp ] && [ -z "$(ls linked.st.tmp.* 2>/dev/null)" ]
+  [ -f linked.json ] && [ ! -L linked.json ] && [ -L linked.json.tmp ] && [ -z "$(ls linked.st.tmp.* 2>/dev/null)" ] &&
+  [ -z "$(ls linked.json.tmp.* 2>/dev/null)" ]
 report "train_gpt --save, --trace: a link at FILE.tmp is not followed" $? "victim: $(head -c 40 victim.txt | tr '\n' ' '), $(ls -l linked.* | tr '\n' ' ')"
 # a file at FILE.tmp is someone's (here the data itself): the save never removes it
 cp data.txt mine.st.tmp
 run tmpdata --steps 1 --save mine.st --data mine.st.tmp
 cmp -s data.txt mine.st.tmp && "$bin" --compare mine.st mine.st >/dev/null && [ -z "$(ls mine.st.tmp.* 2>/dev/null)" ]
 report "train_gpt --save FILE: a file at FILE.tmp (the data) is left as it was" $? "$(ls -l mine.st* | tr '\n' ' ')"
+# the same for ddp_trace_save's own FILE.tmp (it removed whatever was there)
+cp data.txt mine.json.tmp
+run tmptrace --nproc 2 --batch-size 4 --steps 1 --trace mine.json --data mine.json.tmp
+cmp -s data.txt mine.json.tmp && [ -s mine.json ] && [ -z "$(ls mine.json.tmp.* 2>/dev/null)" ]
+report "train_gpt --trace FILE: a file at FILE.tmp (the data) is left as it was" $? "$(ls -l mine.json* | tr '\n' ' ')"
 # the default data (next to the program) a FIFO: refused at once, no wait for a writer
 mkdir alone && cp "$bin" alone/train_gpt && mkfifo alone/train_gpt.txt
 (cd alone && timeout 10 ./train_gpt --steps 1 >/dev/null 2>../err.txt)
