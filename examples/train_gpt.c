@@ -1872,6 +1872,45 @@ static int nothing_to_train(const trainer *t, char *err, size_t errsize)
 /* Everything that can be checked before the ranks start, so that a bad file is one
    line, once: the data, the model's memory, --resume, --save. Returns 1 to train, 0
    with the reason in err, -1 when there is nothing to train (said in err). */
+/* Whether the ranks of this machine fit in its memory: each holds the weights, AdamW's
+   moments and the gradients (fp32, and their double sums), the activations of its
+   --batch-size and the data's tokens. Pages are only taken as training first touches
+   them, so a run that does not fit started and was killed by the kernel later (3 ranks
+   of 11 GB each on 23 GB). The CPU path only (a GPU's memory says so at cudaMalloc).
+   0 with the reason in err; 1 where it fits or /proc/meminfo is not there. */
+static int fits_in_memory(const trainer *t, int ranks, char *err, size_t errsize)
+{
+#ifndef __CUDACC__
+    const double gib = 1024.0 * 1024 * 1024;
+    const size_t P = t->model.num_params;
+    const double each = (double)P * (3 * sizeof(float) + sizeof(float) + sizeof(double)) +
+                        (double)layout_activations(NULL, NULL, t->o.cfg, (size_t)t->o.batch_size) +
+                        (double)t->data.n * sizeof(int);
+    char line[256];
+    double avail = 0, swap = 0, v;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 1;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %lf kB", &v) == 1) avail = v * 1024;
+        if (sscanf(line, "SwapFree: %lf kB", &v) == 1) swap = v * 1024;
+    }
+    fclose(f);
+    if (avail > 0 && each * ranks > avail + swap) {
+        snprintf(err, errsize, "%d rank%s of this model need %.1f GiB (%.2f GiB each: weights, AdamW moments, gradients, "
+                 "the activations of --batch-size %d, the data), more than the %.1f GiB this machine has free "
+                 "(MemAvailable and SwapFree): a smaller --batch-size, --dim or --nproc", ranks, ranks > 1 ? "s" : "",
+                 each * ranks / gib, each / gib, t->o.batch_size, (avail + swap) / gib);
+        return 0;
+    }
+#else
+    (void)t;
+    (void)ranks;
+    (void)err;
+    (void)errsize;
+#endif
+    return 1;
+}
+
 static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
 {
     const options *o = &t->o;
@@ -1891,6 +1930,7 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
         snprintf(err, errsize, "out of memory for the model (%zu parameters)", t->model.num_params);
         return 0;
     }
+    if (!fits_in_memory(t, o->nproc > 1 ? o->nproc : 1, err, errsize)) return 0;
     t->seed = o->seed;
     describe_run(t); /* what its checkpoints will say, and what every rank must agree on */
     if (o->nproc > 1) /* this process launches the ranks (workers never see --nproc): the world is known */

@@ -293,6 +293,12 @@ one_line_error "resume with another model shape" --nproc 2 $tiny --dim 64 --resu
 one_line_error "resume from a truncated checkpoint" --nproc 2 $tiny --resume truncated.st
 one_line_error "compare with a missing file" --compare one.st nothing.st
 mkdir datadir && mkfifo fifo
+# ranks that do not fit the machine's memory: refused at the start, not killed later
+# (65536 sequences of 1024 tokens each: terabytes of activations)
+python3 -c "import sys; d=open('data.txt','rb').read(); sys.stdout.buffer.write((d * (1200000 // len(d) + 1))[:1200000])" >mega.txt
+one_line_error "ranks past the machine's memory (refused at the start)" --nproc 2 --data mega.txt --stride 1 --batch-size 65536 --ctx 1024 --steps 1
+grep -q 'more than the .* GiB this machine has free' err.txt
+report "train_gpt: ranks that need more memory than the machine has free are refused, saying how much" $? "$(cat err.txt)"
 one_line_error "--data is a directory" --nproc 2 --data datadir
 grep -q 'is a directory' err.txt
 report "train_gpt: --data DIR says it is a directory" $? "$(cat err.txt)"
