@@ -1869,9 +1869,6 @@ static int nothing_to_train(const trainer *t, char *err, size_t errsize)
     return -1;
 }
 
-/* Everything that can be checked before the ranks start, so that a bad file is one
-   line, once: the data, the model's memory, --resume, --save. Returns 1 to train, 0
-   with the reason in err, -1 when there is nothing to train (said in err). */
 /* Whether the ranks of this machine fit in its memory: each holds the weights, AdamW's
    moments and the gradients (fp32, and their double sums), the activations of its
    --batch-size and the data's tokens. Pages are only taken as training first touches
@@ -1911,6 +1908,9 @@ static int fits_in_memory(const trainer *t, int ranks, char *err, size_t errsize
     return 1;
 }
 
+/* Everything that can be checked before the ranks start, so that a bad file is one
+   line, once: the data, the model's memory, --resume, --save. Returns 1 to train, 0
+   with the reason in err, -1 when there is nothing to train (said in err). */
 static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
 {
     const options *o = &t->o;
