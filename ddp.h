@@ -328,7 +328,8 @@ typedef struct ddp_desc {
 } ddp_desc;
 
 /* Filled by ddp_init; keep it at one address until ddp_destroy (a CPU worker thread
-   refers to it). */
+   refers to it). ddp_init starts from nothing: on a context still live it cannot tell,
+   and the first group is lost, not ended (ddp_destroy it first). */
 typedef struct ddp_ctx {
     int rank, world_size;
     int local_rank, local_world_size;
