@@ -624,13 +624,34 @@ ST_DEF const char *st_parent(const char *path, char *out, size_t cap)
     return out;
 }
 
+/* Where name leads (into out, cap bytes): the name, or through its links (up to 8), a
+   dangling one too: --log l, with l a link to the --save file not yet there, opens that
+   file, which the save's rename then replaces. */
+ST_DEF void st_follow(const char *name, char *out, size_t cap)
+{
+    char target[1024], dir[1024], next[2200];
+    struct stat sl;
+    ssize_t n;
+    int depth;
+    snprintf(out, cap, "%s", name);
+    for (depth = 0; depth < 8 && lstat(out, &sl) == 0 && S_ISLNK(sl.st_mode); depth++) {
+        if ((n = readlink(out, target, sizeof target - 1)) <= 0) return;
+        target[n] = 0;
+        if (target[0] == '/') snprintf(next, sizeof next, "%s", target);
+        else snprintf(next, sizeof next, "%s/%s", st_parent(out, dir, sizeof dir), target);
+        if (strlen(next) >= cap) return;
+        memcpy(out, next, strlen(next) + 1);
+    }
+}
+
 /* Whether two names are one file (--save x --trace ./x): the later write would replace
-   the other without a word. The same file when both exist; else the same directory
-   (resolved: x, ./x and d/../x are one) and the same last name. */
+   the other without a word. The same file when both exist; else, where they lead
+   (st_follow), the same directory (resolved: x, ./x and d/../x are one) and the same
+   last name. */
 ST_DEF int st_same_file(const char *a, const char *b)
 {
-    const char *names[2] = {a, b}, *base[2];
-    char *dir[2] = {NULL, NULL};
+    char names[2][1100], *dir[2] = {NULL, NULL};
+    const char *base[2];
     struct stat sa, sb;
     int k, same;
     if (!a || !b) return 0;
@@ -638,6 +659,7 @@ ST_DEF int st_same_file(const char *a, const char *b)
     if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
     for (k = 0; k < 2; k++) {
         char parent[1024];
+        st_follow(k ? b : a, names[k], sizeof names[k]);
         base[k] = strrchr(names[k], '/') ? strrchr(names[k], '/') + 1 : names[k];
         dir[k] = realpath(st_parent(names[k], parent, sizeof parent), NULL);
     }

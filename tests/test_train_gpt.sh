@@ -256,6 +256,12 @@ for f in --trace --log; do
   grep -q "^train_gpt: --save and $f are one file (./new.st)" err.txt && [ ! -e new.st ]
   report "train_gpt: --save new.st $f ./new.st is refused, nothing written" $? "$(cat err.txt)"
 done
+# a --log that is a link to the --save file not yet there: the log would be written there,
+# and the save's rename would replace it
+rm -f linkto.st && ln -sf linkto.st link.log
+one_line_error "--log is a dangling link to the --save file" $tiny --save linkto.st --log link.log
+grep -q "^train_gpt: --save and --log are one file (link.log)" err.txt && [ ! -e linkto.st ]
+report "train_gpt: a --log linked to the --save file (not yet there) is refused, nothing written" $? "$(cat err.txt)"
 cp one.st read.st
 one_line_error "--log is the --resume file" $tiny --steps 10 --resume read.st --log read.st
 grep -q "^train_gpt: --log and --resume are one file (read.st)" err.txt && cmp -s one.st read.st
