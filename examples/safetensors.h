@@ -604,10 +604,9 @@ ST_DEF const char *st_float(char *out, size_t cap, float x)
    ours to remove or write through). The descriptor, or -1 with errno set. */
 ST_DEF int st_temp(const char *path, int plain, char *tmp, size_t cap)
 {
-    static unsigned counter;
     int fd, k;
-    for (k = !plain; k < 100; k++) {
-        const unsigned x = ((unsigned)getpid() * 2654435761u) ^ ((unsigned)time(NULL) * 40503u) ^ (counter++ * 97u);
+    for (k = !plain; k < 100; k++) { /* (a name taken: the next try's k gives another) */
+        const unsigned x = ((unsigned)getpid() * 2654435761u) ^ ((unsigned)time(NULL) * 40503u) ^ ((unsigned)k * 97u);
         if (k == 0) snprintf(tmp, cap, "%s.tmp", path);
         else snprintf(tmp, cap, "%s.tmp.%06x", path, x & 0xffffffu);
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);

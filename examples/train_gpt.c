@@ -1849,11 +1849,11 @@ static int check_outputs(const options *o, const char *data, char *err, size_t e
 {
     const char *files[][2] = {{"--save", o->save}, {"--log", o->log}, {"--trace", o->trace}, {"--data", data},
                               {"--resume", o->resume}};
-    const int outputs = 3, all = 5;
+    const int outputs = 3, all = 5, save = 0, resume = 4;
     for (int i = 0; i < outputs; i++) {
         if (files[i][1] && !st_writable(files[i][0], files[i][1], err, errsize)) return 0;
         for (int j = i + 1; j < all; j++)
-            if ((i != 0 || j != 4) && st_same_file(files[i][1], files[j][1])) {
+            if (!(i == save && j == resume) && st_same_file(files[i][1], files[j][1])) {
                 snprintf(err, errsize, "%s and %s are one file (%s): give each its own", files[i][0], files[j][0],
                          files[j][1]);
                 return 0;
