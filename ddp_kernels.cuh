@@ -2105,6 +2105,7 @@ static inline cudaError_t ddp_matmul_forward_gpu(ddp_kernels_ctx *ctx, F *out, c
     /* row-major out (BT,OC) is column-major (OC,BT) = weight^T-as-stored (C,OC)^T x inp (C,BT) */
     const int BT = B * T;
     cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (BT == 0 || OC == 0) return cudaSuccess; /* no output (an empty grid is no launch) */
     if (bias && ddp__aligned16(bias)) /* the epilogue wants an aligned bias */
         s = ddp__lt_matmul(ctx, out, weight, inp, bias, OC, BT, C, true, false, C, C, 0.0f, stream);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
@@ -2127,6 +2128,7 @@ static inline cudaError_t ddp_matmul_backward_gpu(ddp_kernels_ctx *ctx, typename
     constexpr int n = ddp__pack<F>::n;
     const int BT = B * T;
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    if (BT == 0 || OC == 0) return cudaSuccess; /* nothing to add (and no rows to chunk) */
     /* dinp^T (C,BT) += weight-as-stored (C,OC) x dout^T (OC,BT) */
     if (dinp) s = ddp__lt_matmul(ctx, dinp, weight, dout, (const F *)NULL, C, BT, OC, false, false, C, OC, 1.0f, stream);
     if (s != CUBLAS_STATUS_SUCCESS) return ddp__lt_error(ctx, s, "matmul backward dinp", C, BT, OC);

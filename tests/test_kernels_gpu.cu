@@ -540,6 +540,57 @@ template <typename F> static void t_global_norm_clip(const Shape &s, Result *r)
     CK(down(gg, dg, N)); WORST(gg, g);
 }
 
+/* An empty batch (B = 0, N = 0) through every launcher: cudaSuccess, and nothing written
+   but the mean loss and the norm, as on the CPU (no launch with an empty grid, no division by zero
+   rows: ddp_matmul_backward_gpu divided by its rows per chunk, 0, with a bias gradient). */
+template <typename F> static void t_empty(const Shape &, Result *r)
+{
+    Bufs m;
+    const int T = 5, C = 16, NH = 2, V = 32, OC = 24;
+    const size_t n = 4096; /* every buffer: room for any row the launchers might wrongly touch */
+    F *a = m.alloc<F>(n), *b = m.alloc<F>(n), *c = m.alloc<F>(n), *out = m.alloc<F>(n);
+    typedef typename ddp__same<F>::type G;
+    G *g1 = (G *)m.alloc<F>(n), *g2 = (G *)m.alloc<F>(n);
+    float *f1 = m.alloc<float>(n), *f2 = m.alloc<float>(n), *f3 = m.alloc<float>(n), *loss = m.alloc<float>(1);
+    float *norm = m.alloc<float>(1);
+    int *tok = m.alloc<int>(n);
+    ALLOCATED(a && b && c && out && g1 && g2 && f1 && f2 && f3 && loss && norm && tok);
+    CK(cudaMemset(tok, 0, n * sizeof(int)));
+    CK(cudaMemset(a, 0, n * sizeof(F))); /* finite inputs */
+    CK(cudaMemset(b, 0, n * sizeof(F)));
+    CK(cudaMemset(c, 0, n * sizeof(F)));
+    CK(ddp_embedding_forward_gpu(&g_ctx, out, tok, a, b, 0, T, C, 0));
+    CK(ddp_embedding_backward_gpu(&g_ctx, f1, f2, a, tok, 0, T, C, 0));
+    CK(ddp_layernorm_forward_gpu(&g_ctx, out, f1, f2, a, b, c, 0, T, C, 0));
+    CK(ddp_layernorm_backward_gpu(&g_ctx, g1, f1, f2, a, b, c, f3, f3, 0, T, C, 0));
+    CK(ddp_matmul_forward_gpu(&g_ctx, out, a, b, (const G *)c, 0, T, C, OC, 0));
+    CK(ddp_matmul_backward_gpu(&g_ctx, g1, f1, f2, a, b, c, 0, T, C, OC, 0));
+    CK(ddp_attention_forward_gpu(&g_ctx, out, f1, a, 0, T, C, NH, 0));
+    CK(ddp_attention_backward_gpu(&g_ctx, g1, a, b, c, f3, 0, T, C, NH, 0));
+    CK(ddp_gelu_forward_gpu(&g_ctx, out, a, 0, 0));
+    CK(ddp_gelu_backward_gpu(&g_ctx, g1, a, b, 0, 0));
+    CK(ddp_residual_forward_gpu(&g_ctx, out, a, b, 0, 0));
+    CK(ddp_residual_backward_gpu(&g_ctx, g1, g2, a, 0, 0));
+    CK(ddp_crossentropy_forward_backward_gpu(&g_ctx, loss, f1, g1, a, tok, 0, T, V, -1, 1.0f, 0));
+    CK(ddp_adamw_update_gpu(&g_ctx, out, f1, f2, f3, 0, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, (float *)NULL, 0));
+    CK(ddp_global_norm_gpu(&g_ctx, norm, a, 0, 0));
+    CK(ddp_clip_by_norm_gpu(&g_ctx, out, 0, 1.0f, norm, 0));
+    std::vector<float> got;
+    const struct { Dev d; const char *name; } untouched[] = {{out, "out"}, {Dev((F *)g1), "dinp"}, {Dev((F *)g2), "dinp2"},
+                                                             {f1, "f1"}, {f2, "f2"}, {f3, "f3"}};
+    for (const auto &u : untouched) {
+        CK(u.d.bf16 ? down(got, (const __nv_bfloat16 *)u.d.p, n) : down(got, (const float *)u.d.p, n));
+        for (float x : got)
+            if (!isnan(x)) { r->err = INFINITY; r->why = u.name; return; } /* written: no longer the 0xFF poison */
+    }
+    float l[2] = {-1, -1}, cpu[2] = {-1, -1};
+    CK(cudaMemcpy(&l[0], loss, sizeof(float), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&l[1], norm, sizeof(float), cudaMemcpyDeviceToHost));
+    ddp_crossentropy_forward_backward_cpu(&cpu[0], NULL, NULL, NULL, NULL, 0, T, V, -1, 1.0f);
+    ddp_global_norm_cpu(&cpu[1], NULL, 0);
+    if (l[0] != cpu[0] || l[1] != cpu[1]) { r->err = INFINITY; r->why = "the loss or norm of nothing differs from the CPU's"; }
+}
+
 /* ---- the table ---- */
 typedef void (*check_fn)(const Shape &, Result *);
 struct Check { const char *name; check_fn fp32, bf16; };
@@ -559,7 +610,7 @@ static const Check checks[] = {
 /* checks with their own shapes, run once */
 static const Check once[] = {
     CASE("matmul.vocab50257", t_matmul_vocab), CASE("attention.many_heads", t_attention_many_heads),
-    CASE("attention.many_heads.streaming", t_attention_many_heads_streaming),
+    CASE("attention.many_heads.streaming", t_attention_many_heads_streaming), CASE("empty_batch", t_empty),
 };
 /* the checks whose backward runs twice, for the determinism lines */
 static bool reruns(const char *name)
