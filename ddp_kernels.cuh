@@ -1358,7 +1358,7 @@ static inline void ddp_crossentropy_forward_backward_cpu(float *loss, float *los
             s += (part[0] + part[1]) + (part[2] + part[3]);
             if (dx) memcpy(dx + v0, e, (size_t)n * sizeof(float)); /* x + v0 .. is read already */
         }
-        losses[i] = (float)log(s) + m - x_tgt;
+        losses[i] = (float)(((double)m - x_tgt) + log(s)); /* log(s) added last: at logits of 1e4 it is below their ulp */
         if (dx) {
             const float inv = (float)(1.0 / s);
             for (int v = 0; v < V; v++) dx[v] = g * (dx[v] * inv - (v == tgt));
@@ -2856,7 +2856,7 @@ static __global__ void ddp__crossentropy_kernel(float *losses, F *dlogits, const
             if (c + k < V) s += expf(v[k] - m);
     }
     s = ddp__block_reduce(s, ddp__sum_op());
-    if (threadIdx.x == 0) losses[row] = logf(s) + m - x_tgt;
+    if (threadIdx.x == 0) losses[row] = (m - x_tgt) + logf(s); /* as on the CPU: log(s) not lost in m's rounding */
     if (!dx) return;
     const float g = dloss / *n_valid, inv_s = 1.0f / s; /* n_valid >= 1: this row counts */
     for (int c = threadIdx.x * n; c < V; c += blockDim.x * n) {

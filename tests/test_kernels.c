@@ -676,6 +676,23 @@ static void test_crossentropy_accuracy(void)
     CHECK("kernels.crossentropy.accuracy.softmax_V50257", worst_p <= 2e-6, "relative error %.3g > 2e-6", worst_p);
     CHECK("kernels.crossentropy.threads", loss == loss3 && !memcmp(losses, losses3, sizeof losses) &&
           !memcmp(d, d3, (size_t)R * CV * sizeof(float)), "results differ between 1 and 3 threads");
+    /* logits shifted by 1e4 give the same loss (softmax ignores the shift): the log of the
+       sum once went into the shift's rounding first (0.29 relative error here) */
+    {
+        float sx[4] = {2, -5, -6, -7}, sl, sls, sd[4];
+        const int st = 0;
+        const double exact = log(1 + exp(-7.0) + exp(-8.0) + exp(-9.0));
+        double worst_shift = 0.0;
+        for (int k = 0; k < 4; k++) {
+            const float shift = k == 0 ? 0.0f : k == 1 ? 30.0f : k == 2 ? 1000.0f : 1e4f;
+            float xs[4];
+            for (int v = 0; v < 4; v++) xs[v] = sx[v] + shift;
+            ddp_crossentropy_forward_backward_cpu(&sl, &sls, sd, xs, &st, 1, 1, 4, -1, 1.0f);
+            worst_shift = fmax(worst_shift, fabs(sl - exact) / exact);
+        }
+        CHECK("kernels.crossentropy.accuracy.large_logits", worst_shift <= 1e-6,
+              "loss of logits shifted up to 1e4: relative error %.3g > 1e-6", worst_shift);
+    }
     /* in place, as the GPU path uses it: dlogits overwrites logits */
     ddp_crossentropy_forward_backward_cpu(&loss3, losses3, x, x, tgt, 1, R, CV, -1, 1.0f);
     CHECK("kernels.crossentropy.in_place", loss == loss3 && !memcmp(d, x, (size_t)R * CV * sizeof(float)),
