@@ -639,6 +639,27 @@ static void test_layernorm_accuracy(void)
           worst_mean);
     CHECK("kernels.layernorm.threads", !memcmp(o, o3, R * LC * sizeof(float)) && !memcmp(mean, mean3, sizeof mean) &&
           !memcmp(rstd, rstd3, sizeof rstd), "results differ between 1 and 3 threads");
+    /* an outlier (1e8 among values in [-1, 1]) first in its row, then elsewhere: the
+       other outputs (about -0.036) keep their digits either way. When the row's first
+       element was the shift, x - 1e8 rounded to 8 and cost them 3.8e-5 (torch: 4e-9). */
+    worst = 0.0;
+    for (int r = 0; r < 2; r++) {
+        float *xr = x + r * LC;
+        for (int c = 0; c < LC; c++) xr[c] = (float)(2 * uniform01() - 1);
+        xr[r == 0 ? 0 : 5] = 1e8f;
+    }
+    ddp_layernorm_forward_cpu(o, mean, rstd, x, w, b, 1, 2, LC);
+    for (int r = 0; r < 2; r++) {
+        const float *xr = x + r * LC;
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < LC; c++) m += xr[c];
+        m /= LC;
+        for (int c = 0; c < LC; c++) v += (xr[c] - m) * (xr[c] - m);
+        const double s = 1.0 / sqrt(v / LC + DDP_LAYERNORM_EPS);
+        for (int c = 0; c < LC; c++) /* the outlier's own output (27.7) as a 768-term fp32 sum allows */
+            worst = fmax(worst, fabs(o[r * LC + c] - (xr[c] - m) * s) / (1e-7 + 4e-6 * fabs((xr[c] - m) * s)));
+    }
+    CHECK("kernels.layernorm.accuracy.outlier", worst <= 1, "max |out - double| is %.3g times 1e-7 + 4e-6 |out|", worst);
     free(x); free(o); free(o3); free(w); free(b);
 }
 
