@@ -169,7 +169,6 @@ struct cudaDeviceProp {
     int maxThreadsPerBlock;
     int maxThreadsDim[3];
     int maxGridSize[3];
-    int clockRate;
     size_t totalConstMem;
     int major;
     int minor;
@@ -182,7 +181,6 @@ struct cudaDeviceProp {
     int pciDeviceID;
     int pciDomainID;
     int memoryBusWidth;
-    int memoryClockRate;
     int unifiedAddressing;
 };
 
@@ -311,6 +309,15 @@ static inline void syncthreads(const char *file, int line)
     asm volatile("" ::: "memory");
 }
 unsigned long long globaltimer(); /* %globaltimer in ns, from inline PTX (rewrite.pl) */
+/* a vector access through reinterpret_cast<int4 *> (rewrite.pl): a GPU stops the kernel
+   with cudaErrorMisalignedAddress where the address is not a multiple of the type's
+   size; the CPU would not mind, so the emulator reports it */
+void misaligned(const char *file, int line, const void *p, size_t align);
+template <typename T> static inline T *aligned(const char *file, int line, T *p)
+{
+    if ((uintptr_t)p % alignof(T)) misaligned(file, line, (const void *)p, alignof(T));
+    return p;
+}
 extern unsigned long long block_serial; /* changes at the start of every block */
 void poison_shared(void *p, size_t bytes);
 } // namespace emu

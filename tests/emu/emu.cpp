@@ -627,6 +627,13 @@ static void kernel_report(const char *fmt, ...)
 
 static int linear(const gpu_thread *t) { return (int)(t - &blk->t[0]); }
 
+void misaligned(const char *file, int line, const void *p, size_t align)
+{
+    if (!in_kernel) return; /* host code: the CPU's own rules */
+    kernel_report("%s: a %zu-byte vector access to %p at %s:%d, not %zu-byte aligned (cudaErrorMisalignedAddress on a GPU)",
+                  tname(blk->current), align, p, file, line, align);
+}
+
 static void runner_entry(void *);
 
 static fiber *new_runner()
@@ -1486,7 +1493,6 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device)
     p->maxThreadsDim[2] = 64;
     p->maxGridSize[0] = 2147483647;
     p->maxGridSize[1] = p->maxGridSize[2] = 65535;
-    p->clockRate = 1980000;
     p->totalConstMem = 65536;
     p->major = 9;
     p->minor = 0;
@@ -1497,7 +1503,6 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device)
     p->sharedMemPerBlockOptin = 227 << 10;
     p->pciBusID = cfg.visible[device] + 1; /* 0000:bus:00.0, one per physical device: ranks compare them */
     p->memoryBusWidth = 5120;
-    p->memoryClockRate = 2619000;
     p->unifiedAddressing = 1;
     return cudaSuccess;
 }
@@ -1518,12 +1523,12 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = (int)p.sharedMemPerBlock; break;
     case cudaDevAttrWarpSize: *value = 32; break;
     case cudaDevAttrMaxRegistersPerBlock: *value = p.regsPerBlock; break;
-    case cudaDevAttrClockRate: *value = p.clockRate; break;
+    case cudaDevAttrClockRate: *value = 1980000; break; /* kHz; CUDA 13's cudaDeviceProp no longer has it */
     case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
     case cudaDevAttrPciBusId: *value = p.pciBusID; break;
     case cudaDevAttrPciDeviceId: *value = p.pciDeviceID; break;
     case cudaDevAttrPciDomainId: *value = p.pciDomainID; break;
-    case cudaDevAttrMemoryClockRate: *value = p.memoryClockRate; break;
+    case cudaDevAttrMemoryClockRate: *value = 2619000; break;
     case cudaDevAttrGlobalMemoryBusWidth: *value = p.memoryBusWidth; break;
     case cudaDevAttrL2CacheSize: *value = p.l2CacheSize; break;
     case cudaDevAttrMaxThreadsPerMultiProcessor: *value = p.maxThreadsPerMultiProcessor; break;

@@ -311,15 +311,17 @@ template <bool BF> void combine16(uint16_t *acc, const uint16_t *x, size_t n, in
 }
 
 /* ncclAvg: floats are multiplied by 1/nranks as they are loaded (NCCL's pre-multiplied
-   sum); integers are summed and then divided. */
+   sum), the factor itself in the data's type (1/3 is 0.333984375 in bf16); integers are
+   summed and then divided. */
 void premultiply(char *p, size_t n, int type, int nranks)
 {
     const double inv = 1.0 / nranks;
+    const float inv_bf16 = bf16_bits_to_float(float_to_bf16_bits((float)inv)), inv_f16 = half_to_float(float_to_half((float)inv));
     for (size_t i = 0; i < n; i++) switch (type) {
         case ncclFloat32: ((float *)p)[i] = ((float *)p)[i] * (float)inv; break;
         case ncclFloat64: ((double *)p)[i] = ((double *)p)[i] * inv; break;
-        case ncclBfloat16: ((uint16_t *)p)[i] = float_to_bf16_bits(bf16_bits_to_float(((uint16_t *)p)[i]) * (float)inv); break;
-        case ncclFloat16: ((uint16_t *)p)[i] = float_to_half(half_to_float(((uint16_t *)p)[i]) * (float)inv); break;
+        case ncclBfloat16: ((uint16_t *)p)[i] = float_to_bf16_bits(bf16_bits_to_float(((uint16_t *)p)[i]) * inv_bf16); break;
+        case ncclFloat16: ((uint16_t *)p)[i] = float_to_half(half_to_float(((uint16_t *)p)[i]) * inv_f16); break;
         default: break;
         }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# tests/emu/rewrite.pl - the two changes the CUDA emulator needs in a GPU source, made
+# tests/emu/rewrite.pl - the changes the CUDA emulator needs in a GPU source, made
 # on a copy (make emu writes the copies under build/emu/src), line for line so that
 # compiler messages and a debugger point at the original lines:
 #   k<<<grid, block, shmem, stream>>>(args)  ->  EMU_LAUNCH(k)(grid, block, shmem, stream)(args)
@@ -8,12 +8,15 @@
 #     (the arrays are filled with 0xFF at the start of every block: reads before writes show)
 #   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t))  ->  (t) = ::emu::globaltimer()
 #     (the one inline PTX the sources use: a kernel that spins to take time)
+#   reinterpret_cast<const int4 *>(p + i)  ->  ::emu::aligned(__FILE__, __LINE__, reinterpret_cast<const int4 *>(p + i))
+#     (vector types only: a GPU faults on a misaligned vector access, a CPU does not)
 # Reads a file on stdin (or the files named), writes the result on stdout.
 use strict;
 use warnings;
 
 while (my $line = <>) {
     $line =~ s{((?:::)?[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:\s*<[^<>;()]*>)?)\s*<<<(.*?)>>>}{EMU_LAUNCH($1)($2)}g;
+    $line =~ s{(\breinterpret_cast\s*<\s*(?:const\s+)?(?:int|uint|float)[24]\s*\*\s*>\s*(\((?:[^()]++|(?-1))*\)))}{::emu::aligned(__FILE__, __LINE__, $1)}g;
     $line =~ s{\basm\s+volatile\s*\(\s*"mov\.u64 %0, %%globaltimer;"\s*:\s*"=l"\s*\(([^()]*)\)\s*\)}{($1) = ::emu::globaltimer()}g;
     if ($line =~ /^(.*?\b__shared__\s+)([^;]*);(.*)$/s && $1 !~ /\bextern\b/) {
         my ($head, $decl, $rest) = ($1, $2, $3);
