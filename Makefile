@@ -109,8 +109,8 @@ test-fast: $(EXAMPLES) $(LESSONS) $(FAST_C)
 
 gpu-build: $(GPU_EXAMPLES) $(GPU_LESSONS) $(GPU_TESTS) $(CPU_TWIN)
 
-# What gpu-build makes, check-gpu runs: build here, carry examples/ and tests/ to the GPU
-# machine (tests/check_gpu.sh says what each step costs there).
+# What gpu-build makes, check-gpu runs: build here, carry the repository with its built
+# examples/ and tests/ to the GPU machine (tests/check_gpu.sh says what each step costs there).
 check-gpu:
 	@tests/check_gpu.sh
 

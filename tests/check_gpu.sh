@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/check_gpu.sh (make check-gpu) - every check that needs a real GPU, in one command
 # that fits a lent GPU machine's 10-minute command with room to spare, ending in one
-# table. Build beforehand on any machine with nvcc (make gpu-build) and carry examples/
-# and tests/ over: binaries run as they are; only missing ones are built (nvcc there:
-# minutes of the budget).
+# table. Build beforehand on any machine with nvcc (make gpu-build) and carry the
+# repository with its built examples/ and tests/ over: binaries run as they are; only
+# missing ones are built, from the Makefile and both headers (nvcc there: minutes of the
+# budget).
 #
 # Every step runs under its own timeout, and all of them within one budget
 # (CHECK_GPU_BUDGET seconds, default 510): a step that would start with too little
@@ -101,8 +102,15 @@ print("\n".join(sorted({d for r in sys.path if r for d in glob.glob(r + "/nvidia
 }
 not_found() { ldd "$@" 2>/dev/null | awk '/=> not found/ { print $1 }' | sort -u | tr '\n' ' ' | sed 's/ $//'; }
 libraries() {
-  local existing="" need still added="" b d lib
+  local existing="" need still added="" b d lib libc
   for b in $bins; do [ -x "$b" ] && existing="$existing $b"; done
+  # built on a newer system than this one: the loader refuses every binary (no library helps)
+  libc=$(ldd $existing 2>&1 | sed -n "s/.*version \`\(GLIBC_[0-9.]*\)' not found.*/\1/p" | sort -uV | tail -n 1)
+  if [ -n "$libc" ]; then
+    failed="$failed, libraries"
+    row libraries FAIL 0 "this system's C library is older than the binaries' $libc: build them on a system no newer than this one"
+    return
+  fi
   need=$(not_found $existing)
   [ -z "$need" ] && return
   for d in $(lib_dirs); do

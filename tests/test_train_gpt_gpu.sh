@@ -48,7 +48,7 @@ ngpu=$(sed -n 's/^train_gpt: \([0-9]*\) GPU(s).*/\1/p' <<<"$info")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-head -c 60000 "$OLDPWD/ddp.h" >data.txt
+head -c 60000 "$OLDPWD/examples/train_gpt.c" >data.txt # text from examples/, which check-gpu carries
 tiny="--layers 2 --heads 2 --dim 64 --ctx 32 --batch-size 8 --data data.txt --steps 6 --val-every 6 --sample-len 0 --seed 3"
 fail=0
 report() { # name ok why
