@@ -19,7 +19,9 @@
    bits on any rank; the activations' gradients go a micro-batch at a time, row by
    row) and added in double, and the ranks sum those doubles: the sum no longer
    depends on which rank or micro-step a sequence fell on, so 1 x 8, 2 x 4, 4 x 2 and
-   1 x 2 with --grad-accum 4 give the same parameters (tests/test_train_gpt.sh).
+   1 x 2 with --grad-accum 4 give the same parameters (tests/test_train_gpt.sh). (The
+   double sum is exact while a weight's per-sequence gradients span less than about
+   2^28 in size; past that a split may, rarely, move the weight's last bit.)
 
    On GPUs: built with nvcc (make builds examples/train_gpt_gpu) and run with one GPU
    per rank, the model trains on the device (see "the GPU path" below): the _gpu
@@ -2158,6 +2160,12 @@ static int fail(const char *why) /* one line (empty: ddp.h has said it), non-zer
 
 /* A NaN or infinite loss (every rank has the same, reduced) ends the run: rank 0 says
    so, and the barrier keeps the others until it has. */
+/* what may help a run that diverged: clipping, unless it is on already */
+static const char *diverged_hint(const trainer *t)
+{
+    return t->o.clip > 0 ? "a lower --lr" : "a lower --lr, or --clip 1,";
+}
+
 static int diverged(trainer *t, int step, const step_stats *st)
 {
     if (t->line_open) printf("\n");
@@ -2166,8 +2174,8 @@ static int diverged(trainer *t, int step, const step_stats *st)
                            : !isfinite(st->norm) ? "gradient norm"
                                                  : "validation loss";
         const double value = !isfinite(st->loss) ? st->loss : !isfinite(st->norm) ? st->norm : st->val_loss;
-        fprintf(stderr, PROG ": step %d: the %s is %g: training diverged (a lower --lr, or --clip, may help)\n",
-                step + 1, what, value);
+        fprintf(stderr, PROG ": step %d: the %s is %g: training diverged (%s may help)\n", step + 1, what, value,
+                diverged_hint(t));
         fflush(stderr);
     }
     ddp_barrier(&t->ctx);
@@ -2187,8 +2195,8 @@ static int finite_state(trainer *t, int step)
             if (!isfinite(arrays[k][e])) {
                 if (t->line_open) printf("\n");
                 if (ddp_is_main(&t->ctx)) {
-                    fprintf(stderr, PROG ": step %d: %s is %g after the update: training diverged, %s not written (a "
-                            "lower --lr, or --clip, may help)\n", step + 1, what[k], (double)arrays[k][e], t->o.save);
+                    fprintf(stderr, PROG ": step %d: %s is %g after the update: training diverged, %s not written (%s "
+                            "may help)\n", step + 1, what[k], (double)arrays[k][e], t->o.save, diverged_hint(t));
                     fflush(stderr);
                 }
                 ddp_barrier(&t->ctx);
@@ -2243,7 +2251,7 @@ int main(int argc, char **argv)
     for (step = t.start_step; step < t.stop; step++) {
         step_stats st;
         if (!train_step(&t, step, &st, err, sizeof err)) return fail(err);
-        if (t.o.val_every && ((step + 1) % t.o.val_every == 0 || step + 1 == t.stop)) {
+        if (t.o.val_every && ((step + 1) % t.o.val_every == 0 || step + 1 == t.o.steps)) { /* not at a pause */
             span(&t.ctx, "validation");
             if (!evaluate(&t, &st.val_loss, err, sizeof err)) return fail(err);
             ddp_trace_end(&t.ctx);

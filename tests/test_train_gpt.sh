@@ -43,7 +43,7 @@ compare_runs() { # what a b
 
 # ---- world-size invariance and gradient accumulation --------------------------------
 run one --nproc 1 --batch-size 8 --steps 8 --save one.st --log one.jsonl
-run two --nproc 2 --batch-size 4 --steps 8 --save two.st
+run two --nproc 2 --batch-size 4 --steps 8 --save two.st --log two.jsonl
 run four --nproc 4 --batch-size 2 --steps 8 --save four.st --log four.jsonl
 run accum --nproc 1 --batch-size 2 --grad-accum 4 --steps 8 --save accum.st
 run accum2 --nproc 2 --batch-size 1 --grad-accum 4 --steps 8 --save accum2.st
@@ -79,11 +79,14 @@ grep -q '| val ' one.txt && grep -q '^sample' one.txt
 report "train_gpt validates and prints a sample" $? "$(tail -n 3 one.txt | tr '\n' ' ')"
 
 # ---- resume ------------------------------------------------------------------------------
-run paused --nproc 2 --batch-size 4 --steps 8 --stop-after 4 --save resumed.st
-run resumed --nproc 2 --batch-size 4 --steps 8 --resume resumed.st --save resumed.st
+run paused --nproc 2 --batch-size 4 --steps 8 --stop-after 4 --save resumed.st --log both.jsonl
+run resumed --nproc 2 --batch-size 4 --steps 8 --resume resumed.st --save resumed.st --log both.jsonl
 cat paused.txt resumed.txt >both.txt
 cp resumed.st both.st
 compare_runs "4 steps + resume 4 vs 8 steps" two both
+# the log too (but its speeds): a pause is no end of the schedule, so no validation there
+[ "$(sed 's/"tokens_per_s": [0-9.]*, //' both.jsonl)" = "$(sed 's/"tokens_per_s": [0-9.]*, //' two.jsonl)" ]
+report "train_gpt: 4 steps + resume 4 log what 8 steps log" $? "$(diff <(cut -c1-60 two.jsonl) <(cut -c1-60 both.jsonl) | head -n 4 | tr '\n' ' ')"
 run regrown --nproc 4 --batch-size 2 --steps 11 --resume two.st
 [ "$(grep -c '^step ' regrown.txt)" -eq 3 ]
 report "train_gpt resumes with another world size" $? "$(grep -c '^step ' regrown.txt) steps after resuming"
