@@ -94,7 +94,8 @@
      OMP_NUM_THREADS        the built-in launcher and ddprun give each rank its share
                             of the cores (cores / ranks, at least 1) unless this holds
                             a count; an empty value counts as unset, a malformed one
-                            is ignored with a warning
+                            is ignored with a warning, and more than 64 a core (and
+                            256) stops the launcher and ddp_init (OpenMP would crash)
      TORCHELASTIC_RESTART_COUNT  the attempt of a restarted job (0 first), set by
                             torchrun and --max-restarts; ddp_restart_count() reads it
 
@@ -1240,6 +1241,17 @@ static long ddp__omp_num_threads(void)
     return end != v && n > 0 && (*end == 0 || *end == ',') ? n : 0;
 }
 
+/* OMP_NUM_THREADS past 64 threads a core (and 256): a typo, not a plan. libgomp lays out
+   its team on the stack of the thread that starts it and crashes (SIGSEGV) past some
+   tens of thousands (99999 here, where 30000 ran); 0, or the count, to say why. */
+static long ddp__omp_too_many(long *cores)
+{
+    const long n = ddp__omp_num_threads();
+    *cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (*cores < 1) *cores = 1;
+    return n > 256 && n > 64 * *cores ? n : 0;
+}
+
 int ddp_thread_share(const ddp_ctx *ctx)
 {
     long online = sysconf(_SC_NPROCESSORS_ONLN), allowed = ddp__cores_allowed(), n = ddp__omp_num_threads();
@@ -1640,6 +1652,11 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
         s->timeout_ms = (int)(sec * 1000 + 0.5);
     }
     if (!s->timeout_ms) s->timeout_ms = DDP__DEFAULT_TIMEOUT_MS;
+    {
+        long cores, n = ddp__omp_too_many(&cores);
+        if (n) return ddp__fail(ctx, DDP_ERR_ENV, "OMP_NUM_THREADS=%ld is more than 64 threads for each of this "
+                                "machine's %ld cores (OpenMP crashes past some tens of thousands)", n, cores);
+    }
     s->chunk = d->shm_chunk_bytes;
     if (s->chunk && (s->chunk < 64 || s->chunk > ((size_t)1 << 30)))
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_desc.shm_chunk_bytes=%zu must be a byte count from 64 to 2^30", s->chunk);
@@ -5947,6 +5964,14 @@ static int ddp__run(int nproc, int max_restarts, const char *path, char *const a
     if (getenv("DDP_SECRET") && strlen(getenv("DDP_SECRET")) >= sizeof(((ddp__settings *)0)->secret)) {
         fprintf(stderr, "ddp: DDP_SECRET is longer than %d bytes\n", (int)sizeof(((ddp__settings *)0)->secret) - 1);
         return 2; /* once here, not once per rank */
+    }
+    { /* once here, not once per rank */
+        long online, n = ddp__omp_too_many(&online);
+        if (n) {
+            fprintf(stderr, "ddp: OMP_NUM_THREADS=%ld is more than 64 threads for each of this machine's %ld cores "
+                    "(OpenMP crashes past some tens of thousands)\n", n, online);
+            return 2;
+        }
     }
     /* said once per job, and only where it changes something: OpenMP takes every core
        the rank may use unless told otherwise, so with one core it takes 1 anyway */

@@ -12,7 +12,7 @@ static const char *const all_vars[] = {
     "MPI_LOCALNRANKS", "PMI_FD", "SLURM_STEP_TASKS_PER_NODE",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "DDP_BACKEND", "DDP_TIMEOUT", "DDP_JOB_ID",
-    "TORCHELASTIC_RUN_ID", "DDP_SHM_CHUNK", "MPIR_CVAR_CH3_INTERFACE_HOSTNAME", "DDP_CHECK", "DDP_DEBUG", NULL};
+    "TORCHELASTIC_RUN_ID", "DDP_SHM_CHUNK", "MPIR_CVAR_CH3_INTERFACE_HOSTNAME", "DDP_CHECK", "DDP_DEBUG", "OMP_NUM_THREADS", NULL};
 
 static void clear_env(void)
 {
@@ -258,6 +258,9 @@ static void launcher_conflicts(void)
             "MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined");
     bad_env("env.empty_WORLD_SIZE_leaves_slurms_world", "WORLD_SIZE= SLURM_JOB_ID=5 SLURM_STEP_ID=0 SLURM_PROCID=0 "
             "SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined");
+    /* libgomp crashed (SIGSEGV) at the first parallel region with 99999 threads */
+    bad_env("env.absurd_OMP_NUM_THREADS", "OMP_NUM_THREADS=99999", DDP_ERR_ENV,
+            "OMP_NUM_THREADS=99999 is more than 64 threads for each of this machine's");
     /* a timeout under a tenth of a second is said as it is (it was "0.0 s") */
     bad_env("env.short_timeout_said_as_set", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.005", DDP_ERR_TIMEOUT,
             "timed out after 0.005 s");
