@@ -339,6 +339,7 @@ typedef struct ddp_ctx {
                               the only one it sees, else the one numbered local_rank */
     ddp_backend backend;   /* what init chose */
     struct ddp__state *st; /* private */
+    ddp_result ended;      /* private: ddp_destroy's verdict, which a second call returns again */
 } ddp_ctx;
 
 /* Asynchronous work: filled by *_async, finished by ddp_wait. */
@@ -383,7 +384,8 @@ DDPDEF int ddp_restart_count(void);
 DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc); /* failed: ddp_error(ctx) says why until
                                                                   ddp_destroy(ctx) frees the rest */
 DDPDEF ddp_result ddp_destroy(ddp_ctx *ctx); /* waits for the others to arrive, then frees; DDP_OK if the
-                                              job ended well (else its failure: exit non-zero) */
+                                              job ended well (else its failure: exit non-zero), and
+                                              the same again from a second call */
 DDPDEF const char *ddp_strerror(ddp_result r);
 DDPDEF const char *ddp_error(const ddp_ctx *ctx); /* detail of the last failure, or "" (a NULL or
                                                       destroyed context: says so) */
@@ -5453,7 +5455,7 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
     struct ddp__state *st;
     ddp_result r = DDP_OK;
     if (!ctx) return DDP_ERR_ARG;
-    if (!ctx->st) return DDP_OK; /* destroyed already */
+    if (!ctx->st) return ctx->ended; /* destroyed already (or never initialised: DDP_OK) */
     st = ctx->st;
     if (st->pid != getpid()) { /* a child of fork(): its copy goes with it, the parent's group is not its own */
         ctx->st = NULL;
@@ -5482,7 +5484,7 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
     pthread_cond_destroy(&st->cv);
     DDP_FREE(st);
     ctx->st = NULL;
-    return r;
+    return ctx->ended = r;
 }
 
 /* ---- >>launcher ------------------------------------------------------------------------------ */

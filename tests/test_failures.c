@@ -19,7 +19,8 @@ static int quiet(ddp_ctx *ctx, ddp_desc *d)
 static const char *const peer_death_codes[] = {
     [10] = "init failed", [11] = "all_reduce with a dead peer returned neither PEER nor ABORTED",
     [12] = "the error does not name rank 1", [13] = "noticing the death took over 5 s",
-    [14] = "the broken group accepted another collective"};
+    [14] = "the broken group accepted another collective",
+    [15] = "ddp_destroy of the failed job returned DDP_OK, or a second call did"};
 static int peer_death(int rank, void *arg)
 {
     ddp_ctx ctx;
@@ -37,7 +38,9 @@ static int peer_death(int rank, void *arg)
     if (now_s() - t0 > 5) return 13;
     /* a broken group refuses further work at once */
     if (ddp_all_reduce(&ctx, x, x, 1, DDP_F32, DDP_SUM, NULL) != DDP_ERR_ABORTED) return 14;
-    ddp_destroy(&ctx);
+    /* the job's verdict, from every call: an error path's destroy and main's again (the second said DDP_OK) */
+    r = ddp_destroy(&ctx);
+    if (r == DDP_OK || ddp_destroy(&ctx) != r) return 15;
     return 0;
 }
 
