@@ -3016,10 +3016,15 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
     ddp__cpu *cpu = ddp__cpu_of(ctx);
     ddp__shm *h = cpu->shm;
     uint32_t gen = __atomic_load_n(&h->gen, __ATOMIC_ACQUIRE), who;
-    uint64_t mine = __atomic_add_fetch(&h->arrived[ctx->rank], 1, __ATOMIC_RELAXED);
+    const uint64_t mine = __atomic_load_n(&h->arrived[ctx->rank], __ATOMIC_RELAXED) + 1; /* only this rank writes it */
     int64_t start, deadline, next_check;
     int i;
-    if (__atomic_add_fetch(&h->count, 1, __ATOMIC_ACQ_REL) == (uint32_t)ctx->world_size) {
+    /* counted first, then arrived: a rank that dies between the two is one that has not
+       arrived, which the others check for (the other order hid it: its count was missing
+       for good while its arrival said it was there, and the wait ran out naming nobody) */
+    const int last = __atomic_add_fetch(&h->count, 1, __ATOMIC_ACQ_REL) == (uint32_t)ctx->world_size;
+    __atomic_store_n(&h->arrived[ctx->rank], mine, __ATOMIC_RELAXED);
+    if (last) {
         __atomic_store_n(&h->count, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&h->gen, gen + 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&h->sleepers, __ATOMIC_SEQ_CST))
