@@ -1869,6 +1869,8 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
     }
     if (!port) {
         if ((set = ddp__env_int(ctx, "MASTER_PORT", &port)) < 0) return DDP_ERR_ENV;
+        if (set && (port < 1 || port > 65535)) /* as given, before torchrun's + 1 below */
+            return ddp__fail(ctx, DDP_ERR_ENV, "MASTER_PORT=%d is not a TCP port", port);
         /* without a port, one from the launch's identity: two jobs on a host differ.
            20000-32767, below Linux's ephemeral ports, where a connection's own end may sit */
         if (!set) port = strcmp(s->job_from, "default") ? 20000 + (int)(ddp__hash(s->job_id) % 12768) : DDP__DEFAULT_PORT;
@@ -2630,7 +2632,12 @@ static int ddp__store_io(int fd, uint32_t op, const char *key, const void *val, 
     }
     if (ddp__read_all(fd, h, 16, deadline) != 0) return -1;
     rlen = ntohl(h[3]);
-    if (ntohl(h[0]) != DDP__MAGIC || rlen > 0x7fffffffu) { errno = EPROTO; return -1; }
+    /* an answer has no key and a status the store sends: a request echoed back (an echo
+       service on the port) is none, its op read as a status was "refused" */
+    if (ntohl(h[0]) != DDP__MAGIC || h[2] != 0 || ntohl(h[1]) > DDP__ST_CHALLENGE || rlen > 0x7fffffffu) {
+        errno = EPROTO;
+        return -1;
+    }
     if (!(buf = DDP__CAST(char *, DDP_MALLOC((size_t)rlen + 1)))) { errno = ENOMEM; return -1; }
     if (ddp__read_all(fd, buf, rlen, deadline) != 0) { DDP_FREE(buf); return -1; }
     buf[rlen] = 0;
@@ -2749,12 +2756,25 @@ static int ddp__dial(ddp_ctx *ctx, ddp_result *r)
         if (fd < 0) { err = errno; continue; }
         tv.tv_sec = 5; tv.tv_usec = 0; /* bounds connect() to an unreachable host */
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            /* connected to itself: a port in the range the kernel picks local ports from, with
+               nothing listening yet, can be its own peer (TCP's simultaneous open); nobody is there */
+            struct sockaddr_storage me, peer;
+            socklen_t ml = sizeof me, pl = sizeof peer;
+            if (getsockname(fd, (struct sockaddr *)&me, &ml) == 0 && getpeername(fd, (struct sockaddr *)&peer, &pl) == 0 &&
+                ml == pl && memcmp(&me, &peer, ml) == 0) {
+                close(fd);
+                fd = -1;
+                err = ECONNREFUSED;
+            }
+        } else {
             err = errno;
             close(fd);
             fd = -1;
-            /* no retry mends that (a down loopback is ENETUNREACH for 127.x, EADDRNOTAVAIL for ::1) */
-            if ((err == ENETUNREACH || err == EADDRNOTAVAIL) && ddp__is_loopback(ai->ai_addr)) {
+            /* no retry mends that (a down loopback is ENETUNREACH for 127.x, EADDRNOTAVAIL for ::1;
+               for 127.x EADDRNOTAVAIL is a lack of free local ports, which passes) */
+            if ((err == ENETUNREACH || (err == EADDRNOTAVAIL && ai->ai_family == AF_INET6)) &&
+                ddp__is_loopback(ai->ai_addr)) {
                 *r = ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot reach rank 0's store at %s:%d: %s (the loopback interface "
                                "is down: ip link set lo up)", cfg->master_addr, cfg->master_port, strerror(err));
                 break;
@@ -5494,18 +5514,32 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
 
 /* ---- >>launcher ------------------------------------------------------------------------------ */
 
+/* A port of 127.0.0.1 that nothing holds now, for the launcher's job, or -1. */
 static int ddp__free_port(void)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-    if (fd < 0) return -1;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
+    int lo = 32768, hi = 60999, tries, port = -1;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
+        fclose(f);
+    }
+    /* below the ports Linux gives connections' own ends (bind to port 0 picks one of those):
+       a rank's connection could hold the port when rank 0 binds it, or meet itself there */
+    for (tries = 0; tries < 64 && port < 0; tries++) {
+        uint32_t r;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return -1;
+        ddp__random(&r, sizeof r);
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons((uint16_t)(tries < 63 && lo > 11024 ? 10000 + (int)(r % (uint32_t)(lo - 11024)) : 0));
+        if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+            port = ntohs(a.sin_port); /* the last try (or a range starting low): any port the kernel gives */
+        close(fd);
+    }
     return port;
 }
 

@@ -258,6 +258,11 @@ static void launcher_conflicts(void)
             "MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined");
     bad_env("env.empty_WORLD_SIZE_leaves_slurms_world", "WORLD_SIZE= SLURM_JOB_ID=5 SLURM_STEP_ID=0 SLURM_PROCID=0 "
             "SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined");
+    /* torchrun's store takes MASTER_PORT + 1: 0 gave port 1, -1 was said as 0 */
+    bad_env("env.master_port_0_under_torchrun", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=0 "
+            "TORCHELASTIC_RUN_ID=x", DDP_ERR_ENV, "MASTER_PORT=0 is not a TCP port");
+    bad_env("env.master_port_negative_said_as_set", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=-1 "
+            "TORCHELASTIC_RUN_ID=x", DDP_ERR_ENV, "MASTER_PORT=-1 is not a TCP port");
     /* libgomp crashed (SIGSEGV) at the first parallel region with 99999 threads */
     bad_env("env.absurd_OMP_NUM_THREADS", "OMP_NUM_THREADS=99999", DDP_ERR_ENV,
             "OMP_NUM_THREADS=99999 is more than 64 threads for each of this machine's");

@@ -169,16 +169,18 @@ static int misjoin(int rank, void *arg)
     return now_s() - t0 > limit ? 2 : 0;
 }
 
-/* A program that is not a ddp store answers on MASTER_PORT (an HTTP server's 400): a
-   rank says so at once instead of retrying until the timeout, and a rank 0 that finds
-   it there says what holds the port. */
+/* A program that is not a ddp store answers on MASTER_PORT (an HTTP server's 400, an
+   echo service): a rank says so at once instead of retrying until the timeout, and a
+   rank 0 that finds it there says what holds the port. (The echo of a HELLO was read as
+   the store's refusal, its op as a status.) */
 static void test_not_a_store(void)
 {
-    int port, lfd = test_listen(&port), rank;
+    int port, lfd = test_listen(&port), rank, echo;
     if (lfd < 0) {
         test_skip("failures.not_a_store", "cannot listen on 127.0.0.1");
         return;
     }
+    for (echo = 0; echo < 2; echo++)
     for (rank = 1; rank >= 0; rank--) {
         char name[64], err[300] = "";
         int fds[2], st = 0, conns = 0;
@@ -204,14 +206,15 @@ static void test_not_a_store(void)
         close(fds[1]);
         while (waitpid(pid, &st, WNOHANG) == 0 && now_s() - t0 < 30) { /* the HTTP server, until the rank gives up */
             struct pollfd pf = {lfd, POLLIN, 0};
-            if (poll(&pf, 1, 50) == 1) { /* reads the request, answers 400, hangs up */
+            if (poll(&pf, 1, 50) == 1) { /* reads the request, answers 400 or echoes it, hangs up */
                 int c = accept(lfd, NULL, NULL);
                 const char *http = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
                 char req[256];
+                ssize_t got = 0;
                 struct pollfd in = {c, POLLIN, 0};
                 if (c < 0) continue;
-                if (poll(&in, 1, 1000) == 1 && read(c, req, sizeof req) < 0) {}
-                if (write(c, http, strlen(http)) < 0) {}
+                if (poll(&in, 1, 1000) == 1 && (got = read(c, req, sizeof req)) < 0) got = 0;
+                if (echo ? write(c, req, (size_t)got) < 0 : write(c, http, strlen(http)) < 0) {}
                 close(c);
                 conns++;
             }
@@ -219,7 +222,7 @@ static void test_not_a_store(void)
         dt = now_s() - t0;
         if (read(fds[0], err, sizeof err - 1) < 0) err[0] = 0;
         close(fds[0]);
-        snprintf(name, sizeof name, "failures.not_a_store.rank%d_says_so_at_once", rank);
+        snprintf(name, sizeof name, "failures.not_a_store%s.rank%d_says_so_at_once", echo ? ".echo" : "", rank);
         CHECK(name, WIFEXITED(st) && WEXITSTATUS(st) == 0 && dt < 3 && conns <= 1 && strstr(err, "not as a ddp store"),
               "after %.1f s and %d connections: '%s'", dt, conns, err);
     }
