@@ -31,6 +31,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__linux__) && !defined(O_TMPFILE) /* glibc shows it only under _GNU_SOURCE: Linux's generic value, as ddp.h */
+#define O_TMPFILE (020000000 | O_DIRECTORY)
+#endif
 #if defined(__GNUC__) || defined(__clang__)
 #define ST_DEF static __attribute__((unused))
 #else
@@ -550,8 +553,12 @@ ST_DEF const st_tensor *st_find(const st_file *f, const char *name)
 
 /* ---- writing ----------------------------------------------------------------------------
    st_put appends printf-style text to a growing header; st_write_file writes header and
-   data arrays to a new file beside FILE (st_temp), flushes, fsyncs and renames it, so
-   FILE is always whole. */
+   data arrays to a new file beside FILE, flushes, fsyncs and renames it, so FILE is
+   always whole. On Linux the new file has no name while it is written (O_TMPFILE,
+   st_temp_unnamed) and gets one (FILE.tmp or FILE.tmp.XXXXXX) only once whole, just
+   before the rename: a save killed mid-write leaves nothing behind. Elsewhere, or where
+   the file system cannot, it is made by name (st_temp), and a save killed while it
+   writes leaves that name, which no later save removes (not knowing it its own). */
 typedef struct st_text {
     char *s;
     size_t len, cap;
@@ -598,6 +605,14 @@ ST_DEF const char *st_float(char *out, size_t cap, float x)
     return out;
 }
 
+/* The k-th name st_temp tries for path, into tmp (cap bytes): FILE.tmp, then FILE.tmp.XXXXXX. */
+ST_DEF void st_temp_name(const char *path, int k, char *tmp, size_t cap)
+{
+    const unsigned x = ((unsigned)getpid() * 2654435761u) ^ ((unsigned)time(NULL) * 40503u) ^ ((unsigned)k * 97u);
+    if (k == 0) snprintf(tmp, cap, "%s.tmp", path);
+    else snprintf(tmp, cap, "%s.tmp.%06x", path, x & 0xffffffu);
+}
+
 /* A new file beside path for a save to rename into place, its name in tmp (cap bytes):
    FILE.tmp (when plain), or, where that name is taken, FILE.tmp.XXXXXX. O_EXCL: a file
    this call made, never one that was there (a killed save's, a link, someone's data: not
@@ -606,9 +621,7 @@ ST_DEF int st_temp(const char *path, int plain, char *tmp, size_t cap)
 {
     int fd, k;
     for (k = !plain; k < 100; k++) { /* (a name taken: the next try's k gives another) */
-        const unsigned x = ((unsigned)getpid() * 2654435761u) ^ ((unsigned)time(NULL) * 40503u) ^ ((unsigned)k * 97u);
-        if (k == 0) snprintf(tmp, cap, "%s.tmp", path);
-        else snprintf(tmp, cap, "%s.tmp.%06x", path, x & 0xffffffu);
+        st_temp_name(path, k, tmp, cap);
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
         if (fd >= 0 || errno != EEXIST) return fd;
     }
@@ -621,6 +634,40 @@ ST_DEF const char *st_parent(const char *path, char *out, size_t cap)
     const char *slash = strrchr(path, '/');
     snprintf(out, cap, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
     return out;
+}
+
+/* A new file without a name in path's directory, for a save to write (Linux's O_TMPFILE):
+   if the process dies before st_name_temp names it, it vanishes with the process (a file
+   made by name stays, checkpoint-sized, and no later save may remove a name it did not
+   make). The descriptor, or -1 where the kernel or the file system cannot make one, or
+   /proc (to name it by) is missing: then st_temp. */
+ST_DEF int st_temp_unnamed(const char *path)
+{
+#ifdef O_TMPFILE
+    char dir[1024];
+    if (access("/proc/self/fd", X_OK) != 0) return -1;
+    return open(st_parent(path, dir, sizeof dir), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+#else
+    (void)path;
+    return -1;
+#endif
+}
+
+/* Names st_temp_unnamed's file fd beside path with the first of st_temp's names that is
+   free, into tmp (cap bytes): linkat never replaces a name that is there (EEXIST, as
+   O_EXCL), so a link, a killed save's file or someone's data keeps its name. 1, or 0
+   with errno set. */
+ST_DEF int st_name_temp(int fd, const char *path, char *tmp, size_t cap)
+{
+    char proc[64];
+    int k;
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    for (k = 0; k < 100; k++) { /* (a name taken: the next try's k gives another) */
+        st_temp_name(path, k, tmp, cap);
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) == 0) return 1;
+        if (errno != EEXIST) return 0;
+    }
+    return 0;
 }
 
 /* Where name leads (into out, cap bytes): the name, or through its links (up to 8), a
@@ -705,15 +752,27 @@ ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t err
     return 1;
 }
 
+/* Writes the 8 bytes of length, the header and the n arrays to f, then flushes and
+   fsyncs: 1, or 0 with errno set. */
+ST_DEF int st_write_bytes(FILE *f, const unsigned char *len8, const st_text *header, const void *const *arrays,
+                          const size_t *bytes, int n)
+{
+    int i, ok = fwrite(len8, 8, 1, f) == 1 && fwrite(header->s, 1, header->len, f) == header->len;
+    for (i = 0; i < n; i++) ok = ok && fwrite(arrays[i], 1, bytes[i], f) == bytes[i];
+    return ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+}
+
 /* header: the JSON (padded here to a multiple of 8); then n arrays of bytes[i] bytes.
-   The data is written as this machine stores it: little-endian on x86 and ARM. */
+   The data is written as this machine stores it: little-endian on x86 and ARM. The file
+   is written unnamed where it can be (st_temp_unnamed) and named (st_name_temp) once
+   whole; else by name (st_temp), as also where the unnamed one cannot be given a name. */
 ST_DEF int st_write_file(const char *path, st_text *header, const void *const *arrays, const size_t *bytes, int n,
                          char *err, size_t errsize)
 {
     char tmp[1100];
     unsigned char len8[8];
     FILE *f = NULL;
-    int i, ok, fd;
+    int i, ok, fd, unnamed;
     while (!header->failed && header->len % 8) st_put(header, " ");
     if (header->failed) {
         snprintf(err, errsize, "%s: out of memory for the header", path);
@@ -724,22 +783,42 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
         return 0;
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header->len >> (8 * i));
-    if ((fd = st_temp(path, 1, tmp, sizeof tmp)) < 0 || !(f = fdopen(fd, "wb"))) {
-        if (fd >= 0) close(fd);
-        snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
-        return 0;
+    for (unnamed = 1; unnamed >= 0; unnamed--) {
+        f = NULL;
+        if (unnamed) {
+            if ((fd = st_temp_unnamed(path)) < 0) continue; /* not here: by name */
+            if (!(f = fdopen(fd, "wb"))) {
+                close(fd);
+                continue;
+            }
+            if (!st_write_bytes(f, len8, header, arrays, bytes, n)) { /* full, ulimit -f: by name it would be too */
+                snprintf(err, errsize, "cannot write checkpoint %s: %s", path, strerror(errno));
+                fclose(f); /* the file goes with its last descriptor */
+                return 0;
+            }
+            if (!st_name_temp(fileno(f), path, tmp, sizeof tmp)) {
+                fclose(f); /* no name: written again, by name, where the error (if any) is said */
+                continue;
+            }
+            ok = fclose(f) == 0;
+            if (!ok) snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+        } else {
+            if ((fd = st_temp(path, 1, tmp, sizeof tmp)) < 0 || !(f = fdopen(fd, "wb"))) {
+                if (fd >= 0) close(fd);
+                snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+                return 0;
+            }
+            ok = st_write_bytes(f, len8, header, arrays, bytes, n);
+            ok = fclose(f) == 0 && ok;
+            if (!ok) snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+        }
+        if (ok && rename(tmp, path) != 0) {
+            snprintf(err, errsize, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+            ok = 0;
+        }
+        if (!ok) remove(tmp); /* made by this call (O_EXCL, or linkat): ours */
+        return ok;
     }
-    ok = fwrite(len8, 8, 1, f) == 1 && fwrite(header->s, 1, header->len, f) == header->len;
-    for (i = 0; i < n; i++) ok = ok && fwrite(arrays[i], 1, bytes[i], f) == bytes[i];
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok) {
-        snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
-    } else if (rename(tmp, path) != 0) {
-        snprintf(err, errsize, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        ok = 0;
-    }
-    if (!ok) remove(tmp);
-    return ok;
+    return 0; /* (not reached: the named pass returns) */
 }
 #endif

@@ -208,8 +208,10 @@ static void grad_destroy(grad_buffer *gb)
 /* ---- files: safetensors (examples/safetensors.h) ----------------------------------------
    Weights as torch.nn.Linear stores them ((out, in), under the names of the PyTorch
    twin's state_dict), then, for --init-out, both data sets, so that the twin starts
-   exactly where this program starts. Written atomically (FILE.tmp, fsync, rename), so
-   a crash never leaves half a file. */
+   exactly where this program starts. Written atomically (a new file, fsync, named
+   FILE.tmp or FILE.tmp.XXXXXX, rename), so a crash never leaves half a file; on Linux
+   the new file has no name until it is whole (O_TMPFILE), so a crash mid-write leaves
+   no FILE.tmp behind either (st_write_file). */
 static const char *const tensor_names[8] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
                                             "train.x",    "train.y",  "val.x",      "val.y"};
 static const int weight_at[4] = {W1, B1, W2, B2};

@@ -2297,8 +2297,12 @@ int main(int argc, char **argv)
    opt.v.<name>, and in __metadata__ the step, the model's shape and the run's
    identity (seed, data, batch, schedule: run_keys). Loads with
    safetensors.torch.load_file (weights are (out, in) as in torch.nn.Linear; HF's GPT-2
-   Conv1D stores them transposed). Written by rank 0 to FILE.tmp, flushed, fsync'ed and
-   renamed, so FILE is always whole. */
+   Conv1D stores them transposed). Written by rank 0 to a new file beside FILE, flushed,
+   fsync'ed, named FILE.tmp (FILE.tmp.XXXXXX where that name is taken: never a file this
+   save did not make) and renamed over FILE, so FILE is always whole. On Linux the new
+   file has no name until it is whole (O_TMPFILE): a rank killed mid-save leaves nothing
+   behind; where the file system cannot, it is FILE.tmp* from the start, and a save
+   killed mid-write leaves that file (no later save removes it). */
 static const char *const checkpoint_prefix[3] = {"", "opt.m.", "opt.v."};
 
 static int save_checkpoint(const gpt *g, const char *path, int step, const run_identity *id, int world_size,

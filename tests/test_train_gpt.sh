@@ -4,7 +4,8 @@
 #     losses and parameters, bit for bit; grad accumulation: 4 micro-steps of 2 = one
 #     step of 8;
 #   resume: 4 steps, save, resume for 4 more = 8 steps in one go (losses and weights);
-#   checkpoints are safetensors (loaded by Python's safetensors when installed);
+#   checkpoints are safetensors (loaded by Python's safetensors when installed); a save
+#   killed mid-write leaves no FILE.tmp behind;
 #   --log writes one JSON object per step; --trace writes a Chrome trace (a process per
 #   rank, spans per layer, gradient buckets on the collectives row) and leaves the
 #   results as they are; bad data, bad flags and bad checkpoints
@@ -423,6 +424,36 @@ cp data.txt mine.json.tmp
 run tmptrace --nproc 2 --batch-size 4 --steps 1 --trace mine.json --data mine.json.tmp
 cmp -s data.txt mine.json.tmp && [ -s mine.json ] && [ -z "$(ls mine.json.tmp.* 2>/dev/null)" ]
 report "train_gpt --trace FILE: a file at FILE.tmp (the data) is left as it was" $? "$(ls -l mine.json* | tr '\n' ' ')"
+# a save killed while it writes (SIGKILL: a crash, the OOM killer, a job ended) leaves no
+# FILE.tmp*, which no later save would remove (never a name it did not make): 20 kills left
+# 6-8 checkpoint-sized files. The run is stopped (SIGSTOP) while it holds the new file open
+# and that file is shorter than a whole checkpoint (by name FILE.tmp*, or unnamed: DIR/#inode),
+# then killed; the next run resumes from the last whole checkpoint and saves
+mkdir killed && kdir=$(cd killed && pwd -P)
+kargs="--layers 2 --heads 2 --dim 256 --ctx 16 --data data.txt --batch-size 2 --steps 40 --val-every 0 --sample-len 0
+  --save killed/ck.st --save-every 1 --resume auto"
+OMP_NUM_THREADS=1 "$bin" $kargs >killed.txt 2>&1 &
+pid=$! held="" tries=0
+for poll in $(seq 20000); do
+  kill -0 "$pid" 2>/dev/null || break # the run ended before
+  [ -e killed/ck.st ] || { sleep 0.01; continue; } # after the first save (and the start's probe of the name)
+  fd=$(find "/proc/$pid/fd" \( -lname "$kdir/ck.st.tmp*" -o -lname "$kdir/#*" \) 2>/dev/null | head -n 1)
+  [ -n "$fd" ] || continue
+  kill -STOP "$pid"
+  tries=$((tries + 1))
+  for w in $(seq 1000); do [ "$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)" = T ] && break; done
+  size=$(stat -L -c %s "$fd" 2>/dev/null || echo none)
+  case $size in none) ;; *) [ "$size" -lt "$(stat -c %s killed/ck.st)" ] && { held=$size; break; } ;; esac
+  kill -CONT "$pid" # closed, or whole (being named): the next save
+done
+kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+left=$(ls killed | grep -c '\.tmp')
+OMP_NUM_THREADS=1 timeout 120 "$bin" $kargs >killed2.txt 2>&1
+rc=$?
+[ -n "$held" ] && [ "$left" -eq 0 ] && [ "$rc" -eq 0 ] && grep -q '^resum' killed2.txt && [ -z "$(ls killed | grep '\.tmp')" ] &&
+  "$bin" --compare killed/ck.st killed/ck.st >/dev/null
+report "train_gpt --save: a save killed mid-write leaves no FILE.tmp, the next run saves" $? \
+  "stopped at ${held:-no save caught in $tries tries} bytes, $left left, next run exit $rc: $(ls -l killed | tr '\n' ' ')"
 # the default data (next to the program) a FIFO: refused at once, no wait for a writer
 mkdir alone && cp "$bin" alone/train_gpt && mkfifo alone/train_gpt.txt
 (cd alone && timeout 10 ./train_gpt --steps 1 >/dev/null 2>../err.txt)
