@@ -156,7 +156,10 @@
        one host by its launcher, across hosts by the outer one
      - hide failures: every call returns a ddp_result; after a failure the context
        refuses further collectives (the job is broken, like NCCL's)
-     - call exit() or print anything but errors unless asked (DDP_DEBUG, ddp_print)
+     - call exit() or print anything but errors unless asked (DDP_DEBUG, ddp_print);
+       the one exception: an MPI group that does not form within the timeout (a rank
+       stuck before its ddp_init holds the others in MPI_Init, which nothing
+       interrupts) ends the process with _exit(1) after its one-line error
 
    VERSION HISTORY
      0.3 (unreleased) two launches on one port stop rather than merge; Hydra's
@@ -195,7 +198,11 @@
                       unfinalized, Hydra's PMI too; the launcher stops the job when a
                       rank timed out and exited 0); NCCL's remote error is another
                       rank's failure; the log callback runs one call at a time;
-                      the launcher names the rank a timeout waited for
+                      the launcher names the rank a timeout waited for; MPI_Init
+                      bounded by the timeout; ddp_destroy's verdict again from a
+                      second call; a rank that dies inside a CPU barrier named; an
+                      echoed request is no store's answer, a connection that meets
+                      itself is retried; OMP_NUM_THREADS past 64 a core refused
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -4515,7 +4522,7 @@ static void ddp__mpi_chain_release(ddp__mpi *b)
 
 /* The group from MPI itself: rank, size, local ranks, nodes, and the settings that
    must match, all without the store. */
-static ddp_result ddp__mpi_group(ddp_ctx *ctx)
+static ddp_result ddp__mpi_form(ddp_ctx *ctx)
 {
     ddp__mpi *b;
     int inited = 0, provided = 0, rank = 0, size = 1, lr = 0, lw = 1, lead, nodes = 0, node = 0, rc, i;
@@ -4570,6 +4577,61 @@ static ddp_result ddp__mpi_group(ddp_ctx *ctx)
     for (i = 0; i < size && r == DDP_OK; i++) r = ddp__agree(ctx, i, agree + (size_t)i * sizeof ctx->st->cfg.agree);
     DDP_FREE(agree);
     return r == DDP_OK ? ddp__mpi_chain_init(ctx) : r;
+}
+
+/* MPI_Init and the collectives that form the group wait with no timeout and cannot be
+   interrupted: a rank stuck or stopped before its ddp_init held every other in MPI_Init
+   for good. This thread watches them: past the timeout it says so and ends the process
+   (_exit(1): the one place ddp.h does; a process can return from no MPI call), which
+   makes mpirun, Hydra and srun end the job. */
+typedef struct ddp__mpi_watch {
+    ddp_ctx *ctx;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} ddp__mpi_watch;
+
+static void *ddp__mpi_watchdog(void *arg)
+{
+    ddp__mpi_watch *w = (ddp__mpi_watch *)arg;
+    const int ms = w->ctx->st->cfg.timeout_ms;
+    struct timespec until;
+    int done;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    pthread_mutex_lock(&w->mu);
+    while (!w->done && pthread_cond_timedwait(&w->cv, &w->mu, &until) != ETIMEDOUT) {}
+    done = w->done;
+    pthread_mutex_unlock(&w->mu);
+    if (done) return NULL;
+    ddp__fail(w->ctx, DDP_ERR_TIMEOUT, "the MPI group did not form within %.*f s (MPI_Init and the calls after it wait "
+              "with no timeout: a rank stuck, stopped or gone before its ddp_init?); ending this process, which no MPI "
+              "call returns to", DDP__SECONDS(ms));
+    _exit(1);
+}
+
+static ddp_result ddp__mpi_group(ddp_ctx *ctx)
+{
+    ddp__mpi_watch w;
+    pthread_t t;
+    ddp_result r;
+    int watching;
+    memset(&w, 0, sizeof w);
+    w.ctx = ctx;
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    watching = pthread_create(&t, NULL, ddp__mpi_watchdog, &w) == 0;
+    r = ddp__mpi_form(ctx);
+    pthread_mutex_lock(&w.mu);
+    w.done = 1;
+    pthread_cond_signal(&w.cv);
+    pthread_mutex_unlock(&w.mu);
+    if (watching) pthread_join(t, NULL);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    return r;
 }
 
 static ddp_result ddp__mpi_init(ddp_ctx *ctx)

@@ -274,6 +274,11 @@ int main(int argc, char **argv)
     int inited = 0;
     float x[100] = {0};
     double t0;
+    if (strcmp(mode, "stuck_before_init") == 0) { /* rank 1 never reaches ddp_init; the others end past DDP_TIMEOUT */
+        const char *me = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMI_RANK");
+        if (me && strcmp(me, "1") == 0)
+            for (;;) pause();
+    }
     r = ddp_init(&ctx, NULL);
     MPI_Initialized(&inited);
     if (r != DDP_OK || (!inited && ctx.backend == DDP_BACKEND_MPI)) { /* (stuck runs on the CPU backend too) */

@@ -5,7 +5,7 @@
 # the exchange (DDP_MPI_ALLREDUCE=exchange: the form for ranks dealt round-robin over
 # hosts), the chain's shared memory (512 KiB per slot unless DDP_SHM_CHUNK says), then
 # ranks that disagree, a rank that leaves, a rank past the timeout (the
-# others name it), a rank stuck for good (the others' ddp_destroy returns, under MPICH too), torchrun-style workers of a process mpirun started (the CPU backend,
+# others name it), a rank stuck before ddp_init (the others' ddp_init ends past the timeout), a rank stuck for good (the others' ddp_destroy returns, under MPICH too), torchrun-style workers of a process mpirun started (the CPU backend,
 # not MPI), and a rank killed mid-run (the job must end within seconds). Skips
 # where mpicc/mpirun are missing (.ci/run installs Debian's Open MPI).
 cd "$(dirname "$0")/.." || exit 1
@@ -70,6 +70,9 @@ check timeout_names_late_rank nonzero 10 late 3 "timed out after 1.0 s in MPI wa
 # MPI_Finalize waited for the stuck rank: forever), so their exits end the job (the first exit
 # may end the other before it says so)
 check destroy_returns_past_a_stuck_rank nonzero 15 stuck 3 "rank [02]: .*, then ddp_destroy returned after [0-9.]* s"
+# a rank stuck before its ddp_init: the others waited in MPI_Init for good; past the timeout
+# they say so and end, and so does the job
+check init_bounded_past_a_rank_stuck_before_it nonzero 15 stuck_before_init 3 "the MPI group did not form within 1.0 s"
 # the chain's shared memory: 512 KiB per slot by default ((3 ranks + 4) slots), DDP_SHM_CHUNK's size when set
 for want in "3670016 default" "28672 set DDP_SHM_CHUNK=4096"; do
   set -- $want
