@@ -1570,10 +1570,19 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
     if (ctx->rank < 0 || ctx->rank >= ctx->world_size)
         return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", rank_name, ctx->rank,
                          ctx->world_size - 1, world_name, ctx->world_size, who);
-    if (ctx->local_world_size > ctx->world_size || ctx->local_rank >= ctx->world_size ||
-        (ctx->local_world_size > 0 && ctx->local_rank >= ctx->local_world_size))
-        return ddp__fail(ctx, DDP_ERR_ENV, "local rank %d / local world size %d do not fit a world of %d (%s)",
-                         ctx->local_rank, ctx->local_world_size, ctx->world_size, who);
+    { /* named as the launcher (or the desc) gave them; a value not given is not said */
+        const char *lr = l && l->local_rank ? l->local_rank : "local_rank", *lw = l && l->local_world ? l->local_world
+                                                                                                      : "local_world_size";
+        if (ctx->local_world_size > ctx->world_size)
+            return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is more than %s=%d (%s)", lw, ctx->local_world_size, world_name,
+                             ctx->world_size, who);
+        if (ctx->local_rank >= ctx->world_size)
+            return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", lr, ctx->local_rank,
+                             ctx->world_size - 1, world_name, ctx->world_size, who);
+        if (ctx->local_world_size > 0 && ctx->local_rank >= ctx->local_world_size)
+            return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", lr, ctx->local_rank,
+                             ctx->local_world_size - 1, lw, ctx->local_world_size, who);
+    }
     /* what a launcher said, for the ranks to check against each other (the desc is the
        program's own word: it may rehearse hosts on one machine, and cannot name nodes) */
     ctx->st->cfg.said[0] = d->world_size > 0 ? -1 : ctx->node_rank;

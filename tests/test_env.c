@@ -258,6 +258,11 @@ static void launcher_conflicts(void)
             "MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined");
     bad_env("env.empty_WORLD_SIZE_leaves_slurms_world", "WORLD_SIZE= SLURM_JOB_ID=5 SLURM_STEP_ID=0 SLURM_PROCID=0 "
             "SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_TIMEOUT, "rank 1 never joined");
+    /* local ranks that do not fit, by the variables' names (they said "local world size -1") */
+    bad_env("env.local_rank_past_the_world_named", "RANK=0 WORLD_SIZE=1 LOCAL_RANK=5", DDP_ERR_ENV,
+            "LOCAL_RANK=5 is outside 0..0 (WORLD_SIZE=1, torchrun)");
+    bad_env("env.local_world_past_the_world_named", "RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1",
+            DDP_ERR_ENV, "LOCAL_WORLD_SIZE=3 is more than WORLD_SIZE=2 (torchrun)");
     /* torchrun's store takes MASTER_PORT + 1: 0 gave port 1, -1 was said as 0 */
     bad_env("env.master_port_0_under_torchrun", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=0 "
             "TORCHELASTIC_RUN_ID=x", DDP_ERR_ENV, "MASTER_PORT=0 is not a TCP port");
@@ -298,7 +303,7 @@ static void launcher_conflicts(void)
             "LOCAL_WORLD_SIZE=0 does not fit a world of 2 (torchrun)");
     bad_env("env.local_rank_negative", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=-7 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "LOCAL_RANK=-7 does not fit");
     bad_env("env.node_past_world", "RANK=0 WORLD_SIZE=2 GROUP_RANK=7 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "GROUP_RANK=7 does not fit a world of 2");
-    bad_env("env.local_rank_past_world", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=5 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "local rank 5");
+    bad_env("env.local_rank_past_world", "RANK=0 WORLD_SIZE=2 LOCAL_RANK=5 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "LOCAL_RANK=5 is outside 0..1");
     /* torch.distributed.launch's --local_rank against torchrun's LOCAL_RANK */
     clear_env();
     set_env("RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 DDP_TIMEOUT=0.3");
@@ -601,8 +606,8 @@ int main(void)
     bad_env("env.openmpi_size_not_a_number", "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=abc", DDP_ERR_ENV,
             "OMPI_COMM_WORLD_SIZE='abc'");
     bad_env("env.pmi_negative_rank", "PMI_RANK=-1 PMI_SIZE=2", DDP_ERR_ENV, "PMI_RANK=-1");
-    bad_env("env.local_rank_beyond_local_world", "RANK=0 WORLD_SIZE=1 LOCAL_RANK=2 LOCAL_WORLD_SIZE=2",
-            DDP_ERR_ENV, "local rank 2");
+    bad_env("env.local_rank_beyond_local_world", "RANK=0 WORLD_SIZE=3 LOCAL_RANK=2 LOCAL_WORLD_SIZE=2 "
+            "MASTER_ADDR=127.0.0.1 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "LOCAL_RANK=2 is outside 0..1 (LOCAL_WORLD_SIZE=2");
     bad_env("env.unknown_backend", "DDP_BACKEND=gpu", DDP_ERR_ENV, "DDP_BACKEND='gpu' is not a backend (cpu, nccl, mpi)");
     bad_env("env.hex_timeout", "DDP_TIMEOUT=0x10", DDP_ERR_ENV, "DDP_TIMEOUT='0x10'");
     bad_env("env.torchrun_port_65535", "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=65535 TORCHELASTIC_RUN_ID=x",
