@@ -1186,7 +1186,8 @@ static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap); /* the arguments may include the last error */
     va_end(ap);
-    snprintf(msg, sizeof msg, "rank %d/%d: %s", ctx->rank, ctx->world_size, text);
+    if (ctx->world_size > 0) snprintf(msg, sizeof msg, "rank %d/%d: %s", ctx->rank, ctx->world_size, text);
+    else snprintf(msg, sizeof msg, "%s", text); /* before the world is known ("rank 0/0") */
     pthread_mutex_lock(&ctx->st->log_mu);
     memcpy(ctx->st->err, text, sizeof text);
     ddp__say(ctx, DDP_LOG_ERROR, msg); /* (the lock is recursive) */
@@ -1376,7 +1377,8 @@ int ddp_restart_count(void)
     return errno || *end || x < 0 || x > INT_MAX ? -1 : (int)x;
 }
 
-/* Finds --local_rank N, --local_rank=N (or --local-rank) in argv, removes it, -1 if absent. */
+/* Finds --local_rank N, --local_rank=N (or --local-rank) in argv, removes it, -1 if
+   absent; given twice, an error (the second went on to the program as its own). */
 static ddp_result ddp__argv_local_rank(ddp_ctx *ctx, int *argc, char **argv, int *local_rank)
 {
     int i, used = 0;
@@ -1396,10 +1398,12 @@ static ddp_result ddp__argv_local_rank(ddp_ctx *ctx, int *argc, char **argv, int
         x = strtol(v, &end, 10);
         if (errno || *end || !*v || x < 0 || x > INT_MAX)
             return ddp__fail(ctx, DDP_ERR_ENV, "--local_rank='%s' is not a non-negative integer", v);
+        if (*local_rank >= 0)
+            return ddp__fail(ctx, DDP_ERR_ENV, "--local_rank given twice (%d and %ld): give it once", *local_rank, x);
         *local_rank = (int)x;
         memmove(&argv[i], &argv[i + used], sizeof *argv * (size_t)(*argc - i - used + 1));
         *argc -= used;
-        return DDP_OK;
+        i--; /* the next argument is at i now */
     }
     return DDP_OK;
 }

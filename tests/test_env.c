@@ -112,6 +112,17 @@ static void legacy_argv(void)
     CHECK("env.legacy_local_dash_rank_removed", r == DDP_OK && argc2 == 2 && strcmp(argv2[1], "x") == 0,
           "result %s, argc %d", ddp_strerror(r), argc2);
     ddp_destroy(&ctx);
+    { /* given twice: refused (the second went on to the program) */
+        char c1[] = "--local_rank=0", c2[] = "--local_rank=3";
+        char *argv3[] = {a0, c1, c2, NULL};
+        int argc3 = 3;
+        d.argc = &argc3;
+        d.argv = argv3;
+        r = ddp_init(&ctx, &d);
+        CHECK("env.legacy_local_rank_twice_refused", r == DDP_ERR_ENV && strstr(ddp_error(&ctx), "--local_rank given twice (0 and 3)"),
+              "result %s '%s', argc %d", ddp_strerror(r), ddp_error(&ctx), argc3);
+        ddp_destroy(&ctx);
+    }
     { /* after "--" the arguments are the program's: left alone (a local rank of 3 failed init) */
         char c1[] = "--", c2[] = "--local_rank", c3[] = "3";
         char *argv3[] = {a0, c1, c2, c3, NULL};
