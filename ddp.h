@@ -5887,7 +5887,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     while (live > 0) {
         siginfo_t info;
         struct timespec ts;
-        int sig, st, c;
+        int sig, st, c, unsure;
         int64_t now = ddp__now_ms(), wait_ms = 200;
         pid_t pid;
         if (term_at && !kill_at && term_at - now < wait_ms) wait_ms = term_at > now ? term_at - now : 0;
@@ -5941,15 +5941,25 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             term_at = now + 2000;
             others = live;
         }
+        /* a timeout that does not know for whom (NCCL's watchdog, a store wait off rank 0):
+           the moment lets the other ranks time out too, and then one rank left running
+           that never said a word is the one they waited for */
+        unsure = c >= 0 && ends[c].timed_out && waited[ends[c].rank] < 0;
         /* the cause, once no rank that may still be it is left (or the moment is over) */
-        if (cause < 0 && c >= 0 && (!ends[c].caused || live == 0 || now >= term_at)) {
-            int n, h, w = ends[c].timed_out ? waited[ends[c].rank] : -1;
-            char late[100] = "";
+        if (cause < 0 && c >= 0 && (!ends[c].caused || live == 0 || now >= term_at) &&
+            !(unsure && live > 1 && now < term_at)) {
+            int n, h, w = ends[c].timed_out ? waited[ends[c].rank] : -1, silent = -1;
+            char late[120] = "";
             for (h = 0; ends[c].timed_out && w < 0 && any_joined && h < nproc; h++) /* never came to ddp_init */
                 if (pids[h] > 0 && !joined[h]) w = h;
+            for (h = 0; unsure && w < 0 && h < nproc; h++)
+                if (pids[h] > 0 && said[h] < 0) silent = silent == -1 ? h : -2; /* exactly one */
             if (w >= 0) /* the rank it waited for: the one to look at (a loop, a deadlock, a hung read) */
                 snprintf(late, sizeof late, " after it timed out waiting for rank %d (pid %d%s)", w, started[w],
                          pids[w] <= 0 ? "" : joined[w] ? ", still running" : ", still running, not yet in ddp_init");
+            else if (silent >= 0)
+                snprintf(late, sizeof late, " after it timed out; rank %d (pid %d) is still running and said nothing: the "
+                         "one the others waited for", silent, started[silent]);
             cause = c;
             status = ends[c].status;
             if (!status) status = 1; /* the job failed, though the rank's own status was 0 (early, left) */

@@ -785,12 +785,28 @@ static int launched_rank(void)
     return r == DDP_OK ? 0 : 1;
 }
 
+/* A rank of launched_by_ddp_run's stuck job: rank 1 is stuck in its own work for good
+   while the others wait in a collective; the watchdog ends theirs after 2 s. */
+static int launched_stuck_rank(void)
+{
+    ddp_ctx ctx;
+    float x = 1;
+    ddp_result r;
+    if (!init(&ctx, 2000)) return 1;
+    if (ctx.rank == 1)
+        for (;;) pause(); /* until the launcher's SIGTERM */
+    r = ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
+    ddp_destroy(&ctx);
+    return r == DDP_OK ? 0 : 3;
+}
+
 /* W ranks through ddp.h's launcher: it names the rank that left, not a survivor (NCCL's
-   remote error was the survivor's own failure to it) */
-static void launched_by_ddp_run(const char *self, int W)
+   remote error was the survivor's own failure to it); and a rank stuck for good, which
+   NCCL's watchdog cannot name (the launcher named only a survivor that timed out) */
+static void launched_by_ddp_run(const char *self, int W, int stuck)
 {
     char out[] = "/tmp/ddp-nccl-launch-XXXXXX", text[8192] = "", want[64], name[96];
-    char *args[] = {(char *)self, (char *)"launched", NULL};
+    char *args[] = {(char *)self, (char *)(stuck ? "launched_stuck" : "launched"), NULL};
     int fd = mkstemp(out), st = 0;
     ssize_t n = 0;
     pid_t pid = -1;
@@ -807,6 +823,13 @@ static void launched_by_ddp_run(const char *self, int W)
     text[n > 0 ? n : 0] = 0;
     if (fd >= 0) close(fd);
     unlink(out);
+    if (stuck) {
+        snprintf(name, sizeof name, "nccl.w%d.launcher_names_the_stuck_rank", W);
+        CHECK(name, WIFEXITED(st) && WEXITSTATUS(st) == 3 && strstr(text, "after it timed out; rank 1 (pid ") &&
+              strstr(text, "is still running and said nothing"), "status %d: %.600s", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+              text);
+        return;
+    }
     snprintf(want, sizeof want, "ddp: rank %d (pid ", W - 1);
     snprintf(name, sizeof name, "nccl.w%d.launcher_names_the_rank_that_left", W);
     CHECK(name, WIFEXITED(st) && WEXITSTATUS(st) == 1 && strstr(text, want) &&
@@ -837,7 +860,8 @@ static int many_ranks(int W)
         snprintf(name, sizeof name, "nccl.w%d.%s", W, failures[i]);
         CHECK(name, job.failed == 0, "%s (%.1f s)", TEST_JOB_WHY(&job, fail_meaning), job.seconds);
     }
-    launched_by_ddp_run(self_, W);
+    launched_by_ddp_run(self_, W, 0);
+    if (W >= 3) launched_by_ddp_run(self_, W, 1); /* two that time out, one stuck */
     return test_failures_ ? 1 : 0;
 }
 
@@ -845,6 +869,7 @@ int main(int argc, char **argv)
 {
     const int W = argc > 1 ? atoi(argv[1]) : 1;
     if (argc > 1 && strcmp(argv[1], "launched") == 0) return launched_rank();
+    if (argc > 1 && strcmp(argv[1], "launched_stuck") == 0) return launched_stuck_rank();
     if (W < 1 || W > 8) {
         printf("FAIL nccl.args: usage: test_nccl [world size 1..8], not '%s'\n", argv[1]);
         return 1;
