@@ -4,7 +4,7 @@
 #   Kill points: a rank gets SIGKILL at a moment of an attempt, of four kinds drawn at
 #   random: as soon as the attempt's ranks appear (start-up, rendezvous: the restart
 #   itself), after a random delay (mostly during a step), inside a save (rank 0 is
-#   stopped now and then until it is caught with the checkpoint's .tmp open, then
+#   stopped now and then until it is caught with the checkpoint's new file open, then
 #   killed: the previous checkpoint must still load), and a second rank a few ms after
 #   the first (while the launcher stops the job). Each run draws 1-3 kill events and
 #   gets as many restarts; a kill is counted as start-up when the attempt had printed
@@ -54,14 +54,25 @@ children() {
   done
 }
 rank_of() { tr '\0' '\n' 2>/dev/null <"/proc/$1/environ" | sed -n 's/^RANK=//p'; }
-# saving pid file: the size of file (or file.tmp) if the process has it open for writing (a
-# save). The files are matched with test's -ef, a builtin: a poll starts no process until it
-# finds one (a readlink per descriptor made each poll cost more than a small model's save
-# lasts, and 6 runs could pass without catching one)
+# unnamed pid fd: fd is a file made without a name (O_TMPFILE: a save on Linux writes
+# there until the file is whole), found by the flag in fdinfo, read by a builtin
+unnamed() {
+  local k v
+  [ -f "$2" ] || return 1
+  while read -r k v; do
+    [ "$k" = flags: ] && [ $((8#$v & 8#20000000)) -ne 0 ] && return 0
+  done <"/proc/$1/fdinfo/${2##*/}" 2>/dev/null
+  return 1
+}
+# saving pid file: the size of file (or file.tmp, or the unnamed file a save writes first)
+# if the process has it open for writing (a save). The files are matched with test's -ef,
+# a builtin: a poll starts no process until it finds one (a readlink per descriptor made
+# each poll cost more than a small model's save lasts, and 6 runs could pass without
+# catching one)
 saving() {
   local fd flags
   for fd in /proc/"$1"/fd/*; do
-    if [ "$fd" -ef "$PWD/$2" ] || [ "$fd" -ef "$PWD/$2.tmp" ]; then
+    if [ "$fd" -ef "$PWD/$2" ] || [ "$fd" -ef "$PWD/$2.tmp" ] || unnamed "$1" "$fd"; then
       flags=$(sed -n 's/^flags:[[:space:]]*//p' "/proc/$1/fdinfo/${fd##*/}" 2>/dev/null)
       [ -n "$flags" ] && [ $((8#$flags & 3)) -ne 0 ] && stat -L -c %s "$fd" 2>/dev/null && return 0
     fi
