@@ -609,6 +609,17 @@ static void set_threads(int n)
 #endif
 }
 
+/* A row's mean and 1/std in double, for the layernorm's reference. */
+static void ln_reference(const float *x, int n, double *mean, double *inv_std)
+{
+    double m = 0.0, v = 0.0;
+    for (int c = 0; c < n; c++) m += x[c];
+    m /= n;
+    for (int c = 0; c < n; c++) v += (x[c] - m) * (x[c] - m);
+    *mean = m;
+    *inv_std = 1.0 / sqrt(v / n + DDP_LAYERNORM_EPS);
+}
+
 /* Rows with mean 100 and std 0.1 (C = 768): the row's large mean must not cost the
    spread's digits. One fp32 accumulator gave 8.9e-4 here; the shifted sums 2.9e-7. */
 static void test_layernorm_accuracy(void)
@@ -626,11 +637,8 @@ static void test_layernorm_accuracy(void)
     set_threads(0);
     for (int r = 0; r < R; r++) {
         const float *xr = x + r * LC;
-        double m = 0.0, v = 0.0;
-        for (int c = 0; c < LC; c++) m += xr[c];
-        m /= LC;
-        for (int c = 0; c < LC; c++) v += (xr[c] - m) * (xr[c] - m);
-        const double s = 1.0 / sqrt(v / LC + DDP_LAYERNORM_EPS);
+        double m, s;
+        ln_reference(xr, LC, &m, &s);
         for (int c = 0; c < LC; c++) worst = fmax(worst, fabs(o[r * LC + c] - (xr[c] - m) * s));
         worst_mean = fmax(worst_mean, fabs(mean[r] - m));
     }
@@ -651,11 +659,8 @@ static void test_layernorm_accuracy(void)
     ddp_layernorm_forward_cpu(o, mean, rstd, x, w, b, 1, 2, LC);
     for (int r = 0; r < 2; r++) {
         const float *xr = x + r * LC;
-        double m = 0.0, v = 0.0;
-        for (int c = 0; c < LC; c++) m += xr[c];
-        m /= LC;
-        for (int c = 0; c < LC; c++) v += (xr[c] - m) * (xr[c] - m);
-        const double s = 1.0 / sqrt(v / LC + DDP_LAYERNORM_EPS);
+        double m, s;
+        ln_reference(xr, LC, &m, &s);
         for (int c = 0; c < LC; c++) /* the outlier's own output (27.7) as a 768-term fp32 sum allows */
             worst = fmax(worst, fabs(o[r * LC + c] - (xr[c] - m) * s) / (1e-7 + 4e-6 * fabs((xr[c] - m) * s)));
     }
