@@ -2158,14 +2158,14 @@ static int fail(const char *why) /* one line (empty: ddp.h has said it), non-zer
     return 1;
 }
 
-/* A NaN or infinite loss (every rank has the same, reduced) ends the run: rank 0 says
-   so, and the barrier keeps the others until it has. */
 /* what may help a run that diverged: clipping, unless it is on already */
 static const char *diverged_hint(const trainer *t)
 {
     return t->o.clip > 0 ? "a lower --lr" : "a lower --lr, or --clip 1,";
 }
 
+/* A NaN or infinite loss (every rank has the same, reduced) ends the run: rank 0 says
+   so, and the barrier keeps the others until it has. */
 static int diverged(trainer *t, int step, const step_stats *st)
 {
     if (t->line_open) printf("\n");
