@@ -17,8 +17,9 @@
    writes builds clean under -Wall): include this in each file that uses it. */
 #ifndef SAFETENSORS_H
 #define SAFETENSORS_H
-#if !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE)
-#define _POSIX_C_SOURCE 200809L /* stat, fileno, fsync: effective when included before other headers */
+#if !defined(_POSIX_C_SOURCE) && !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE)
+#define _XOPEN_SOURCE 700 /* POSIX 2008 and XSI: stat, fileno, fsync, realpath (effective when included before
+                             other headers; POSIX alone hid realpath from a C99 build of this file alone) */
 #endif
 #include <errno.h>
 #include <fcntl.h>

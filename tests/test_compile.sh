@@ -21,6 +21,9 @@ check c99 cc -std=c99 -Wall -Wextra -Wpedantic -Werror -I. "$tmp/one.c" -o "$tmp
 check c99_runs "$tmp/c99"
 check cxx11 c++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -I. "$tmp/one.cpp" -o "$tmp/cxx" -lpthread
 check cxx11_runs "$tmp/cxx"
+# the examples' safetensors.h alone, first in a C99 file (realpath was hidden by POSIX alone)
+printf '#include "safetensors.h"\nint main(void) { return 0; }\n' > "$tmp/st.c"
+check safetensors_h_alone_c99 cc -std=c99 -Wall -Wextra -Wpedantic -Werror -Iexamples "$tmp/st.c" -o "$tmp/st"
 # C++ zero-initialises the descriptors with {} (the C idiom {0} trips -Wmissing-field-initializers)
 printf '%s\nint main(void) { ddp_desc d = {}; ddp_grad_desc g = {}; ddp_sampler_desc s = {}; (void)g; (void)s; ddp_ctx c; if (ddp_init(&c, &d) != DDP_OK) return 1; ddp_destroy(&c); return 0; }\n' "$impl" > "$tmp/desc.cpp"
 check cxx11_desc_braces c++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -I. "$tmp/desc.cpp" -o "$tmp/desc" -lpthread
