@@ -751,6 +751,18 @@ static int64_t ddp__now_ns(void)
 }
 
 static int64_t ddp__now_ms(void) { return ddp__now_ns() / 1000000; }
+
+/* ms from now on CLOCK_REALTIME, the clock of pthread_cond_timedwait's deadline (inline:
+   builds without a backend that waits so stay quiet) */
+static inline struct timespec ddp__realtime_in(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    return ts;
+}
 /* milliseconds as seconds for "%.*f s": "3.0", "1.25", "0.001" (a timeout of 1 ms is not "0.0 s") */
 #define DDP__SECONDS(ms) ((ms) % 100 == 0 ? 1 : (ms) % 10 == 0 ? 2 : 3), (ms) / 1000.0
 
@@ -3729,15 +3741,11 @@ static void *ddp__nccl_watchdog(void *arg)
     b->up_error = e;
     pthread_cond_broadcast(&b->cv);
     while (!b->stop && e == cudaSuccess) {
-        struct timespec ts;
+        const struct timespec ts = ddp__realtime_in(tick);
         ncclComm_t gone = NULL;
         ncclResult_t async = ncclSuccess;
         ddp__followed *f;
         cudaError_t q;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += tick * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
         pthread_cond_timedwait(&b->cv, &b->mu, &ts);
         if (b->stop || !b->comm) continue; /* after a failure there is nothing left to follow */
         q = ddp__nccl_retire(b);
@@ -4608,12 +4616,8 @@ static void *ddp__mpi_watchdog(void *arg)
 {
     ddp__mpi_watch *w = (ddp__mpi_watch *)arg;
     const int ms = w->ctx->st->cfg.timeout_ms;
-    struct timespec until;
+    const struct timespec until = ddp__realtime_in(ms);
     int done;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
     pthread_mutex_lock(&w->mu);
     while (!w->done && pthread_cond_timedwait(&w->cv, &w->mu, &until) != ETIMEDOUT) {}
     done = w->done;
@@ -5594,10 +5598,10 @@ static int ddp__free_port(void)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof a;
-    int lo = 32768, hi = 60999, tries, port = -1;
+    int lo = 32768, tries, port = -1; /* the first of Linux's local ports */
     FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
     if (f) {
-        if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
+        if (fscanf(f, "%d", &lo) != 1) lo = 32768;
         fclose(f);
     }
     /* below the ports Linux gives connections' own ends (bind to port 0 picks one of those):
