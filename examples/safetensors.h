@@ -763,17 +763,44 @@ ST_DEF int st_write_bytes(FILE *f, const unsigned char *len8, const st_text *hea
     return ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
 }
 
+/* The file written unnamed (st_temp_unnamed) and named tmp (cap bytes) once whole: 1;
+   0 after a write error (err says it: full, ulimit -f, which by name would fail too);
+   -1 where the file cannot be made or named here (then by name). */
+ST_DEF int st_write_unnamed(const char *path, const unsigned char *len8, const st_text *header,
+                            const void *const *arrays, const size_t *bytes, int n, char *tmp, size_t cap, char *err,
+                            size_t errsize)
+{
+    const int fd = st_temp_unnamed(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    int named;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if (!st_write_bytes(f, len8, header, arrays, bytes, n)) {
+        snprintf(err, errsize, "cannot write checkpoint %s: %s", path, strerror(errno));
+        fclose(f); /* the file goes with its last descriptor */
+        return 0;
+    }
+    named = st_name_temp(fileno(f), path, tmp, cap);
+    if (fclose(f) != 0 && named) {
+        snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+        remove(tmp); /* named by this call (linkat): ours */
+        return 0;
+    }
+    return named ? 1 : -1; /* no name: written again, by name, where the error (if any) is said */
+}
+
 /* header: the JSON (padded here to a multiple of 8); then n arrays of bytes[i] bytes.
    The data is written as this machine stores it: little-endian on x86 and ARM. The file
-   is written unnamed where it can be (st_temp_unnamed) and named (st_name_temp) once
-   whole; else by name (st_temp), as also where the unnamed one cannot be given a name. */
+   is written unnamed where it can be (st_write_unnamed), else by name (st_temp). */
 ST_DEF int st_write_file(const char *path, st_text *header, const void *const *arrays, const size_t *bytes, int n,
                          char *err, size_t errsize)
 {
     char tmp[1100];
     unsigned char len8[8];
     FILE *f = NULL;
-    int i, ok, fd, unnamed;
+    int i, ok, fd;
     while (!header->failed && header->len % 8) st_put(header, " ");
     if (header->failed) {
         snprintf(err, errsize, "%s: out of memory for the header", path);
@@ -784,42 +811,22 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
         return 0;
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header->len >> (8 * i));
-    for (unnamed = 1; unnamed >= 0; unnamed--) {
-        f = NULL;
-        if (unnamed) {
-            if ((fd = st_temp_unnamed(path)) < 0) continue; /* not here: by name */
-            if (!(f = fdopen(fd, "wb"))) {
-                close(fd);
-                continue;
-            }
-            if (!st_write_bytes(f, len8, header, arrays, bytes, n)) { /* full, ulimit -f: by name it would be too */
-                snprintf(err, errsize, "cannot write checkpoint %s: %s", path, strerror(errno));
-                fclose(f); /* the file goes with its last descriptor */
-                return 0;
-            }
-            if (!st_name_temp(fileno(f), path, tmp, sizeof tmp)) {
-                fclose(f); /* no name: written again, by name, where the error (if any) is said */
-                continue;
-            }
-            ok = fclose(f) == 0;
-            if (!ok) snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
-        } else {
-            if ((fd = st_temp(path, 1, tmp, sizeof tmp)) < 0 || !(f = fdopen(fd, "wb"))) {
-                if (fd >= 0) close(fd);
-                snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
-                return 0;
-            }
-            ok = st_write_bytes(f, len8, header, arrays, bytes, n);
-            ok = fclose(f) == 0 && ok;
-            if (!ok) snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+    if ((ok = st_write_unnamed(path, len8, header, arrays, bytes, n, tmp, sizeof tmp, err, errsize)) == 0) return 0;
+    if (ok < 0) {
+        if ((fd = st_temp(path, 1, tmp, sizeof tmp)) < 0 || !(f = fdopen(fd, "wb"))) {
+            if (fd >= 0) close(fd);
+            snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+            return 0;
         }
-        if (ok && rename(tmp, path) != 0) {
-            snprintf(err, errsize, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-            ok = 0;
-        }
-        if (!ok) remove(tmp); /* made by this call (O_EXCL, or linkat): ours */
-        return ok;
+        ok = st_write_bytes(f, len8, header, arrays, bytes, n);
+        ok = fclose(f) == 0 && ok;
+        if (!ok) snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
     }
-    return 0; /* (not reached: the named pass returns) */
+    if (ok && rename(tmp, path) != 0) {
+        snprintf(err, errsize, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        ok = 0;
+    }
+    if (!ok) remove(tmp); /* made by this call (O_EXCL, or linkat): ours */
+    return ok;
 }
 #endif
