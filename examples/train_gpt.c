@@ -132,7 +132,7 @@ typedef struct tensor {
     X(float, losses, 1, BT)                                                                  \
     X(ACT, tmp, 1, BT * C)           /* a projection before its residual add */             \
     X(ACT, dx, 1, BT * C)            /* backward: gradient of the residual stream */        \
-    X(ACT, dfch_gelu, 1, BT * 4 * C) /* backward scratch */                                 \
+    X(ACT, dfch_gelu, 1, BT * 4 * C) /* backward scratch (GPU: the CPU folds the GELU in) */ \
     X(ACT, dfch, 1, BT * 4 * C)                                                              \
     X(ACT, dln, 1, BT * C)                                                                   \
     X(ACT, datty, 1, BT * C)                                                                 \
@@ -379,14 +379,16 @@ static ddp_result allreduce_tensors(ddp_grad *sync, const tensor *first, const t
     return ddp_grad_ready(sync, first->offset, last->offset + last->numel - first->offset);
 }
 
-/* A matmul's backward (shapes as ddp_matmul_backward_cpu's): dinp for the B sequences
-   together, then the gradients of weight w and bias (w + 1, or none) one sequence at a
-   time, each added into the double sum as it is made (ddp_matmul_backward_sum_cpu). */
-static void matmul_backward(gpt *g, float *dinp, const tensor *w, int has_bias, const float *dout, const float *inp,
-                            int B, int C, int OC)
+/* A matmul's backward (shapes as ddp_matmul_backward_cpu's): dinp WRITTEN for the B
+   sequences together (times gelu'(gelu_inp) where the matmul read a GELU of gelu_inp:
+   that GELU's input gradient), then the gradients of weight w and bias (w + 1, or none)
+   one sequence at a time, each added into the double sum as it is made
+   (ddp_matmul_backward_sum_cpu). */
+static void matmul_backward(gpt *g, float *dinp, const float *gelu_inp, const tensor *w, int has_bias,
+                            const float *dout, const float *inp, int B, int C, int OC)
 {
     const int T = g->cfg.ctx;
-    ddp_matmul_backward_cpu(dinp, NULL, NULL, dout, inp, param(g, w), B, T, C, OC);
+    ddp_matmul_backward_input_cpu(dinp, dout, param(g, w), gelu_inp, B, T, C, OC);
     ddp_matmul_backward_sum_cpu(g->grad_sum + w->offset, has_bias ? g->grad_sum + w[1].offset : NULL, dout, inp, B,
                                 T, C, OC);
 }
@@ -413,12 +415,11 @@ static ddp_result cpu_backward(gpt *g, int B, ddp_grad *sync)
     activations *a = &g->a;
     ddp_result r;
     int l, b;
-    memset(a->dx, 0, BTC * fsize);
-    memset(a->dln, 0, BTC * fsize);
+    memset(a->dx, 0, BTC * fsize); /* the residual stream's gradient: the layernorms add into it */
 
     /* lm_head (tied to wte, no bias) and the final layernorm */
     span(sync->ctx, "backward lm_head, ln_f");
-    matmul_backward(g, a->dln, WTE(g), 0, a->logits, a->lnf, B, C, V);
+    matmul_backward(g, a->dln, NULL, WTE(g), 0, a->logits, a->lnf, B, C, V);
     layernorm_backward(g, a->dx, LNFW(g), a->dln, a->x + L * LBTC, a->lnf_mean, a->lnf_rstd, B);
     ddp_trace_end(sync->ctx);
     if ((r = allreduce_tensors(sync, LNFW(g), LNFB(g))) != DDP_OK) return r;
@@ -429,19 +430,13 @@ static ddp_result cpu_backward(gpt *g, int B, ddp_grad *sync)
         const activations s = block_slices(a, g->cfg, (size_t)g->B, l);
 #define W(k) block_tensor(g, l, k)
         span(sync->ctx, "backward block %d", l);
-        memset(a->dfch_gelu, 0, 4 * BTC * fsize);
-        memset(a->dfch, 0, 4 * BTC * fsize);
-        memset(a->dln, 0, BTC * fsize);
-        memset(a->datty, 0, BTC * fsize);
-        memset(a->dqkv, 0, 3 * BTC * fsize);
-        matmul_backward(g, a->dfch_gelu, W(FCPROJW), 1, a->dx, s.fch_gelu, B, 4 * C, C);
-        ddp_gelu_backward_cpu(a->dfch, s.fch, a->dfch_gelu, 4 * BTC);
-        matmul_backward(g, a->dln, W(FCW), 1, a->dfch, s.ln2, B, C, 4 * C);
+        memset(a->dqkv, 0, 3 * BTC * fsize); /* attention adds into it */
+        matmul_backward(g, a->dfch, s.fch, W(FCPROJW), 1, a->dx, s.fch_gelu, B, 4 * C, C); /* and the GELU's */
+        matmul_backward(g, a->dln, NULL, W(FCW), 1, a->dfch, s.ln2, B, C, 4 * C);
         layernorm_backward(g, a->dx, W(LN2W), a->dln, s.xmid, s.ln2_mean, s.ln2_rstd, B);
-        matmul_backward(g, a->datty, W(ATTPROJW), 1, a->dx, s.atty, B, C, C);
+        matmul_backward(g, a->datty, NULL, W(ATTPROJW), 1, a->dx, s.atty, B, C, C);
         ddp_attention_backward_cpu(a->dqkv, a->datty, s.qkv, s.atty, s.lse, B, T, C, NH);
-        memset(a->dln, 0, BTC * fsize);
-        matmul_backward(g, a->dln, W(QKVW), 1, a->dqkv, s.ln1, B, C, 3 * C);
+        matmul_backward(g, a->dln, NULL, W(QKVW), 1, a->dqkv, s.ln1, B, C, 3 * C);
         layernorm_backward(g, a->dx, W(LN1W), a->dln, s.x, s.ln1_mean, s.ln1_rstd, B);
         ddp_trace_end(sync->ctx);
         if ((r = allreduce_tensors(sync, W(0), W(PER_BLOCK - 1))) != DDP_OK) return r;

@@ -325,6 +325,54 @@ static void test_matmul_sum(void)
           "one thread %s", same ? "matches" : "differs from", threads ? "agrees" : "differs");
 }
 
+/* The written input gradient: the bits of ddp_matmul_backward_cpu into zeros, then of
+   ddp_gelu_backward_cpu into zeros, whatever dinp held (NaN here); shapes one panel deep
+   and several (OC past 128), rows and columns off the tile, GELU inputs past its
+   saturation (|x| > 9), one thread and three. */
+static void matmul_input_case(int IB, int IT, int IC, int IOC, int *same, int *threads)
+{
+    const size_t n = (size_t)IB * IT * IC;
+    float *dout = alloc((size_t)IB * IT * IOC), *w = alloc((size_t)IOC * IC), *pre = alloc(n);
+    float *zero = alloc(n), *ref = alloc(n), *got = alloc(n), *got1 = alloc(n);
+    fill(dout, (size_t)IB * IT * IOC, 1); fill(w, (size_t)IOC * IC, 1); fill(pre, n, 12); /* gelu inputs in [-12, 12] */
+    for (int gelu = 0; gelu < 2; gelu++) {
+        memset(zero, 0, n * sizeof(float));
+        ddp_matmul_backward_cpu(zero, NULL, NULL, dout, pre, w, IB, IT, IC, IOC);
+        memset(ref, 0, n * sizeof(float));
+        if (gelu) ddp_gelu_backward_cpu(ref, pre, zero, n);
+        else memcpy(ref, zero, n * sizeof(float));
+        fill_const(got, n, NAN);
+        ddp_matmul_backward_input_cpu(got, dout, w, gelu ? pre : NULL, IB, IT, IC, IOC);
+#ifdef _OPENMP
+        omp_set_num_threads(1);
+#endif
+        fill_const(got1, n, NAN);
+        ddp_matmul_backward_input_cpu(got1, dout, w, gelu ? pre : NULL, IB, IT, IC, IOC);
+#ifdef _OPENMP
+        omp_set_num_threads(3);
+#endif
+        *same &= !memcmp(got, ref, n * sizeof(float));
+        *threads &= !memcmp(got, got1, n * sizeof(float));
+    }
+    free(dout); free(w); free(pre); free(zero); free(ref); free(got); free(got1);
+}
+
+static void test_matmul_input(void)
+{
+    int same = 1, threads = 1;
+    matmul_input_case(2, 16, 512, 128, &same, &threads); /* train_gpt's MLP projection, smaller */
+    matmul_input_case(3, 37, 45, 29, &same, &threads);   /* off the tile both ways */
+    matmul_input_case(1, 50, 70, 300, &same, &threads);  /* deeper than a panel */
+    matmul_input_case(1, 9, 260, 1030, &same, &threads); /* and past a page per row of dout */
+    matmul_input_case(2, 5, 33, 0, &same, &threads);     /* no outputs: dinp = 0 */
+#ifdef _OPENMP
+    omp_set_num_threads(omp_get_num_procs());
+#endif
+    CHECK("kernels.matmul.input_written", same && threads, "the written dinp %s the accumulated one into zeros "
+          "(and the GELU's backward after it); one thread %s", same ? "matches" : "differs from",
+          threads ? "agrees" : "differs");
+}
+
 /* ---- attention ---- */
 typedef struct { float x[B * T * 3 * C], out[B * T * C], lse[B * NH * T], w[B * T * C]; } att_s;
 static double att_loss(void *p)
@@ -794,6 +842,7 @@ int main(void)
     test_matmul();
     test_matmul_blocked();
     test_matmul_sum();
+    test_matmul_input();
     test_attention();
     test_gelu();
     test_residual();
