@@ -431,7 +431,7 @@ static ddp_result cpu_backward(gpt *g, int B, ddp_grad *sync)
 #define W(k) block_tensor(g, l, k)
         span(sync->ctx, "backward block %d", l);
         memset(a->dqkv, 0, 3 * BTC * fsize); /* attention adds into it */
-        matmul_backward(g, a->dfch, s.fch, W(FCPROJW), 1, a->dx, s.fch_gelu, B, 4 * C, C); /* and the GELU's */
+        matmul_backward(g, a->dfch, s.fch, W(FCPROJW), 1, a->dx, s.fch_gelu, B, 4 * C, C); /* through the GELU */
         matmul_backward(g, a->dln, NULL, W(FCW), 1, a->dfch, s.ln2, B, C, 4 * C);
         layernorm_backward(g, a->dx, W(LN2W), a->dln, s.xmid, s.ln2_mean, s.ln2_rstd, B);
         matmul_backward(g, a->datty, NULL, W(ATTPROJW), 1, a->dx, s.atty, B, C, C);
