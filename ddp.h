@@ -6297,7 +6297,15 @@ static ddp_result ddp__sampler_agree(const ddp_sampler *s, ddp_ctx *ctx, int ref
 ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc *desc)
 {
     size_t n, w;
-    if (!s) return DDP_ERR_ARG;
+    if (!s) { /* with a context, the others may be in the agreement already: meet them */
+        ddp_sampler none;
+        ddp_result r;
+        if (!ctx || !ctx->st) return DDP_ERR_ARG;
+        memset(&none, 0, sizeof none);
+        r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init: no ddp_sampler to set up (NULL)");
+        if (ctx->world_size > 1) ddp__sampler_agree(&none, ctx, 1);
+        return r;
+    }
     memset(s, 0, sizeof *s);
     if (!desc) { /* with a context, the others may be in the agreement already: meet them */
         ddp_result r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init: no desc");
@@ -6589,6 +6597,12 @@ static ddp_result ddp__grad_layout(ddp_grad *g, const ddp_grad_desc *desc)
     size_t bytes, i;
     if (!desc || (desc->count && !desc->grads) || (unsigned)desc->dtype >= DDP_DTYPE_COUNT)
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: needs a desc with grads, count and a valid dtype");
+    if (desc->params && ((unsigned)desc->param_dtype >= DDP_DTYPE_COUNT ||
+                         (desc->param_count ? desc->param_count : desc->count) >
+                             DDP__MAX_BYTES / ddp_dtype_size(desc->param_dtype)))
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: params to broadcast need a valid param_dtype and a "
+                         "param_count that fits in memory (param_dtype %d, param_count %zu)", (int)desc->param_dtype,
+                         desc->param_count ? desc->param_count : desc->count);
     if ((desc->dtype == DDP_I32 || desc->dtype == DDP_I64) && !desc->sum)
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: %s gradients would average by truncation (0.5 -> 0): a "
                          "floating dtype, or .sum = 1 for the sum", ddp_dtype_name(desc->dtype));
@@ -6624,7 +6638,15 @@ static ddp_result ddp__grad_layout(ddp_grad *g, const ddp_grad_desc *desc)
 ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
 {
     ddp_result r;
-    if (!g) return DDP_ERR_ARG;
+    if (!g) { /* with a context, the others may be in the agreement already: meet them */
+        ddp_grad none;
+        if (!ctx || !ctx->st) return DDP_ERR_ARG;
+        memset(&none, 0, sizeof none);
+        none.ctx = ctx;
+        r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: no ddp_grad to set up (NULL)");
+        ddp__grad_agree(&none, 1);
+        return r;
+    }
     memset(g, 0, sizeof *g);
     if (!ctx || !ctx->st) return DDP_ERR_ARG;
     g->ctx = ctx;
@@ -6747,8 +6769,8 @@ ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
     if (!g || !g->st) return DDP_ERR_ARG;
     if (end < offset || end > g->count)
         return ddp__fail(g->ctx, DDP_ERR_ARG,
-                              "ddp_grad_ready: region [%zu, %zu) is outside the gradient buffer of %zu elements",
-                              offset, end, g->count);
+                              "ddp_grad_ready: %zu elements at offset %zu are outside the gradient buffer of %zu "
+                              "elements", count, offset, g->count);
     return count ? ddp__grad_mark(g, offset, count, 0) : DDP_OK;
 }
 

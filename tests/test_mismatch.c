@@ -494,7 +494,7 @@ static const char *const helper_codes[] = {
     [10] = "init failed", [11] = "rank 1's call was not refused", [12] = "another rank's call did not fail",
     [13] = "another rank's error does not name rank 1's refusal", [14] = "the group did not go on",
     [15] = "the next metric_reduce gave a wrong mean", [16] = "rank 1's next call paired with the others' refused one",
-    [17] = "unknown mode"};
+    [17] = "unknown mode", [18] = "rank 1's refusal left ddp_error empty"};
 static int refused_in_helper(int rank, void *arg)
 {
     const char *mode = (const char *)arg;
@@ -523,6 +523,24 @@ static int refused_in_helper(int rank, void *arg)
         d.dataset_size = rank == 1 ? SIZE_MAX : 100; /* more than memory can index */
         r = ddp_sampler_init(&s, &ctx, &d);
         ddp_sampler_destroy(&s);
+    } else if (strcmp(mode, "grad_null") == 0 || strcmp(mode, "grad_params") == 0) {
+        float g[4] = {0, 0, 0, 0}, p[4] = {1, 2, 3, 4};
+        ddp_grad grad;
+        ddp_grad_desc d;
+        memset(&d, 0, sizeof d);
+        d.grads = g;
+        d.count = 4;
+        d.params = p;
+        if (mode[5] == 'p' && rank == 1) d.param_dtype = (ddp_dtype)77; /* no such dtype */
+        r = ddp_grad_init(mode[5] == 'n' && rank == 1 ? NULL : &grad, &ctx, &d);
+        if (mode[5] == 'p' || rank != 1) ddp_grad_destroy(&grad);
+    } else if (strcmp(mode, "sampler_null") == 0) {
+        ddp_sampler s;
+        ddp_sampler_desc d;
+        memset(&d, 0, sizeof d);
+        d.dataset_size = 100;
+        r = ddp_sampler_init(rank == 1 ? NULL : &s, &ctx, &d);
+        if (rank != 1) ddp_sampler_destroy(&s);
     } else if (strcmp(mode, "agree") == 0) {
         r = ddp_agree_on(&ctx, "data", rank == 1 ? NULL : "train.bin");
     } else if (strcmp(mode, "async") == 0) {
@@ -536,6 +554,7 @@ static int refused_in_helper(int rank, void *arg)
     } else
         return 17;
     if (rank == 1 && r != DDP_ERR_ARG && r != DDP_ERR_NOMEM) return 11;
+    if (rank == 1 && !*ddp_error(&ctx)) return 18; /* and says why */
     if (rank != 1 && r != DDP_ERR_PEER) return 12;
     if (rank != 1 && !strstr(ddp_error(&ctx), "rank 1's call was refused")) return 13;
     if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK || x != (float)ctx.world_size) return 14;
@@ -620,7 +639,8 @@ int main(int argc, char **argv)
     test_spawn(&job, 3, refused_on_one, NULL);
     CHECK("mismatch.refused_on_one_of_three", job.failed == 0, "%s", TEST_JOB_WHY(&job, refused_codes));
     {
-        static const char *const helpers[] = {"metric", "grad", "sampler", "agree", "async"};
+        static const char *const helpers[] = {"metric", "grad", "grad_null", "grad_params", "sampler", "sampler_null",
+                                               "agree", "async"};
         char name[96];
         size_t i;
         for (i = 0; i < sizeof helpers / sizeof helpers[0]; i++) {
