@@ -7,20 +7,22 @@
        ddprun -n 4 ./examples/hello_allreduce
        ddprun -n 4 --max-restarts 3 ./examples/train_gpt --save gpt.safetensors --save-every 10 --resume auto
    The count may also be given as --nproc N, --nproc_per_node N or torch's
-   --nproc_per_node=N; --max_restarts and the =N forms work too. It takes up to 4096
-   ranks, for programs of any kind; a ddp.h program on the CPU backend takes 256 on one
-   host (its own --nproc says so before it starts any). */
+   --nproc_per_node=N; --max_restarts and the =N forms work too; `--` may end the
+   options (for a program whose name starts with '-'). It takes up to 4096 ranks, for
+   programs of any kind; a ddp.h program on the CPU backend takes 256 on one host (its
+   own --nproc says so before it starts any). */
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int usage(void)
+/* the usage to f, and the status to exit with */
+static int usage(FILE *f, int status)
 {
-    fprintf(stderr, "usage: ddprun -n N [--max-restarts M] program [args...]   (or --nproc N, --nproc_per_node N,\n"
-                    "       --nproc_per_node=N; --max_restarts M, --max-restarts=M)\n");
-    return 2;
+    fprintf(f, "usage: ddprun -n N [--max-restarts M] [--] program [args...]   (or --nproc N, --nproc_per_node N,\n"
+               "       --nproc_per_node=N; --max_restarts M, --max-restarts=M)\n");
+    return status;
 }
 
 /* argv[*i] is one of names, with its value after "=" or as the next argument:
@@ -45,11 +47,16 @@ int main(int argc, char **argv)
     int i = 1;
     while (i < argc && argv[i][0] == '-') { /* the options, up to the program */
         const char *flag = argv[i], *twice = NULL;
+        if (strcmp(flag, "--") == 0) { /* the options end: the program follows */
+            i++;
+            break;
+        }
+        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) return usage(stdout, 0);
         if ((v = option(argc, argv, &i, counts)) != NULL) twice = count_flag, count = v, count_flag = flag;
         else if ((v = option(argc, argv, &i, restarts)) != NULL) twice = max_flag, max = v, max_flag = flag;
         else {
             fprintf(stderr, "ddprun: unknown option '%s' before the program (usage: ddprun -n N [--max-restarts M] "
-                    "program [args...])\n", flag);
+                    "[--] program [args...])\n", flag);
             return 2;
         }
         if (twice) { /* as the built-in launcher: which one was meant? */
@@ -58,7 +65,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!count || i >= argc) return usage();
+    if (!count || i >= argc) return usage(stderr, 2);
     n = strtol(count, &end, 10);
     if (!*count || *end || n < 1 || n > 4096) {
         fprintf(stderr, "ddprun: %.*s needs a process count from 1 to 4096, not '%s'\n", (int)strcspn(count_flag, "="),

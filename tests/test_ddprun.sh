@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # examples/ddprun takes the process count the ways users type it: -n N, --nproc N,
 # and torchrun's habit --nproc_per_node N / --nproc_per_node=N; a bad count or no
-# program is refused with status 2 before anything starts; --max-restarts N starts the
-# job again after a failure, up to N times.
+# program is refused with status 2 before anything starts (--help is no error, and --
+# ends the options); --max-restarts N starts the job again after a failure, up to N
+# times.
 cd "$(dirname "$0")/.." || exit 1
 fail=0
 hello=examples/hello_allreduce
@@ -23,6 +24,12 @@ for bad in "--nproc_per_node=0 $hello" "--nproc_per_node=x $hello" "--nproc_per_
   if [ $rc -eq 2 ] && ! grep -q 'my sum' <<<"$out" && grep -Eq 'usage|process count' <<<"$out"; then echo "PASS $name"
   else echo "FAIL $name: 'ddprun $bad' status $rc, want 2 with a usage line and no rank started: $(head -c 300 <<<"$out" | tr '\n' ' ')"; fail=1; fi
 done
+out=$(timeout -k 5 60 examples/ddprun --help 2>/dev/null); rc=$?
+if [ $rc -eq 0 ] && grep -q '^usage: ddprun -n N' <<<"$out"; then echo "PASS ddprun.help_is_not_an_error"
+else echo "FAIL ddprun.help_is_not_an_error: 'ddprun --help' status $rc, want 0 and the usage on stdout: $(head -c 300 <<<"$out" | tr '\n' ' ')"; fail=1; fi
+out=$(timeout -k 5 60 examples/ddprun -n 2 -- $hello 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q '^sum 3, expected 3, world 2,' <<<"$out"; then echo "PASS ddprun.double_dash_ends_the_options"
+else echo "FAIL ddprun.double_dash_ends_the_options: 'ddprun -n 2 -- prog' status $rc: $(head -c 300 <<<"$out" | tr '\n' ' ')"; fail=1; fi
 for twice in "-n 2 -n 3" "--nproc 2 --nproc_per_node=3" "-n 2 --max-restarts 1 --max_restarts=2"; do
   name="ddprun.refuses_twice.$(echo "$twice" | sed -e 's/^-*//' -e 's/=/_eq_/g' | tr ' -' '_')"
   out=$(timeout -k 5 60 examples/ddprun $twice $hello 2>&1); rc=$?
