@@ -1518,22 +1518,22 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
 {
     const char *who = "defaults (no launcher's variables set)", *rank_name = "rank", *world_name = "world_size", *v;
     const struct ddp__launcher *l = NULL, *o;
-    int argv_local = -1, here;
+    int argv_local = -1, here, world = 1;
     ddp_result r = ddp__argv_local_rank(ctx, d->argc, d->argv, &argv_local);
     if (r != DDP_OK) return r;
     *found = NULL;
-    ctx->rank = 0; ctx->world_size = 1;
+    ctx->rank = 0; /* the world stays 0 in ctx until it is known: errors about it carry no "rank r/w" */
     ctx->local_rank = ctx->local_world_size = ctx->node_rank = -1;
     if (d->world_size > 0) {
         who = "ddp_desc";
         ctx->rank = d->rank;
-        ctx->world_size = d->world_size;
+        world = d->world_size;
         ctx->local_world_size = d->local_world_size ? d->local_world_size : d->world_size;
         ctx->local_rank = d->local_rank ? d->local_rank : argv_local >= 0 ? argv_local
                           : d->local_world_size > 0 ? d->rank % d->local_world_size : d->rank;
     } else {
         if ((l = ddp__launcher_here()) != NULL) {
-            int hr = ddp__env_int(ctx, l->rank, &ctx->rank), hw = ddp__env_int(ctx, l->world, &ctx->world_size);
+            int hr = ddp__env_int(ctx, l->rank, &ctx->rank), hw = ddp__env_int(ctx, l->world, &world);
             int hlr, hlw, hn;
             const char *bad;
             if (hr < 0 || hw < 0) return DDP_ERR_ENV;
@@ -1547,18 +1547,18 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
                 (hlw = ddp__env_int(ctx, l->local_world, &ctx->local_world_size)) < 0 ||
                 (hn = ddp__env_int(ctx, l->node, &ctx->node_rank)) < 0)
                 return DDP_ERR_ENV;
-            bad = hlr && ctx->local_rank < 0                                      ? l->local_rank
-                  : hlw && ctx->local_world_size < 1                              ? l->local_world
-                  : hn && (ctx->node_rank < 0 || ctx->node_rank >= ctx->world_size) ? l->node
-                                                                                    : NULL;
+            bad = hlr && ctx->local_rank < 0                        ? l->local_rank
+                  : hlw && ctx->local_world_size < 1                ? l->local_world
+                  : hn && (ctx->node_rank < 0 || ctx->node_rank >= world) ? l->node
+                                                                    : NULL;
             if (bad)
                 return ddp__fail(ctx, DDP_ERR_ENV, "%s=%s does not fit a world of %d (%s)", bad, ddp__env(bad),
-                                 ctx->world_size, who);
+                                 world, who);
             /* torchrun's names for one node inside mpirun or srun of several tasks: each
                task would be a job of its own */
-            if ((o = ddp__outer(l)) && (ctx->world_size == 1 || ctx->local_world_size == ctx->world_size))
+            if ((o = ddp__outer(l)) && (world == 1 || ctx->local_world_size == world))
                 return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d (one node of %s's) inside a job of %s tasks started by %s: each "
-                                 "task would train alone; unset %s and %s, or start one task", l->world, ctx->world_size,
+                                 "task would train alone; unset %s and %s, or start one task", l->world, world,
                                  l->who, ddp__env(o->world), o->who, l->rank, l->world);
             *found = l;
         } else if (getenv("SLURM_JOB_ID") && (v = getenv("SLURM_NTASKS")) && strcmp(v, "1") != 0) {
@@ -1575,26 +1575,26 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
         /* Slurm gives no local world size but a list per node: knowing it now lets the
            backend be chosen before the ranks meet (MPI where a step spans hosts) */
         if (l && l->per_node && ctx->node_rank >= 0 && (v = getenv(l->per_node)) &&
-            (here = ddp__slurm_tasks_here(v, ctx->node_rank, ctx->world_size)) > 0)
+            (here = ddp__slurm_tasks_here(v, ctx->node_rank, world)) > 0)
             ctx->local_world_size = here; /* else derived from the hosts */
     }
-    if (ctx->world_size < 1)
-        return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d must be at least 1 (%s)", world_name, ctx->world_size, who);
-    if (ctx->world_size > DDP__MAX_WORLD)
+    if (world < 1)
+        return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d must be at least 1 (%s)", world_name, world, who);
+    if (world > DDP__MAX_WORLD)
         return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is more ranks than ddp.h takes (%d at most; %s)", world_name,
-                         ctx->world_size, DDP__MAX_WORLD, who);
-    if (ctx->rank < 0 || ctx->rank >= ctx->world_size)
+                         world, DDP__MAX_WORLD, who);
+    if (ctx->rank < 0 || ctx->rank >= world)
         return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", rank_name, ctx->rank,
-                         ctx->world_size - 1, world_name, ctx->world_size, who);
+                         world - 1, world_name, world, who);
     { /* named as the launcher (or the desc) gave them; a value not given is not said */
         const char *lr = l && l->local_rank ? l->local_rank : "local_rank", *lw = l && l->local_world ? l->local_world
                                                                                                       : "local_world_size";
-        if (ctx->local_world_size > ctx->world_size)
+        if (ctx->local_world_size > world)
             return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is more than %s=%d (%s)", lw, ctx->local_world_size, world_name,
-                             ctx->world_size, who);
-        if (ctx->local_rank >= ctx->world_size)
+                             world, who);
+        if (ctx->local_rank >= world)
             return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", lr, ctx->local_rank,
-                             ctx->world_size - 1, world_name, ctx->world_size, who);
+                             world - 1, world_name, world, who);
         if (ctx->local_world_size > 0 && ctx->local_rank >= ctx->local_world_size)
             return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", lr, ctx->local_rank,
                              ctx->local_world_size - 1, lw, ctx->local_world_size, who);
@@ -1604,13 +1604,14 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
     ctx->st->cfg.said[0] = d->world_size > 0 ? -1 : ctx->node_rank;
     ctx->st->cfg.said[1] = d->world_size > 0 ? -1 : ctx->local_rank;
     ctx->st->cfg.said[2] = d->world_size > 0 ? -1 : ctx->local_world_size;
-    if (ctx->world_size == 1) {
+    if (world == 1) {
         if (ctx->local_rank < 0) ctx->local_rank = 0;
         ctx->local_world_size = 1;
         ctx->node_rank = 0;
         ctx->num_nodes = 1;
     }
-    ddp__info(ctx, "rank %d of %d from %s", ctx->rank, ctx->world_size, who);
+    ctx->world_size = world;
+    ddp__info(ctx, "rank %d of %d from %s", ctx->rank, world, who);
     return DDP_OK;
 }
 

@@ -52,6 +52,30 @@ static ddp_desc silent_desc(void)
     return d;
 }
 
+/* The error line a topology that does not hold gives carries no "rank r/w": the rank
+   and world are what is wrong (a stray WORLD_SIZE=8 inside a job of 2 said "rank 0/8"). */
+static char logged[512];
+static void keep_error(void *user, int level, const char *msg)
+{
+    (void)user;
+    if (level == DDP_LOG_ERROR) snprintf(logged, sizeof logged, "%s", msg);
+}
+static void world_not_said(const char *name, const char *spec)
+{
+    ddp_ctx ctx;
+    ddp_desc d = silent_desc();
+    ddp_result r;
+    d.log = keep_error;
+    logged[0] = 0;
+    clear_env();
+    free_port();
+    set_env(spec);
+    r = ddp_init(&ctx, &d);
+    CHECK(name, r == DDP_ERR_ENV && logged[0] && !strstr(logged, "rank "), "%s: got %s, logged '%s'", spec,
+          ddp_strerror(r), logged);
+    ddp_destroy(&ctx);
+}
+
 /* ddp_init must fail with `want` and a message containing `needle`. */
 /* 127 bytes, and one more makes an id too long: two that differed past 127 were one job's */
 #define LONG_ID "run-x0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890-"
@@ -586,6 +610,10 @@ int main(void)
           ctx.local_rank == 0 && ctx.backend == DDP_BACKEND_CPU, "result %s", ddp_strerror(r));
     ddp_destroy(&ctx);
     bad_env("env.rank_beyond_world", "RANK=4 WORLD_SIZE=4 MASTER_ADDR=127.0.0.1", DDP_ERR_ENV, "RANK=4");
+    world_not_said("env.stray_world_size_not_said_as_the_world", "WORLD_SIZE=8");
+    world_not_said("env.stray_rank_not_said_as_the_rank", "RANK=1");
+    world_not_said("env.rank_not_a_number_not_said_as_a_rank", "RANK=abc WORLD_SIZE=2");
+    world_not_said("env.rank_beyond_world_not_said_as_a_rank", "RANK=5 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1");
     bad_env("env.rank_not_a_number", "RANK=one WORLD_SIZE=2", DDP_ERR_ENV, "RANK='one'");
     bad_env("env.rank_without_world", "RANK=0", DDP_ERR_ENV, "WORLD_SIZE");
     bad_env("env.world_zero", "RANK=0 WORLD_SIZE=0", DDP_ERR_ENV, "WORLD_SIZE=0");
