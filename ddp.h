@@ -808,25 +808,39 @@ static void ddp__append(char *out, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
-/* n bytes from the kernel's random source; falls back to clock and pid (tests only
-   ever see that on a machine without getrandom and /dev/urandom) */
-static void ddp__random(void *buf, size_t n)
+/* n bytes from the kernel's random source (getrandom, else /dev/urandom, which a chroot
+   or a process out of descriptors may lack): 1; else 0, the bytes then made from the
+   clock, the pid and a counter, fit for ports and arena tokens but guessable, so the
+   launcher's secret refuses them */
+static int ddp__random(void *buf, size_t n)
 {
+    static uint64_t calls;
     unsigned char *p = (unsigned char *)buf;
     size_t got = 0;
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
+    int fd;
+#ifdef SYS_getrandom
+    while (got < n) {
+        const long k = syscall(SYS_getrandom, p + got, n - got, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+#endif
+    if (got < n && (fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC)) >= 0) {
         while (got < n) {
             ssize_t k = read(fd, p + got, n - got);
+            if (k < 0 && errno == EINTR) continue;
             if (k <= 0) break;
             got += (size_t)k;
         }
         close(fd);
     }
-    if (got < n) {
-        uint64_t x = (uint64_t)ddp__now_ms() * 6364136223846793005ull ^ (uint64_t)getpid() << 32;
+    if (got == n) return 1;
+    {
+        uint64_t x = ((uint64_t)ddp__now_ns() ^ ++calls << 48) * 6364136223846793005ull ^ (uint64_t)getpid() << 32;
         for (; got < n; got++) { x = x * 6364136223846793005ull + 1442695040888963407ull; p[got] = (unsigned char)(x >> 56); }
     }
+    return 0;
 }
 
 /* A program started with stdin, stdout or stderr closed (prog >&-) would get the store's
@@ -5839,7 +5853,13 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
 #endif
         snprintf(report, sizeof report, "%d:%lu", pipefd[1], (unsigned long)sb.st_ino);
     }
-    ddp__random(raw, sizeof raw);
+    if (!ddp__random(raw, sizeof raw) && !(given && *given)) { /* a guessable secret lets a stranger in */
+        DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said); DDP_FREE(halted); DDP_FREE(joined);
+        if (pipefd[0] >= 0) close(pipefd[0]), close(pipefd[1]);
+        snprintf(why, why_size, "no random bytes for the job's secret (getrandom and /dev/urandom both failed: %s); "
+                 "set DDP_SECRET (a long random string) yourself", strerror(errno));
+        return 1;
+    }
     ddp__hex(secret, raw, 32);
     ddp__hex(id, raw + 32, 8); /* the id crosses the network: no part of the secret */
     snprintf(job, sizeof job, "run-%s", id);
