@@ -5030,12 +5030,12 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
         r = ddp_all_gather(ctx, send, all, (size_t)max * sizeof *send / 8, DDP_I64, NULL);
     }
     if (r == DDP_OK) { /* and whether it worked */
-        if (ctx->rank == 0) {
+        if (ctx->rank == 0) { /* the file takes the name only once it is whole: a failed save keeps the old one */
             problem = ddp__trace_write(f, all, counts, (size_t)max, ctx->world_size) != 0;
-            problem |= fclose(f) != 0;
-            f = NULL;
-            problem |= rename(tmp, path) != 0;
             err = errno;
+            if (fclose(f) != 0 && !problem) problem = 1, err = errno;
+            f = NULL;
+            if (!problem && rename(tmp, path) != 0) problem = 1, err = errno;
         }
         r = ddp__trace_worst(ctx, &problem);
         if (r == DDP_OK && problem)

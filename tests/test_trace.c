@@ -10,8 +10,10 @@
 #define DDP_IMPLEMENTATION
 #include "ddp.h"
 #include "test.h"
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 typedef struct span { char name[64]; int pid, tid; double ts, dur; } span;
 
@@ -227,6 +229,39 @@ static int work(int *argc, char **argv)
         if (ddp_all_reduce(&ctx, &one, &one, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK || one != (float)W) ok = 0;
         snprintf(name, sizeof name, "trace W=%d: an unwritable path fails on every rank, the group goes on", W);
         if (ctx.rank == 0) CHECK(name, ok, "got %d '%s'", s, last_error);
+    }
+
+    /* rank 0's write fails half way (a file-size limit: EFBIG, as a full disk gives ENOSPC):
+       the trace saved before keeps its name and content, and no temporary file stays */
+    if (ddp_trace_start(&ctx, 0) != DDP_OK) return 11;
+    for (i = 0; i < 200; i++) {
+        ddp_trace_begin(&ctx, "a span with a long enough name to pass the file-size limit");
+        ddp_trace_end(&ctx);
+    }
+    if (ctx.rank == 0) {
+        FILE *f = fopen(path, "w");
+        struct rlimit lim = {4096, RLIM_INFINITY};
+        if (!f || fputs("the old trace\n", f) < 0 || fclose(f) != 0) return 12;
+        signal(SIGXFSZ, SIG_IGN);
+        setrlimit(RLIMIT_FSIZE, &lim);
+    }
+    last_error[0] = 0;
+    s = ddp_trace_save(&ctx, path);
+    if (ctx.rank == 0) {
+        char line[64] = "", cmd[300];
+        FILE *f = fopen(path, "r");
+        struct rlimit lim = {RLIM_INFINITY, RLIM_INFINITY};
+        int left;
+        setrlimit(RLIMIT_FSIZE, &lim);
+        if (f) {
+            if (!fgets(line, sizeof line, f)) line[0] = 0;
+            fclose(f);
+        }
+        snprintf(cmd, sizeof cmd, "ls %s.tmp* >/dev/null 2>&1", path);
+        left = system(cmd) == 0;
+        snprintf(name, sizeof name, "trace W=%d: a failed write keeps the old file and leaves no temporary", W);
+        CHECK(name, s == DDP_ERR_SYSTEM && strstr(last_error, "writing") && !strcmp(line, "the old trace\n") && !left,
+              "got %d '%s'; the file begins '%s'; %s", s, last_error, line, left ? "a PATH.tmp* file stayed" : "no PATH.tmp");
     }
     ddp_grad_destroy(&g);
     ddp_destroy(&ctx);
