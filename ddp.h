@@ -5345,8 +5345,9 @@ ddp_result ddp_barrier(ddp_ctx *ctx)
 /* ---- >>group ---------------------------------------------------------------------------------- */
 
 /* "one host": the same host name and the same boot (cloned VMs and containers with one
-   name but different kernels differ) */
-static void ddp__host_id(char *out, size_t n)
+   name but different kernels differ). 0, or the errno where the boot could not be read
+   for a reason another rank of the host may not share (no descriptor left) */
+static int ddp__host_id(char *out, size_t n)
 {
     char host[256] = "?", boot[64] = "";
     int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
@@ -5355,10 +5356,12 @@ static void ddp__host_id(char *out, size_t n)
         boot[k > 0 ? k : 0] = 0;
         boot[strcspn(boot, "\n")] = 0;
         close(fd);
-    }
+    } else if (errno != ENOENT && errno != EACCES) /* out of descriptors: this rank alone would seem another host */
+        return errno;
     if (gethostname(host, sizeof host) != 0) strcpy(host, "?");
     host[sizeof host - 1] = 0;
     snprintf(out, n, "%s %s", host, boot);
+    return 0;
 }
 
 /* Through the store, once: every rank's host, what its launcher said of its node, and
@@ -5373,7 +5376,14 @@ static ddp_result ddp__meet(ddp_ctx *ctx)
     int *given, r, j, lr = 0, lw = 0, node = 0, nodes = 0;
     ddp_result res;
     const int W = ctx->world_size;
-    ddp__host_id(host, sizeof host);
+    if ((r = ddp__host_id(host, sizeof host)) != 0) {
+        struct rlimit rl;
+        if (r == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+            return ddp__fail(ctx, DDP_ERR_SYSTEM, "ran out of file descriptors (ulimit -n is %llu): raise it",
+                             (unsigned long long)rl.rlim_cur);
+        return ddp__fail(ctx, DDP_ERR_SYSTEM, "cannot read /proc/sys/kernel/random/boot_id (it tells hosts apart): %s",
+                         strerror(r));
+    }
     snprintf(mine, sizeof mine, "%s\n%d %d %d\n%s", host, ctx->st->cfg.said[0], ctx->st->cfg.said[1],
              ctx->st->cfg.said[2], ctx->st->cfg.agree);
     parts = DDP__CAST(const char **, DDP_MALLOC(sizeof(char *) * (size_t)W));
