@@ -2101,6 +2101,14 @@ static void ddp__server_break(ddp__server *s, const char *why)
     while (s->ngathers) ddp__gather_free(s, s->ngathers - 1);
 }
 
+/* A store that cannot allocate has lost what it was asked to keep: the job ends, and says
+   why (the dropped connection read as the rank's own exit: "rank 1 left the job") */
+static int ddp__server_nomem(ddp__server *s)
+{
+    ddp__server_break(s, "rank 0's store ran out of memory (ulimit -v, or the machine's)");
+    return -1;
+}
+
 static int ddp__rank_taken(ddp__server *s, int rank)
 {
     int i;
@@ -2228,15 +2236,16 @@ static int ddp__server_set(ddp__server *s, ddp__conn *c, const char *key, const 
         ddp__reply_text(c->fd, DDP__ST_ERROR, "the store holds too much for this rank");
         return 0;
     }
-    if (!(copy = DDP__CAST(char *, DDP_MALLOC(vlen + 1)))) return -1;
+    if (!(copy = DDP__CAST(char *, DDP_MALLOC(vlen + 1)))) return ddp__server_nomem(s);
     memcpy(copy, val, vlen);
     copy[vlen] = 0;
     if (!e) {
         ddp__kv *grown = DDP__CAST(ddp__kv *, ddp__reserve(s->kv, s->nkv, &s->kvcap, sizeof *s->kv));
-        if (!grown) { DDP_FREE(copy); return -1; }
+        if (!grown) { DDP_FREE(copy); return ddp__server_nomem(s); }
         s->kv = grown;
-        e = &s->kv[s->nkv++];
-        e->key = ddp__strdup(key);
+        e = &s->kv[s->nkv];
+        if (!(e->key = ddp__strdup(key))) { DDP_FREE(copy); return ddp__server_nomem(s); }
+        s->nkv++;
         e->val = NULL;
         e->owner = c->rank;
     } else {
@@ -2260,25 +2269,30 @@ static int ddp__server_gather(ddp__server *s, ddp__conn *c, const char *key, con
         if (strcmp(s->gathers[i].key, key) == 0) g = &s->gathers[i];
     if (!g) {
         ddp__gather *grown = DDP__CAST(ddp__gather *, ddp__reserve(s->gathers, s->ngathers, &s->gcap, sizeof *g));
-        if (!grown) return -1;
+        if (!grown) return ddp__server_nomem(s);
         s->gathers = grown;
         g = &s->gathers[s->ngathers];
         memset(g, 0, sizeof *g);
         g->key = ddp__strdup(key);
         g->part = DDP__CAST(char **, DDP_MALLOC(sizeof(char *) * (size_t)s->world));
         g->plen = DDP__CAST(uint32_t *, DDP_MALLOC(sizeof(uint32_t) * (size_t)s->world));
-        if (!g->key || !g->part || !g->plen) { DDP_FREE(g->key); DDP_FREE(g->part); DDP_FREE(g->plen); return -1; }
+        if (!g->key || !g->part || !g->plen) {
+            DDP_FREE(g->key); DDP_FREE(g->part); DDP_FREE(g->plen);
+            return ddp__server_nomem(s);
+        }
         memset(g->part, 0, sizeof(char *) * (size_t)s->world);
         s->ngathers++;
     }
-    if (g->part[c->rank] || !(g->part[c->rank] = DDP__CAST(char *, DDP_MALLOC(vlen + 1)))) return -1;
+    if (g->part[c->rank]) return -1; /* twice from one rank */
+    if (!(g->part[c->rank] = DDP__CAST(char *, DDP_MALLOC(vlen + 1)))) return ddp__server_nomem(s);
     memcpy(g->part[c->rank], val, vlen);
     g->plen[c->rank] = vlen;
-    c->wait_key = ddp__strdup(key);
+    if (!(c->wait_key = ddp__strdup(key))) return ddp__server_nomem(s);
     if (++g->arrived < s->world) return 0;
     /* everyone is here: each gets every part, as (length, bytes) in rank order */
     for (r = 0; r < s->world; r++) total += 4 + g->plen[r];
-    if (total > 0xffffffffu || !(all = DDP__CAST(char *, DDP_MALLOC(total)))) return -1;
+    if (total > 0xffffffffu) return -1;
+    if (!(all = DDP__CAST(char *, DDP_MALLOC(total)))) return ddp__server_nomem(s);
     for (p = all, r = 0; r < s->world; r++) {
         uint32_t n = htonl(g->plen[r]);
         memcpy(p, &n, 4);
@@ -2314,7 +2328,7 @@ static int ddp__server_handle(ddp__server *s, ddp__conn *c, uint32_t op, const c
         return ddp__server_set(s, c, key, val, vlen);
     case DDP__GET:
         if ((e = ddp__kv_find(s, key)) != NULL) ddp__reply(c->fd, DDP__ST_OK, e->val, e->vlen);
-        else if (!(c->wait_key = ddp__strdup(key))) return -1;
+        else if (!(c->wait_key = ddp__strdup(key))) return ddp__server_nomem(s);
         return 0;
     case DDP__GATHER:
         if (c->held + vlen > DDP__STORE_QUOTA) {
@@ -2352,7 +2366,7 @@ static int ddp__server_read(ddp__server *s, ddp__conn *c)
         size_t cap = c->cap ? c->cap * 2 : (c->rank >= 0 ? 8192 : DDP__HELLO_MAX);
         char *b;
         if (cap > limit) cap = limit;
-        if (!(b = DDP__CAST(char *, DDP_MALLOC(cap)))) return -1;
+        if (!(b = DDP__CAST(char *, DDP_MALLOC(cap)))) return ddp__server_nomem(s);
         if (c->len) memcpy(b, c->buf, c->len);
         DDP_FREE(c->buf);
         c->buf = b; c->cap = cap;
@@ -2373,7 +2387,7 @@ static int ddp__server_read(ddp__server *s, ddp__conn *c)
         total = 16 + (size_t)klen + vlen;
         if (total + 1 > limit) return -1;
         if (c->len < total) break; /* the rest is on its way (within DDP__STORE_STALL_MS) */
-        if (!(key = DDP__CAST(char *, DDP_MALLOC(klen + 1)))) return -1;
+        if (!(key = DDP__CAST(char *, DDP_MALLOC(klen + 1)))) return ddp__server_nomem(s);
         memcpy(key, c->buf + 16, klen);
         key[klen] = 0;
         val = c->buf + 16 + klen; /* a C string in place: the byte after it is saved */
@@ -2446,7 +2460,12 @@ static void *ddp__server_main(void *arg)
 {
     ddp__server *s = (ddp__server *)arg;
     struct pollfd *pf = DDP__CAST(struct pollfd *, DDP_MALLOC(sizeof *pf * (size_t)(s->cap + 2)));
-    if (!pf) return NULL;
+    if (!pf) {
+        pthread_mutex_lock(&s->mu);
+        ddp__server_nomem(s);
+        pthread_mutex_unlock(&s->mu);
+        return NULL;
+    }
     for (;;) {
         int i, n = 0, nc = s->nconns, members = 0;
         int64_t now;
@@ -2713,6 +2732,8 @@ static ddp_result ddp__store_req(ddp_ctx *ctx, uint32_t op, const char *key, con
         if (errno == EPROTO)
             return ddp__fail(ctx, DDP_ERR_PROTOCOL, "the store at %s:%d sent a malformed answer", cfg->master_addr,
                              cfg->master_port);
+        if (ctx->st->server && __atomic_load_n(&ctx->st->server->failed, __ATOMIC_ACQUIRE)) /* rank 0: its own store said why */
+            return ddp__fail(ctx, DDP_ERR_PEER, "%s", ctx->st->server->broken);
         return ddp__fail(ctx, DDP_ERR_PEER, "lost the store at %s:%d (rank 0 exited?) %s", cfg->master_addr,
                          cfg->master_port, what);
     }
