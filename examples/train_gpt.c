@@ -1637,12 +1637,13 @@ static int train_step(trainer *t, int step, step_stats *st, char *err, size_t er
 
 /* Rank 0's line per step (and --log's JSON object). On a terminal the line is
    rewritten in place (\r, then erase to the end of the line), and only the steps with
-   a validation loss stay; logs and CI get every line. */
-static void log_step(trainer *t, int step, const step_stats *st)
+   a validation loss stay; logs and CI get every line. 0 (err says why) when --log's
+   file cannot be written (a full disk, a file-size limit): the log would end mid-line. */
+static int log_step(trainer *t, int step, const step_stats *st, char *err, size_t errsize)
 {
     const double elapsed = now_s() - t->t_start, per_step = elapsed / (step + 1 - t->start_step);
     const double tok_s = st->tokens / st->seconds;
-    if (!ddp_is_main(&t->ctx)) return;
+    if (!ddp_is_main(&t->ctx)) return 1;
     printf("%sstep %5d/%d | loss %.6f | lr %.2e | norm %.3f | %.0f tok/s | %.1f s, ETA %.1f s", t->tty ? "\r" : "",
            step + 1, t->o.steps, st->loss, st->lr, st->norm, tok_s, elapsed, per_step * (t->stop - step - 1));
     if (st->has_val) printf(" | val %.6f", st->val_loss);
@@ -1654,8 +1655,12 @@ static void log_step(trainer *t, int step, const step_stats *st)
         if (st->has_val) fprintf(t->log, "\"val_loss\": %.6f, ", st->val_loss);
         fprintf(t->log, "\"lr\": %.6g, \"tokens_per_s\": %.1f, \"world_size\": %d}\n", st->lr, tok_s,
                 t->ctx.world_size);
-        fflush(t->log);
+        if (fflush(t->log) != 0 || ferror(t->log)) {
+            snprintf(err, errsize, "cannot write --log %s at step %d: %s", t->o.log, step + 1, strerror(errno));
+            return 0;
+        }
     }
+    return 1;
 }
 
 static int descending(const void *a, const void *b)
@@ -2253,7 +2258,7 @@ int main(int argc, char **argv)
             st.has_val = 1;
         }
         if (!isfinite(st.loss) || !isfinite(st.norm) || !isfinite(st.val_loss)) return diverged(&t, step, &st);
-        log_step(&t, step, &st);
+        if (!log_step(&t, step, &st, err, sizeof err)) return fail(err);
         /* template: if rank == 0: torch.save(...) */
         if (t.o.save && ((t.o.save_every && (step + 1) % t.o.save_every == 0) || step + 1 == t.stop)) {
             if (t.dev) gpu_to_host(&t.model, t.dev); /* the same file as a CPU run's */

@@ -580,4 +580,17 @@ fi
 rc=$?
 [ "$rc" -eq 2 ]
 report "train_gpt: a bad flag exits 2" $? "exit $rc"
+# --log that cannot be written (a full disk: a 4 KB tmpfs in a mount namespace of its own)
+# fails the run, named; it ended the log mid-line and exited 0
+if unshare -m true 2>/dev/null; then
+  mkdir -p full
+  unshare -m sh -c 'mount --make-rprivate / && mount -t tmpfs -o size=4k tmpfs full && exec timeout 60 "$0" "$@"' \
+    "$bin" --nproc 2 $tiny --batch-size 4 --steps 200 --val-every 0 --sample-len 0 --log full/cut.jsonl >/dev/null 2>err.txt
+  rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+    grep -q '^train_gpt: cannot write --log full/cut.jsonl at step [0-9]*: No space left on device' err.txt
+  report "train_gpt: a --log it cannot write fails the run, named" $? "exit $rc: $(tr '\n' '|' <err.txt | head -c 300)"
+else
+  echo "SKIP train_gpt: a --log it cannot write fails the run: no mount namespace here (unshare -m)"
+fi
 exit $fail
