@@ -814,8 +814,9 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
     if ((ok = st_write_unnamed(path, len8, header, arrays, bytes, n, tmp, sizeof tmp, err, errsize)) == 0) return 0;
     if (ok < 0) {
         if ((fd = st_temp(path, 1, tmp, sizeof tmp)) < 0 || !(f = fdopen(fd, "wb"))) {
+            const int e = errno;
             if (fd >= 0) close(fd);
-            snprintf(err, errsize, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+            snprintf(err, errsize, "cannot write checkpoint %s: %s", path, strerror(e)); /* (no temporary was made) */
             return 0;
         }
         ok = st_write_bytes(f, len8, header, arrays, bytes, n);
