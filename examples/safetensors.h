@@ -815,8 +815,8 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
     if (ok < 0) {
         if ((fd = st_temp(path, 1, tmp, sizeof tmp)) < 0 || !(f = fdopen(fd, "wb"))) {
             const int e = errno;
-            if (fd >= 0) close(fd);
-            snprintf(err, errsize, "cannot write checkpoint %s: %s", path, strerror(e)); /* (no temporary was made) */
+            if (fd >= 0) close(fd), remove(tmp); /* made by this call (O_EXCL): ours */
+            snprintf(err, errsize, "cannot write checkpoint %s: %s", path, strerror(e));
             return 0;
         }
         ok = st_write_bytes(f, len8, header, arrays, bytes, n);
