@@ -70,6 +70,14 @@ close_losses() { # name run tolerance: every step's loss and the validation loss
     awk -v tol="$3" '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > tol * $2) bad = 1 } END { exit bad }'
   report "$1: losses within $3 relative of the CPU's" $? "$(paste -d' ' <(losses cpu.txt) <(losses "$2.txt") | tr '\n' ';')"
 }
+norms() { awk '/^step / { for (i = 1; i < NF; i++) if ($i == "norm") print $2, $(i + 1) }' "$1"; }
+close_norms() { # name run: every step's printed gradient norm (3 decimals) near the CPU's; a norm read from
+  # the device before the step's kernels ended (a copy on another stream) is the last step's, or 0
+  [ "$(norms cpu.txt | wc -l)" -eq 5 ] && [ "$(norms "$2.txt" | wc -l)" -eq 5 ] &&
+    paste -d' ' <(norms cpu.txt) <(norms "$2.txt") |
+    awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 0.002 + 1e-3 * $2) bad = 1 } END { exit bad }'
+  report "$1: gradient norms near the CPU's" $? "$(paste -d' ' <(norms cpu.txt) <(norms "$2.txt") | tr '\n' ';')"
+}
 close_tensors() { # name run prefix tolerance: --compare's largest relative difference of the tensors named prefix...
   local out
   out=$("$cpu" --compare cpu.st "$2.st" "$3" 2>&1)
@@ -77,6 +85,7 @@ close_tensors() { # name run prefix tolerance: --compare's largest relative diff
   report "$1: $3* within $4 of the CPU's" $? "$out"
 }
 close_losses "train_gpt_gpu" gpu 1e-4
+close_norms "train_gpt_gpu" gpu
 # a head over 128, which the CPU trains: one line before any step, naming the way out
 timeout 60 "$gpu" --steps 1 --layers 1 --dim 160 --heads 1 --ctx 16 --batch-size 2 --data data.txt >head.txt 2>&1
 rc=$?
@@ -93,6 +102,7 @@ for n in 2 4; do
   timeout 180 "$gpu" --nproc $n $tiny --batch-size $((8 / n)) --dtype fp32 --resume init.st --save "gpu$n.st" >"gpu$n.txt" 2>&1
   report "train_gpt_gpu --dtype fp32 resumes for steps 2-6 on $n ranks" $? "$(tail -n 2 "gpu$n.txt" | tr '\n' ' ')"
   close_losses "train_gpt_gpu on $n ranks" "gpu$n" 1e-4
+  close_norms "train_gpt_gpu on $n ranks" "gpu$n"
   close_tensors "train_gpt_gpu on $n ranks" "gpu$n" opt.m. 1e-3
 done
 
