@@ -23,13 +23,19 @@
      default stream's implicit ordering and pageable/pinned copy rules are CUDA's;
    - each host thread has its own current device (device 0 until cudaSetDevice), and
      the devices a process touched are recorded (DDP_EMU_TOUCH_LOG, DDP_EMU_STRICT_DEVICES).
+   - a vector access (reinterpret_cast to int4, float2, ...: rewrite.pl) must be aligned
+     to its size, and a block no larger than its kernel's __launch_bounds__;
    - %globaltimer (the inline PTX rewrite.pl turns into emu::globaltimer()) is a clock
      per GPU thread that each read moves on; a grid lasts in wall time as long as its
      latest clock says, so a kernel that spins for a second takes a second.
    What it does not: measure speed, run blocks or warps concurrently (races between
    blocks that real hardware would show only sometimes are found only through the
-   shuffled order), model memory consistency inside a block beyond barriers, dynamic
-   shared memory, graphs, cooperative groups, peer access or unified memory.
+   shuffled order; a read-modify-write of shared or global memory by many threads is
+   never interleaved, and no warp runs ahead of the others past a shuffle), model
+   memory consistency inside a block beyond barriers, check indices into __shared__
+   arrays or their total size (nvcc's ptxas refuses more than 48 KB: `make` builds
+   every GPU source with it), check C-style casts to vector types, dynamic shared
+   memory, graphs, cooperative groups, peer access or unified memory.
 
    Environment (read once, at the first CUDA call): DDP_EMU_DEVICES=N devices per
    process (default 8; CUDA_VISIBLE_DEVICES selects among them), DDP_EMU_SEED=N the
@@ -318,6 +324,9 @@ template <typename T> static inline T *aligned(const char *file, int line, T *p)
     if ((uintptr_t)p % alignof(T)) misaligned(file, line, (const void *)p, alignof(T));
     return p;
 }
+/* the top of a kernel declared __launch_bounds__(max, ...) (rewrite.pl): a GPU refuses
+   a launch of more threads a block than max (too many resources requested) */
+void launch_bounds(const char *file, int line, unsigned max);
 extern unsigned long long block_serial; /* changes at the start of every block */
 void poison_shared(void *p, size_t bytes);
 } // namespace emu

@@ -634,6 +634,14 @@ void misaligned(const char *file, int line, const void *p, size_t align)
                   tname(blk->current), align, p, file, line, align);
 }
 
+void launch_bounds(const char *file, int line, unsigned max)
+{
+    const unsigned long n = (unsigned long)blockDim.x * blockDim.y * blockDim.z;
+    if (!in_kernel || n <= max) return;
+    kernel_report("blocks of %lu threads, but the kernel at %s:%d is declared __launch_bounds__(%u): a GPU refuses the "
+                  "launch (cudaErrorLaunchOutOfResources)", n, file, line, max);
+}
+
 static void runner_entry(void *);
 
 static fiber *new_runner()

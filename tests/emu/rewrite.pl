@@ -10,11 +10,20 @@
 #     (the one inline PTX the sources use: a kernel that spins to take time)
 #   reinterpret_cast<const int4 *>(p + i)  ->  ::emu::aligned(__FILE__, __LINE__, reinterpret_cast<const int4 *>(p + i))
 #     (vector types only: a GPU faults on a misaligned vector access, a CPU does not)
+#   __launch_bounds__(N, ...) ... {  ->  the same, then ::emu::launch_bounds(__FILE__, __LINE__, N); after the
+#     kernel's first { (a GPU refuses a launch of more threads a block than N; the macro itself is empty)
 # Reads a file on stdin (or the files named), writes the result on stdout.
 use strict;
 use warnings;
 
+my $bounds; # the first argument of a __launch_bounds__ whose kernel body has not begun yet
 while (my $line = <>) {
+    if ($line =~ /\b__launch_bounds__\s*(\((?:[^()]++|(?1))*\))/) {
+        ($bounds = substr($1, 1, -1)) =~ s/^((?:[^(),]++|(\((?:[^()]++|(?-1))*\)))*).*/$1/s; # up to a top-level comma
+    }
+    if (defined $bounds && $line =~ s/\{/{ ::emu::launch_bounds(__FILE__, __LINE__, $bounds);/) {
+        undef $bounds;
+    }
     $line =~ s{((?:::)?[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:\s*<[^<>;()]*>)?)\s*<<<(.*?)>>>}{EMU_LAUNCH($1)($2)}g;
     $line =~ s{(\breinterpret_cast\s*<\s*(?:const\s+)?(?:int|uint|float)[24]\s*\*\s*>\s*(\((?:[^()]++|(?-1))*\)))}{::emu::aligned(__FILE__, __LINE__, $1)}g;
     $line =~ s{\basm\s+volatile\s*\(\s*"mov\.u64 %0, %%globaltimer;"\s*:\s*"=l"\s*\(([^()]*)\)\s*\)}{($1) = ::emu::globaltimer()}g;

@@ -38,6 +38,12 @@ mutant products_dq_overwritten $K '(dinp, (const float *)dq, C3, h0, g, T, NH, h
 mutant vector_rows_misaligned $K '    const bool vec = C % ddp__pack<F>::n == 0 && ddp__aligned16(out) && ddp__aligned16(inp) &&' \
   '    const bool vec = ddp__aligned16(out) && ddp__aligned16(inp) &&' \
   tests/test_kernels_gpu layernorm.forward.bf16.odd '^emu: kernel ddp__layernorm_forward_kernel.*16-byte vector access .*not 16-byte aligned'
+# a launch bound below the launch's block: a GPU refuses the launch (the macro is empty
+# under the emulator: rewrite.pl checks each block against it)
+mutant launch_bounds_halved $K 'static __global__ void __launch_bounds__(DDP__ATT_BR * HS / DDP__ATT_DPT)
+ddp__attention_forward_kernel' 'static __global__ void __launch_bounds__(DDP__ATT_BR * HS / DDP__ATT_DPT / 2)
+ddp__attention_forward_kernel' \
+  tests/test_kernels_gpu attention.forward '^emu: kernel ddp__attention_forward_kernel.*__launch_bounds__'
 
 # a row index in 32 bits: at GPT-2's training shape the last row of logits starts past 2^31
 MUTANT_ENV="DDP_EMU_SAMPLE=1 DDP_EMU_FILL_LIMIT=16777216" mutant int_index_overflow $K '    const long row = blockIdx.x;' \
