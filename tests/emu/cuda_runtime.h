@@ -23,8 +23,8 @@
      default stream's implicit ordering and pageable/pinned copy rules are CUDA's;
    - each host thread has its own current device (device 0 until cudaSetDevice), and
      the devices a process touched are recorded (DDP_EMU_TOUCH_LOG, DDP_EMU_STRICT_DEVICES).
-   - a vector access (reinterpret_cast to int4, float2, ...: rewrite.pl) must be aligned
-     to its size, and a block no larger than its kernel's __launch_bounds__;
+   - a vector access (a cast to int4, float2, ...: rewrite.pl) must be aligned to its
+     size, and a block no larger than its kernel's __launch_bounds__;
    - %globaltimer (the inline PTX rewrite.pl turns into emu::globaltimer()) is a clock
      per GPU thread that each read moves on; a grid lasts in wall time as long as its
      latest clock says, so a kernel that spins for a second takes a second.
@@ -34,8 +34,9 @@
    never interleaved, and no warp runs ahead of the others past a shuffle), model
    memory consistency inside a block beyond barriers, check indices into __shared__
    arrays or their total size (nvcc's ptxas refuses more than 48 KB: `make` builds
-   every GPU source with it), check C-style casts to vector types, dynamic shared
-   memory, graphs, cooperative groups, peer access or unified memory.
+   every GPU source with it), check a C-style vector cast of &x[i] or x[i] (rewrite.pl
+   wraps those of a name or a parenthesized expression), dynamic shared memory, graphs,
+   cooperative groups, peer access or unified memory.
 
    Environment (read once, at the first CUDA call): DDP_EMU_DEVICES=N devices per
    process (default 8; CUDA_VISIBLE_DEVICES selects among them), DDP_EMU_SEED=N the

@@ -9,7 +9,9 @@
 #   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t))  ->  (t) = ::emu::globaltimer()
 #     (the one inline PTX the sources use: a kernel that spins to take time)
 #   reinterpret_cast<const int4 *>(p + i)  ->  ::emu::aligned(__FILE__, __LINE__, reinterpret_cast<const int4 *>(p + i))
-#     (vector types only: a GPU faults on a misaligned vector access, a CPU does not)
+#     (vector types only: a GPU faults on a misaligned vector access, a CPU does not), and
+#   (const int4 *)(p + i) or (int4 *)p  ->  the same, wrapped so (a C-style cast of a
+#     parenthesized expression or a name; not of &x[i] or p[i])
 #   __launch_bounds__(N, ...) ... {  ->  the same, then ::emu::launch_bounds(__FILE__, __LINE__, N); after the
 #     kernel's first { (a GPU refuses a launch of more threads a block than N; the macro itself is empty)
 # Reads a file on stdin (or the files named), writes the result on stdout.
@@ -26,6 +28,7 @@ while (my $line = <>) {
     }
     $line =~ s{((?:::)?[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:\s*<[^<>;()]*>)?)\s*<<<(.*?)>>>}{EMU_LAUNCH($1)($2)}g;
     $line =~ s{(\breinterpret_cast\s*<\s*(?:const\s+)?(?:int|uint|float)[24]\s*\*\s*>\s*(\((?:[^()]++|(?-1))*\)))}{::emu::aligned(__FILE__, __LINE__, $1)}g;
+    $line =~ s{(?<![\w>\]])(\(\s*(?:const\s+)?(?:int|uint|float)[24]\s*\*\s*\)\s*(?:(\((?:[^()]++|(?-1))*\))|[A-Za-z_]\w*))}{::emu::aligned(__FILE__, __LINE__, $1)}g;
     $line =~ s{\basm\s+volatile\s*\(\s*"mov\.u64 %0, %%globaltimer;"\s*:\s*"=l"\s*\(([^()]*)\)\s*\)}{($1) = ::emu::globaltimer()}g;
     if ($line =~ /^(.*?\b__shared__\s+)([^;]*);(.*)$/s && $1 !~ /\bextern\b/) {
         my ($head, $decl, $rest) = ($1, $2, $3);

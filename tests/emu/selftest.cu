@@ -77,6 +77,10 @@ __global__ void shuffle_meets_barrier(float *p)
     p[threadIdx.x] = v;
 }
 
+/* 16 bytes read where a float4 cannot start (one float in), through either kind of cast */
+__global__ void vector_misaligned_cpp(float *p) { p[0] = reinterpret_cast<const float4 *>(p + 1)->x; }
+__global__ void vector_misaligned_c(float *p) { p[0] = ((const float4 *)(p + 1))->x; }
+__global__ void __launch_bounds__(32) bounded_to_32(float *p) { p[threadIdx.x] = 2.0f; }
 __global__ void write_at(float *p, long i) { p[i] = 1.0f; }
 __global__ void read_shared_first(float *out)
 {
@@ -111,6 +115,10 @@ static int c_shuffle_partner_exited(void) { return launch_one(shuffle_partner_ex
 static int c_shuffle_under_branch(void) { return launch_one(shuffle_under_branch, 32); }
 static int c_shuffle_masks_differ(void) { return launch_one(shuffle_masks_differ, 32); }
 static int c_shuffle_meets_barrier(void) { return launch_one(shuffle_meets_barrier, 32); }
+static int c_vector_misaligned_cpp(void) { return launch_one(vector_misaligned_cpp, 1); }
+static int c_vector_misaligned_c(void) { return launch_one(vector_misaligned_c, 1); }
+static int c_past_launch_bounds(void) { return launch_one(bounded_to_32, 64); }
+static int c_within_launch_bounds(void) { return launch_one(bounded_to_32, 32); }
 
 /* a correct warp reduction gives every lane the sum */
 static int c_shuffle_ok(void)
@@ -478,7 +486,8 @@ static const struct { const char *name; case_fn fn; } cases[] = {
     CASE(streams_unordered), CASE(streams_ordered), CASE(wait_event_snapshot), CASE(legacy_stream),
     CASE(pageable_and_pinned), CASE(second_device), CASE(lt_declines), CASE(lt_misaligned),
     CASE(cub_temp_too_small), CASE(nccl_use_after_abort), CASE(nccl_two_threads), CASE(nccl_in_progress),
-    CASE(nccl_injected_error), CASE(nccl_mismatch), CASE(fork_after_cuda),
+    CASE(nccl_injected_error), CASE(nccl_mismatch), CASE(fork_after_cuda), CASE(vector_misaligned_cpp),
+    CASE(vector_misaligned_c), CASE(past_launch_bounds), CASE(within_launch_bounds),
 #undef CASE
 };
 

@@ -41,6 +41,10 @@ reports use_after_free 'pointer argument 1 of 1 is 0x[0-9a-f]*, freed device mem
 reports memcpy_past_end 'cudaMemcpy: the source: 404 bytes .* the range ends 4 bytes past its end'
 reports memcpy_direction 'cudaMemcpyHostToDevice): the pointers say cudaMemcpyDeviceToHost'
 behaves launch_limits
+reports vector_misaligned_cpp 'a 16-byte vector access to .* not 16-byte aligned'
+reports vector_misaligned_c 'a 16-byte vector access to .* not 16-byte aligned'
+reports past_launch_bounds 'blocks of 64 threads, but the kernel at .* is declared __launch_bounds__(32)'
+behaves within_launch_bounds
 behaves shared_poisoned
 behaves blocks_shuffled
 behaves streams_unordered
