@@ -592,6 +592,14 @@ template <typename F> static void t_empty(const Shape &, Result *r)
     if (l[0] != cpu[0] || l[1] != cpu[1]) { r->err = INFINITY; r->why = "the loss or norm of nothing differs from the CPU's"; }
 }
 
+/* a vocabulary past 512 threads' first sweep: every warp of a row's block holds logits, so a
+   warp that writes its part of the sum while others still read the max changes the loss */
+template <typename F> static void t_crossentropy_wide(const Shape &, Result *r)
+{
+    static const Shape wide = {"vocab4099", 1, 6, 12, 3, 4099, 9};
+    t_crossentropy<F>(wide, r);
+}
+
 /* ---- the table ---- */
 typedef void (*check_fn)(const Shape &, Result *);
 struct Check { const char *name; check_fn fp32, bf16; };
@@ -612,6 +620,7 @@ static const Check checks[] = {
 static const Check once[] = {
     CASE("matmul.vocab50257", t_matmul_vocab), CASE("attention.many_heads", t_attention_many_heads),
     CASE("attention.many_heads.streaming", t_attention_many_heads_streaming), CASE("empty_batch", t_empty),
+    CASE("crossentropy.vocab4099", t_crossentropy_wide),
 };
 /* the checks whose backward runs twice, for the determinism lines */
 static bool reruns(const char *name)

@@ -12,8 +12,10 @@
      that not every live thread reaches, a shuffle whose partner lane exits or waits
      elsewhere, or a deadlock is reported with the kernel, block and thread;
    - blocks run one at a time in a seeded shuffled order, and the threads between two
-     barriers in a changing order, so a missing barrier or a block that depends on
-     another gives a wrong result or a report instead of passing by luck;
+     barriers in a changing order, with some warps (a seeded draw for each warp between
+     two barriers) running ahead of the others through their shuffles, so a missing
+     barrier or a block that depends on another gives a wrong result or a report
+     instead of passing by luck;
    - device memory is host memory of the exact size (rounded to 256 bytes) between
      inaccessible pages and filled with 0xFF bytes (NaN, -1); every kernel pointer
      argument, copy, cuBLAS operand and NCCL buffer is checked against it;
@@ -31,12 +33,11 @@
    What it does not: measure speed, run blocks or warps concurrently (races between
    blocks that real hardware would show only sometimes are found only through the
    shuffled order; a read-modify-write of shared or global memory by many threads is
-   never interleaved, and no warp runs ahead of the others past a shuffle), model
-   memory consistency inside a block beyond barriers, check indices into __shared__
-   arrays or their total size (nvcc's ptxas refuses more than 48 KB: `make` builds
-   every GPU source with it), check a C-style vector cast of &x[i] or x[i] (rewrite.pl
-   wraps those of a name or a parenthesized expression), dynamic shared memory, graphs,
-   cooperative groups, peer access or unified memory.
+   never interleaved), model memory consistency inside a block beyond barriers, check
+   indices into __shared__ arrays or their total size (nvcc's ptxas refuses more than
+   48 KB: `make` builds every GPU source with it), check a C-style vector cast of &x[i]
+   or x[i] (rewrite.pl wraps those of a name or a parenthesized expression), dynamic
+   shared memory, graphs, cooperative groups, peer access or unified memory.
 
    Environment (read once, at the first CUDA call): DDP_EMU_DEVICES=N devices per
    process (default 8; CUDA_VISIBLE_DEVICES selects among them), DDP_EMU_SEED=N the

@@ -803,10 +803,17 @@ uint64_t shuffle(const char *file, int line, shfl_kind kind, unsigned mask, uint
                           "value is undefined)", tname(o), j, src, file, line, mask);
         o->out = blk->t[w0 + src].bits;
     }
+    /* the woken lanes wait behind every thread ready to run, or (a seeded draw for each
+       warp between two barriers) go first: their warp then runs ahead of the others
+       through its shuffles, as warps do on a GPU, so that a barrier missing between the
+       block's reads of shared memory and a warp's next write to it shows */
+    const bool ahead = mix(cfg.seed ^ blk->phase * 0x9e3779b1ull ^ (unsigned long long)(w0 / 32) << 40 ^
+                           block_serial << 20) & 1;
     for (unsigned m = mask & ~(1u << lane); m; m &= m - 1) {
         gpu_thread *o = &blk->t[w0 + lowest(m)];
         o->state = T_RUN;
-        blk->ready.push_back(o->f);
+        if (ahead) blk->ready.push_front(o->f);
+        else blk->ready.push_back(o->f);
     }
     return me->out;
 }

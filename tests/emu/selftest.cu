@@ -77,6 +77,24 @@ __global__ void shuffle_meets_barrier(float *p)
     p[threadIdx.x] = v;
 }
 
+/* two block sums through one shared array with no barrier before the second's writes:
+   a warp through its shuffles ahead of the others overwrites what they still read */
+__device__ float block_sum_unguarded(float v)
+{
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    float r = 0.0f;
+    for (unsigned w = 0; w < blockDim.x / 32; w++) r += part[w];
+    return r;
+}
+__global__ void two_sums_unguarded(float *out)
+{
+    const float first = block_sum_unguarded(1.0f);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = first + 0.0f * block_sum_unguarded(100.0f);
+}
+
 /* 16 bytes read where a float4 cannot start (one float in), through either kind of cast */
 __global__ void vector_misaligned_cpp(float *p) { p[0] = reinterpret_cast<const float4 *>(p + 1)->x; }
 __global__ void vector_misaligned_c(float *p) { p[0] = ((const float4 *)(p + 1))->x; }
@@ -115,6 +133,19 @@ static int c_shuffle_partner_exited(void) { return launch_one(shuffle_partner_ex
 static int c_shuffle_under_branch(void) { return launch_one(shuffle_under_branch, 32); }
 static int c_shuffle_masks_differ(void) { return launch_one(shuffle_masks_differ, 32); }
 static int c_shuffle_meets_barrier(void) { return launch_one(shuffle_meets_barrier, 32); }
+/* the race above shows: some thread reads another warp's second sum as part of its first */
+static int c_warps_run_ahead(void)
+{
+    enum { B = 16, T = 512 };
+    static float h[B * T];
+    float *p = dev_floats(B * T, 0.0f);
+    int wrong = 0;
+    two_sums_unguarded<<<B, T>>>(p);
+    OK(cudaMemcpy(h, p, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < B * T; i++) wrong += h[i] != (float)T;
+    if (!wrong) return printf("no warp ran ahead of the others: the missing barrier went unseen\n"), 1;
+    return 0;
+}
 static int c_vector_misaligned_cpp(void) { return launch_one(vector_misaligned_cpp, 1); }
 static int c_vector_misaligned_c(void) { return launch_one(vector_misaligned_c, 1); }
 static int c_past_launch_bounds(void) { return launch_one(bounded_to_32, 64); }
@@ -487,7 +518,7 @@ static const struct { const char *name; case_fn fn; } cases[] = {
     CASE(pageable_and_pinned), CASE(second_device), CASE(lt_declines), CASE(lt_misaligned),
     CASE(cub_temp_too_small), CASE(nccl_use_after_abort), CASE(nccl_two_threads), CASE(nccl_in_progress),
     CASE(nccl_injected_error), CASE(nccl_mismatch), CASE(fork_after_cuda), CASE(vector_misaligned_cpp),
-    CASE(vector_misaligned_c), CASE(past_launch_bounds), CASE(within_launch_bounds),
+    CASE(vector_misaligned_c), CASE(past_launch_bounds), CASE(within_launch_bounds), CASE(warps_run_ahead),
 #undef CASE
 };
 

@@ -45,6 +45,7 @@ reports vector_misaligned_cpp 'a 16-byte vector access to .* not 16-byte aligned
 reports vector_misaligned_c 'a 16-byte vector access to .* not 16-byte aligned'
 reports past_launch_bounds 'blocks of 64 threads, but the kernel at .* is declared __launch_bounds__(32)'
 behaves within_launch_bounds
+behaves warps_run_ahead
 behaves shared_poisoned
 behaves blocks_shuffled
 behaves streams_unordered
