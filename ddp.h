@@ -3148,8 +3148,12 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
         now = ddp__now_ms();
         if (now >= next_check || now >= deadline) {
             char late[200];
+            /* a rank gone, whether it had arrived or not: while the barrier is not complete
+               none could have left it, so one that arrived and died (while another is late)
+               is named now, not once the late one comes; complete by now, it left it */
             for (i = 0; i < ctx->world_size; i++) {
-                if (__atomic_load_n(&h->arrived[i], __ATOMIC_RELAXED) >= mine || ddp__shm_alive(ctx, i)) continue;
+                if (i == ctx->rank || ddp__shm_alive(ctx, i)) continue;
+                if (__atomic_load_n(&h->gen, __ATOMIC_ACQUIRE) != gen) return DDP_OK;
                 ddp__fail(ctx, DDP_ERR_PEER, "rank %d (pid %d) exited during %s #%llu", i, h->pids[i],
                           ddp__colls[c->kind].name, (unsigned long long)c->seq);
                 return ddp__shm_abort(ctx, DDP_ERR_PEER);

@@ -44,6 +44,46 @@ static int peer_death(int rank, void *arg)
     return 0;
 }
 
+/* rank 0 dies inside an all-reduce it has reached while rank 1 is still late (in its own
+   work): rank 2 names rank 0 at once, not once rank 1 comes (an arrived rank was never
+   checked: the death went unseen until the late one arrived, or the timeout named only it) */
+static const char *const dead_while_late_codes[] = {
+    [10] = "init failed", [11] = "rank 2's all_reduce returned neither PEER nor ABORTED",
+    [12] = "rank 2's error does not name rank 0", [13] = "rank 2 noticed only after rank 1 came (2.5 s)",
+    [14] = "the late rank 1 was not refused"};
+static void *exit_soon(void *arg)
+{
+    struct timespec ts = {0, 400000000L}; /* the scenario: a death while this rank waits */
+    (void)arg;
+    nanosleep(&ts, NULL);
+    _exit(0);
+    return NULL;
+}
+static int dead_while_late(int rank, void *arg)
+{
+    ddp_ctx ctx;
+    ddp_desc d;
+    float x = 1;
+    ddp_result r;
+    double t0;
+    pthread_t th;
+    (void)arg;
+    if (quiet(&ctx, &d) != DDP_OK) return 10;
+    if (rank == 0 && pthread_create(&th, NULL, exit_soon, NULL) != 0) return 10;
+    if (rank == 1) { /* the scenario itself: a peer stuck in computation */
+        struct timespec ts = {2, 500000000L};
+        nanosleep(&ts, NULL);
+    }
+    t0 = now_s();
+    r = ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
+    if (rank == 1) return r == DDP_OK ? 14 : 0;
+    if (r != DDP_ERR_PEER && r != DDP_ERR_ABORTED) return 11;
+    if (!strstr(ddp_error(&ctx), "rank 0")) return 12;
+    if (now_s() - t0 > 2) return 13;
+    ddp_destroy(&ctx);
+    return 0;
+}
+
 /* rank 1 is late by more than the timeout: rank 0 times out naming rank 1, rank 1
    then finds the collective aborted */
 static const char *const late_peer_codes[] = {
@@ -806,6 +846,9 @@ int main(int argc, char **argv)
     test_spawn(&job, 3, peer_death, NULL);
     CHECK("failures.peer_death_detected", job.failed == 0 && job.seconds < 10, "%s, %.1f s",
           TEST_JOB_WHY(&job, peer_death_codes), job.seconds);
+    test_spawn(&job, 3, dead_while_late, NULL);
+    CHECK("failures.death_seen_while_another_is_late", job.failed == 0, "%s, %.1f s",
+          TEST_JOB_WHY(&job, dead_while_late_codes), job.seconds);
     setenv("DDP_TIMEOUT", "1", 1);
     test_spawn(&job, 2, late_peer, NULL);
     CHECK("failures.timeout_names_late_rank", job.failed == 0, "%s", TEST_JOB_WHY(&job, late_peer_codes));
