@@ -1703,8 +1703,9 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     if (!s->timeout_ms) s->timeout_ms = DDP__DEFAULT_TIMEOUT_MS;
     {
         long cores, n = ddp__omp_too_many(&cores);
-        if (n) return ddp__fail(ctx, DDP_ERR_ENV, "OMP_NUM_THREADS=%ld is more than 64 threads for each of this "
-                                "machine's %ld cores (OpenMP crashes past some tens of thousands)", n, cores);
+        if (n) return ddp__fail(ctx, DDP_ERR_ENV, "OMP_NUM_THREADS=%ld is more threads than this machine takes (%ld: "
+                                "64 for each of its %ld cores, at least 256; OpenMP crashes past some tens of "
+                                "thousands)", n, 64 * cores > 256 ? 64 * cores : 256, cores);
     }
     s->chunk = d->shm_chunk_bytes;
     if (s->chunk && (s->chunk < 64 || s->chunk > ((size_t)1 << 30)))
@@ -6154,8 +6155,9 @@ static int ddp__run(int nproc, int max_restarts, const char *path, char *const a
     { /* once here, not once per rank */
         long online, n = ddp__omp_too_many(&online);
         if (n) {
-            fprintf(stderr, "ddp: OMP_NUM_THREADS=%ld is more than 64 threads for each of this machine's %ld cores "
-                    "(OpenMP crashes past some tens of thousands)\n", n, online);
+            fprintf(stderr, "ddp: OMP_NUM_THREADS=%ld is more threads than this machine takes (%ld: 64 for each of its "
+                    "%ld cores, at least 256; OpenMP crashes past some tens of thousands)\n", n,
+                    64 * online > 256 ? 64 * online : 256, online);
             return 2;
         }
     }
