@@ -1637,8 +1637,9 @@ static int train_step(trainer *t, int step, step_stats *st, char *err, size_t er
 
 /* Rank 0's line per step (and --log's JSON object). On a terminal the line is
    rewritten in place (\r, then erase to the end of the line), and only the steps with
-   a validation loss stay; logs and CI get every line. 0 (err says why) when --log's
-   file cannot be written (a full disk, a file-size limit): the log would end mid-line. */
+   a validation loss stay; logs and CI get every line. 0 (err says why) when the line or
+   --log's file cannot be written (a full disk, a file-size limit): the record would end
+   mid-line, the run's status 0. */
 static int log_step(trainer *t, int step, const step_stats *st, char *err, size_t errsize)
 {
     const double elapsed = now_s() - t->t_start, per_step = elapsed / (step + 1 - t->start_step);
@@ -1649,7 +1650,10 @@ static int log_step(trainer *t, int step, const step_stats *st, char *err, size_
     if (st->has_val) printf(" | val %.6f", st->val_loss);
     t->line_open = t->tty && !st->has_val;
     printf("%s", t->tty ? (t->line_open ? "\033[K" : "\033[K\n") : "\n");
-    fflush(stdout);
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* a full disk, a pipe closed early: the run's record is lost */
+        snprintf(err, errsize, "cannot write to standard output at step %d: %s", step + 1, strerror(errno));
+        return 0;
+    }
     if (t->log) {
         fprintf(t->log, "{\"step\": %d, \"loss\": %.6f, ", step + 1, st->loss);
         if (st->has_val) fprintf(t->log, "\"val_loss\": %.6f, ", st->val_loss);
@@ -2289,6 +2293,11 @@ int main(int argc, char **argv)
         ddp_print(&t.ctx, "\n");
     }
     if (ddp_is_main(&t.ctx) && t.o.sample_len) generate(&t.model, t.dev, &t.o, &t.data);
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* the summary or the sample, lost */
+        snprintf(err, sizeof err, "cannot write to standard output: %s", strerror(errno));
+        finish(&t);
+        return fail(err);
+    }
     return finish(&t) == DDP_OK ? 0 : 1;
 }
 

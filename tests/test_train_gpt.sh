@@ -580,6 +580,11 @@ fi
 rc=$?
 [ "$rc" -eq 2 ]
 report "train_gpt: a bad flag exits 2" $? "exit $rc"
+# standard output that cannot be written (/dev/full): the run fails, named (it exited 0)
+timeout 60 "$bin" --nproc 2 $tiny --batch-size 4 --steps 3 --val-every 0 >/dev/full 2>err.txt
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q '^train_gpt: cannot write to standard output.*: No space left on device' err.txt
+report "train_gpt: standard output it cannot write fails the run, named" $? "exit $rc: $(tr '\n' '|' <err.txt | head -c 300)"
 # --log that cannot be written (a full disk: a 4 KB tmpfs in a mount namespace of its own)
 # fails the run, named; it ended the log mid-line and exited 0
 if unshare -m true 2>/dev/null; then
