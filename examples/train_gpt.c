@@ -1635,6 +1635,9 @@ static int train_step(trainer *t, int step, step_stats *st, char *err, size_t er
     return 1;
 }
 
+/* f's buffer written out, and nothing failed on the way (a full disk, a closed pipe) */
+static int written(FILE *f) { return fflush(f) == 0 && !ferror(f); }
+
 /* Rank 0's line per step (and --log's JSON object). On a terminal the line is
    rewritten in place (\r, then erase to the end of the line), and only the steps with
    a validation loss stay; logs and CI get every line. 0 (err says why) when the line or
@@ -1650,7 +1653,7 @@ static int log_step(trainer *t, int step, const step_stats *st, char *err, size_
     if (st->has_val) printf(" | val %.6f", st->val_loss);
     t->line_open = t->tty && !st->has_val;
     printf("%s", t->tty ? (t->line_open ? "\033[K" : "\033[K\n") : "\n");
-    if (fflush(stdout) != 0 || ferror(stdout)) { /* a full disk, a pipe closed early: the run's record is lost */
+    if (!written(stdout)) { /* the run's record is lost */
         snprintf(err, errsize, "cannot write to standard output at step %d: %s", step + 1, strerror(errno));
         return 0;
     }
@@ -1659,7 +1662,7 @@ static int log_step(trainer *t, int step, const step_stats *st, char *err, size_
         if (st->has_val) fprintf(t->log, "\"val_loss\": %.6f, ", st->val_loss);
         fprintf(t->log, "\"lr\": %.6g, \"tokens_per_s\": %.1f, \"world_size\": %d}\n", st->lr, tok_s,
                 t->ctx.world_size);
-        if (fflush(t->log) != 0 || ferror(t->log)) {
+        if (!written(t->log)) {
             snprintf(err, errsize, "cannot write --log %s at step %d: %s", t->o.log, step + 1, strerror(errno));
             return 0;
         }
@@ -2293,7 +2296,7 @@ int main(int argc, char **argv)
         ddp_print(&t.ctx, "\n");
     }
     if (ddp_is_main(&t.ctx) && t.o.sample_len) generate(&t.model, t.dev, &t.o, &t.data);
-    if (fflush(stdout) != 0 || ferror(stdout)) { /* the summary or the sample, lost */
+    if (!written(stdout)) { /* the summary or the sample, lost */
         snprintf(err, sizeof err, "cannot write to standard output: %s", strerror(errno));
         finish(&t);
         return fail(err);

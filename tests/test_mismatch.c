@@ -524,6 +524,7 @@ static int refused_in_helper(int rank, void *arg)
         r = ddp_sampler_init(&s, &ctx, &d);
         ddp_sampler_destroy(&s);
     } else if (strcmp(mode, "grad_null") == 0 || strcmp(mode, "grad_params") == 0) {
+        const int no_object = rank == 1 && strcmp(mode, "grad_null") == 0;
         float g[4] = {0, 0, 0, 0}, p[4] = {1, 2, 3, 4};
         ddp_grad grad;
         ddp_grad_desc d;
@@ -531,9 +532,9 @@ static int refused_in_helper(int rank, void *arg)
         d.grads = g;
         d.count = 4;
         d.params = p;
-        if (mode[5] == 'p' && rank == 1) d.param_dtype = (ddp_dtype)77; /* no such dtype */
-        r = ddp_grad_init(mode[5] == 'n' && rank == 1 ? NULL : &grad, &ctx, &d);
-        if (mode[5] == 'p' || rank != 1) ddp_grad_destroy(&grad);
+        if (rank == 1 && strcmp(mode, "grad_params") == 0) d.param_dtype = (ddp_dtype)77; /* no such dtype */
+        r = ddp_grad_init(no_object ? NULL : &grad, &ctx, &d);
+        if (!no_object) ddp_grad_destroy(&grad);
     } else if (strcmp(mode, "sampler_null") == 0) {
         ddp_sampler s;
         ddp_sampler_desc d;
