@@ -132,18 +132,18 @@ typedef struct tensor {
     X(float, losses, 1, BT)                                                                  \
     X(ACT, tmp, 1, BT * C)           /* a projection before its residual add */             \
     X(ACT, dx, 1, BT * C)            /* backward: gradient of the residual stream */        \
-    X(ACT, dfch_gelu, 1, BT * 4 * C) /* backward scratch (GPU: the CPU folds the GELU in) */ \
+    X(ACT, dfch_gelu, 1, DEV * BT * 4 * C) /* backward scratch: the GPU's (the CPU folds the GELU in) */ \
     X(ACT, dfch, 1, BT * 4 * C)                                                              \
     X(ACT, dln, 1, BT * C)                                                                   \
     X(ACT, datty, 1, BT * C)                                                                 \
     X(ACT, dqkv, 1, BT * 3 * C)
 #define ACT float
 #define ACTIVATION_FIELD(type, name, slices, size) type *name;
-/* in a layout function (a, memory, bytes and the shape in scope): points a's buffer
-   into memory (NULL: only measures), each on a 256-byte boundary for the GPU kernels'
-   vector loads, and counts its bytes */
-#define ACTIVATION_LAYOUT(type, name, slices, size)        \
-    if (memory) a->name = (type *)(memory + bytes);        \
+/* in a layout function (a, memory, bytes, the shape and DEV, 1 on the device, in scope):
+   points a's buffer into memory (NULL: only measures; a buffer of size 0 is NULL), each
+   on a 256-byte boundary for the GPU kernels' vector loads, and counts its bytes */
+#define ACTIVATION_LAYOUT(type, name, slices, size)                        \
+    if (memory) a->name = (size) != 0 ? (type *)(memory + bytes) : (type *)NULL; \
     bytes += ((slices) * (size) * sizeof(type) + 255) / 256 * 256;
 /* in a slicing function: s.name moves to block l's slice */
 #define ACTIVATION_SLICE(type, name, slices, size) \
@@ -157,7 +157,7 @@ typedef struct activations {
 static size_t layout_activations(activations *a, char *memory, config cfg, size_t B)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
-    const size_t BT = B * (size_t)cfg.ctx;
+    const size_t BT = B * (size_t)cfg.ctx, DEV = 0;
     size_t bytes = 0;
     GPT_ACTIVATIONS(ACTIVATION_LAYOUT)
     return bytes;
@@ -168,7 +168,7 @@ static size_t layout_activations(activations *a, char *memory, config cfg, size_
 static activations block_slices(const activations *a, config cfg, size_t B, int l)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
-    const size_t BT = B * (size_t)cfg.ctx;
+    const size_t BT = B * (size_t)cfg.ctx, DEV = 0;
     activations s = *a;
     (void)V;
     GPT_ACTIVATIONS(ACTIVATION_SLICE)
@@ -506,7 +506,7 @@ template <typename F>
 static size_t layout_device(device_activations<F> *a, char *memory, config cfg, size_t B)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
-    const size_t BT = B * (size_t)cfg.ctx;
+    const size_t BT = B * (size_t)cfg.ctx, DEV = 1;
     size_t bytes = 0;
     GPT_ACTIVATIONS(ACTIVATION_LAYOUT)
     return bytes;
@@ -516,7 +516,7 @@ template <typename F>
 static device_activations<F> device_slices(const device_activations<F> *a, config cfg, size_t B, int l)
 {
     const size_t L = (size_t)cfg.layers, C = (size_t)cfg.dim, NH = (size_t)cfg.heads, V = (size_t)cfg.vocab;
-    const size_t BT = B * (size_t)cfg.ctx;
+    const size_t BT = B * (size_t)cfg.ctx, DEV = 1;
     device_activations<F> s = *a;
     (void)V;
     GPT_ACTIVATIONS(ACTIVATION_SLICE)
