@@ -146,7 +146,11 @@
        each a DDP_JOB_ID or MASTER_PORT, or use a launcher
      - run the CPU backend across hosts (one host; NCCL and the MPI backend span hosts)
      - abort an MPI collective on one rank: a timed-out rank returns the error and
-       the MPI launcher ends the job when it exits
+       the MPI launcher ends the job when it exits; the others of an MPI job learn
+       that one rank's context broke on its own (a refused call, an unmarked gradient)
+       when that rank exits, or at their DDP_TIMEOUT
+     - start MPI twice in one process: on the MPI backend, ddp_init after a
+       ddp_destroy that finalized MPI is refused (DDP_ERR_BACKEND)
      - compare NCCL collectives unless asked (DDP_CHECK=1: one store round trip each)
      - encrypt anything: the secret authenticates who joins the store; the data of
        the collectives and NCCL's own traffic are not protected from the network
@@ -329,7 +333,7 @@ typedef struct ddp_desc {
     const char *secret;      /* default: DDP_SECRET; peers of the store prove they know it */
     size_t shm_chunk_bytes;  /* CPU (and MPI) backend staging per rank; default DDP_SHM_CHUNK, 1 MiB */
     int check;               /* 1: compare every collective's arguments across ranks on
-                                every backend (the CPU backend always does); DDP_CHECK */
+                                the NCCL backend too (the CPU and MPI backends always do); DDP_CHECK */
     void (*log)(void *user, int level, const char *msg); /* default: errors to stderr; called from
                                 the thread that failed (async work: ddp.h's own), one call at a time */
     void *log_user;
@@ -4587,7 +4591,7 @@ static void ddp__mpi_chain_release(ddp__mpi *b)
 static ddp_result ddp__mpi_form(ddp_ctx *ctx)
 {
     ddp__mpi *b;
-    int inited = 0, provided = 0, rank = 0, size = 1, lr = 0, lw = 1, lead, nodes = 0, node = 0, rc, i;
+    int inited = 0, finalized = 0, provided = 0, rank = 0, size = 1, lr = 0, lw = 1, lead, nodes = 0, node = 0, rc, i;
     char *agree;
     ddp_result r = DDP_OK;
     if (!(b = DDP__CAST(ddp__mpi *, DDP_MALLOC(sizeof *b)))) return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
@@ -4596,6 +4600,10 @@ static ddp_result ddp__mpi_form(ddp_ctx *ctx)
     b->win = MPI_WIN_NULL;
     ctx->st->bs = b;
     MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (finalized) /* MPI_Initialized stays true after MPI_Finalize, and any other call aborts the job */
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "MPI was finalized (by an earlier ddp_destroy, or by the program), and it "
+                         "cannot start twice in one process: keep one ddp_ctx for the whole run on the MPI backend");
     if (!inited) {
         if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided)) != MPI_SUCCESS)
             return ddp__mpi_error(ctx, rc, "MPI_Init_thread", NULL);
@@ -5262,7 +5270,10 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
     if (ddp__server_failed(st->server)) /* rank 0: the store learnt that the job cannot be trusted */
         r = ddp__fail(ctx, DDP_ERR_PEER, "%s #%llu stopped: %s", ddp__colls[c->kind].name, (unsigned long long)c->seq,
                       ddp__server_failed(st->server));
-    if (r == DDP_OK && st->cfg.check && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = ddp__store_check(ctx, c);
+    /* DDP_CHECK through the store, for NCCL: the CPU and MPI backends compare every call themselves
+       (the MPI backend forms its group without a store: a store check there failed every call) */
+    if (r == DDP_OK && st->cfg.check && ctx->backend == DDP_BACKEND_NCCL && (r = ddp__drain(ctx, st->queued)) == DDP_OK)
+        r = ddp__store_check(ctx, c);
     if (r == DDP_OK && work && !st->be->wait && ctx->world_size > 1) return ddp__queue(ctx, c, work);
     if (r == DDP_OK && (r = ddp__drain(ctx, st->queued)) == DDP_OK) r = st->be->run(ctx, c, stream, work);
     if (r != DDP_OK) ddp__break(ctx, r);

@@ -295,6 +295,12 @@ int main(int argc, char **argv)
         ddp_destroy(&ctx);
         return fails ? 1 : 0;
     }
+    if (strcmp(mode, "reinit") == 0) { /* ddp_init again after ddp_destroy finalized MPI: refused, named (it aborted the job) */
+        if (ddp_destroy(&ctx) != DDP_OK) return 1;
+        r = ddp_init(&ctx, NULL);
+        fprintf(stderr, "again: %s: %s\n", ddp_strerror(r), ddp_error(&ctx));
+        return r == DDP_ERR_BACKEND ? 0 : 1;
+    }
     if (strcmp(mode, "mismatch") == 0) { /* rank 1 passes ten times more */
         r = ddp_all_reduce(&ctx, x, x, me == 1 ? 100 : 10, DDP_F32, DDP_SUM, NULL);
         if (r != DDP_ERR_MISMATCH || !strstr(ddp_error(&ctx), "passes 10 x f32 sum") ||

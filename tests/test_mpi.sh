@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The MPI backend on one host: tests/test_mpi.c built with mpicc -DDDP_MPI and run
 # under Open MPI's mpirun for 1-5 ranks (every collective x dtype x op, bit for bit),
-# for 3 ranks again with the all-reduce chain in small chunks (many rounds) and with
+# for 3 ranks again with the all-reduce chain in small chunks (many rounds), with
 # the exchange (DDP_MPI_ALLREDUCE=exchange: the form for ranks dealt round-robin over
-# hosts), the chain's shared memory (512 KiB per slot unless DDP_SHM_CHUNK says), then
+# hosts) and with DDP_CHECK=1 (a check through a store MPI has not: it failed every
+# call), the chain's shared memory (512 KiB per slot unless DDP_SHM_CHUNK says), then
 # ranks that disagree, a rank that leaves, a rank past the timeout (the
 # others name it), a rank stuck before ddp_init (the others' ddp_init ends past the timeout), a rank stuck for good (the others' ddp_destroy returns, under MPICH too), torchrun-style workers of a process mpirun started (the CPU backend,
 # not MPI), and a rank killed mid-run (the job must end within seconds). Skips
@@ -28,7 +29,7 @@ for n in 1 2 3 5; do
     echo "FAIL mpi.w$n.run: mpirun exited $rc: $(grep -v '^PASS' "$tmp/out" | head -c 400 | tr '\n' ' ')"; fail=1
   fi
 done
-for form in "small_chunks DDP_SHM_CHUNK=4096" "exchange DDP_MPI_ALLREDUCE=exchange"; do
+for form in "small_chunks DDP_SHM_CHUNK=4096" "exchange DDP_MPI_ALLREDUCE=exchange" "ddp_check DDP_CHECK=1"; do
   set -- $form
   DDP_TIMEOUT=60 run 300 -np 3 -x "$2" "$tmp/test_mpi" >"$tmp/out" 2>&1
   rc=$?
@@ -73,6 +74,9 @@ check destroy_returns_past_a_stuck_rank nonzero 15 stuck 3 "rank [02]: .*, then 
 # a rank stuck before its ddp_init: the others waited in MPI_Init for good; past the timeout
 # they say so and end, and so does the job
 check init_bounded_past_a_rank_stuck_before_it nonzero 15 stuck_before_init 3 "the MPI group did not form within 1.0 s"
+# ddp_init again after ddp_destroy (which finalized MPI): a one-line refusal on every rank
+# (MPI aborted the job, naming MPI_Query_thread after MPI_FINALIZE)
+check init_after_finalize_refused 0 15 reinit 2 "again: backend unavailable or failed: MPI was finalized (by an earlier ddp_destroy"
 # the chain's shared memory: 512 KiB per slot by default ((3 ranks + 4) slots), DDP_SHM_CHUNK's size when set
 for want in "3670016 default" "28672 set DDP_SHM_CHUNK=4096"; do
   set -- $want
