@@ -357,7 +357,7 @@ typedef struct ddp_ctx {
 typedef struct ddp_work {
     uint64_t seq;
     void *event;       /* NCCL: completion event */
-    const void *owner; /* the context whose collective filled it */
+    uint64_t owner;    /* the context whose collective filled it (its id in this process) */
 } ddp_work;
 
 /* ---- launcher ------------------------------------------------------------------
@@ -1164,6 +1164,8 @@ struct ddp__state {
 #define DDP__LEAVING 1001    /* (a report's code: this rank left with ddp_destroy) */
     ddp__server *server;     /* rank 0 only */
     uint64_t seq;            /* collectives issued */
+    uint64_t id;             /* this context's number in the process: a ddp_work of one destroyed has
+                                another, though the next context may sit at the same address */
     const ddp__backend *be;
     void *bs;                /* the backend's own state */
     /* host backends' async collectives: one worker thread runs them in issue order */
@@ -1230,6 +1232,15 @@ static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt
     }
     pthread_mutex_unlock(&ctx->st->log_mu);
     return code;
+}
+
+/* A call with no context, or one destroyed or never initialised: said on stderr (there is
+   no log of its own to say it to), DDP_ERR_ARG. A collective's name gets its ddp_. */
+static ddp_result ddp__no_state(const ddp_ctx *ctx, const char *call)
+{
+    fprintf(stderr, "ddp: error: %s%s: %s\n", strncmp(call, "ddp_", 4) ? "ddp_" : "", call,
+            !ctx ? "no ddp_ctx (NULL)" : "this ddp_ctx was destroyed, or never initialised (ddp_init first)");
+    return DDP_ERR_ARG;
 }
 
 static const char *const ddp__result_text[] = {
@@ -4889,7 +4900,7 @@ ddp_result ddp_trace_start(ddp_ctx *ctx, size_t max_events)
     int64_t problem = 0, own, mine[2], *all = NULL;
     ddp_result r;
     int i;
-    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_trace_start");
     if (!max_events) max_events = 100000;
     if (max_events > ((size_t)1 << 40) / sizeof(ddp__event)) problem = 1;
     else if ((t = DDP__CAST(struct ddp__trace *, DDP_MALLOC(sizeof *t)))) {
@@ -5016,7 +5027,7 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
     ddp_result r;
     size_t i;
     int k, err = 0, made = 0;
-    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_trace_save");
     /* a rank that never started still takes part, so that nobody waits for it */
     memset(&none, 0, sizeof none);
     t = ctx->st->trace ? ctx->st->trace : &none;
@@ -5187,7 +5198,7 @@ static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
 {
     const char *name = ddp__colls[c->kind].name;
     int needs_data = ddp__coll_moves_data(c->kind) && c->count > 0;
-    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!ctx || !ctx->st) return ddp__no_state(ctx, ddp__colls[c->kind].name);
     if (ctx->st->pid != getpid()) /* it would join the parent's collectives as the parent */
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: this ddp_ctx belongs to process %d, not to this child of it "
                          "(fork() copies the context; only ddp_init's process can use it)", name, (int)ctx->st->pid);
@@ -5266,7 +5277,7 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
     st = ctx->st;
     if (st->trace) t0 = ddp__now_ns();
     c->seq = ++st->seq;
-    if (work) { work->seq = c->seq; work->event = NULL; work->owner = st; }
+    if (work) { work->seq = c->seq; work->event = NULL; work->owner = st->id; }
     if (ddp__server_failed(st->server)) /* rank 0: the store learnt that the job cannot be trusted */
         r = ddp__fail(ctx, DDP_ERR_PEER, "%s #%llu stopped: %s", ddp__colls[c->kind].name, (unsigned long long)c->seq,
                       ddp__server_failed(st->server));
@@ -5290,8 +5301,8 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
 static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work *work)
 {
     ddp_result r;
-    if (work) { work->seq = 0; work->event = NULL; work->owner = NULL; } /* a refused call leaves a handle ddp_wait refuses */
-    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (work) { work->seq = 0; work->event = NULL; work->owner = 0; } /* a refused call leaves a handle ddp_wait refuses */
+    if (!ctx || !ctx->st) return ddp__no_state(ctx, ddp__colls[c->kind].name);
     if (__atomic_exchange_n(&ctx->st->busy, 1, __ATOMIC_ACQUIRE))
         return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread is in a collective of this ddp_ctx: "
                                          "a context takes one call at a time (threads that share it order their calls, "
@@ -5336,10 +5347,10 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
 {
     struct ddp__state *st;
     ddp_result r;
-    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_wait");
     if (!work) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: no ddp_work (NULL)");
     st = ctx->st;
-    if (!ddp__broken(st) && (!work->seq || work->owner != st || (!st->be->wait && st->worker_started && work->seq > st->queued)))
+    if (!ddp__broken(st) && (!work->seq || work->owner != st->id || (!st->be->wait && st->worker_started && work->seq > st->queued)))
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
                          "(its call failed, or it was never made)");
     ddp_trace_begin(ctx, "wait"); /* nothing without tracing */
@@ -5576,6 +5587,10 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     st->log_user = desc->log_user;
     st->store_fd = st->pmi_fd = st->report_fd = st->waited = -1;
     st->pid = getpid();
+    {
+        static uint64_t contexts;
+        st->id = __atomic_add_fetch(&contexts, 1, __ATOMIC_RELAXED);
+    }
     pthread_mutex_init(&st->mu, NULL);
     {
         pthread_mutexattr_t a;
@@ -6369,7 +6384,7 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
     if (!s) { /* with a context, the others may be in the agreement already: meet them */
         ddp_sampler none;
         ddp_result r;
-        if (!ctx || !ctx->st) return DDP_ERR_ARG;
+        if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_sampler_init");
         memset(&none, 0, sizeof none);
         r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init: no ddp_sampler to set up (NULL)");
         if (ctx->world_size > 1) ddp__sampler_agree(&none, ctx, 1);
@@ -6515,7 +6530,7 @@ ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n)
     double *all = NULL;
     const char *bad = NULL;
     ddp_result res;
-    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_metric_reduce");
     w = (size_t)ctx->world_size;
     if (!m && n) bad = "NULL metrics";
     else if (n > DDP__MAX_BYTES / sizeof(ddp_metric) / (w + 1)) bad = "more metrics than memory holds";
@@ -6572,7 +6587,7 @@ ddp_result ddp_agree_on(ddp_ctx *ctx, const char *name, const char *value)
     ddp__agree_slot mine, *all;
     size_t w, r;
     ddp_result res;
-    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_agree_on");
     memset(&mine, 0, sizeof mine);
     if (!name || !value) { /* refused, but in the gather all the same: the others may be in it already */
         res = ddp__fail(ctx, DDP_ERR_ARG, "ddp_agree_on: NULL %s", name ? "value" : "name");
@@ -6709,7 +6724,7 @@ ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
     ddp_result r;
     if (!g) { /* with a context, the others may be in the agreement already: meet them */
         ddp_grad none;
-        if (!ctx || !ctx->st) return DDP_ERR_ARG;
+        if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_grad_init");
         memset(&none, 0, sizeof none);
         none.ctx = ctx;
         r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: no ddp_grad to set up (NULL)");
@@ -6717,7 +6732,7 @@ ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
         return r;
     }
     memset(g, 0, sizeof *g);
-    if (!ctx || !ctx->st) return DDP_ERR_ARG;
+    if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_grad_init");
     g->ctx = ctx;
     if ((r = ddp__grad_layout(g, desc)) != DDP_OK) /* the others may be in the agreement already: meet them */
         ddp__grad_agree(g, 1);

@@ -302,6 +302,46 @@ int main(int argc, char **argv)
         ddp_destroy(&c1);
         ddp_destroy(&c2);
     }
+    { /* a call on a context never initialised, destroyed, or NULL: one line on stderr naming
+         the call (DDP_ERR_ARG said nothing: a rank exited 1 without a word) */
+        ddp_ctx c;
+        char got[600] = "";
+        float x = 1;
+        FILE *f = tmpfile();
+        int saved = dup(2), ok, n;
+        memset(&c, 0, sizeof c);
+        fflush(stderr);
+        dup2(fileno(f), 2);
+        ok = ddp_all_reduce(&c, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_ERR_ARG && ddp_barrier(NULL) == DDP_ERR_ARG &&
+             ddp_agree_on(&c, "a", "b") == DDP_ERR_ARG;
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        rewind(f);
+        n = (int)fread(got, 1, sizeof got - 1, f);
+        got[n > 0 ? n : 0] = 0;
+        fclose(f);
+        ok = ok && strcmp(got, "ddp: error: ddp_all_reduce: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
+                               "ddp: error: ddp_barrier: no ddp_ctx (NULL)\n"
+                               "ddp: error: ddp_agree_on: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n") == 0;
+        CHECK("collectives.call_without_a_context_said", ok, "stderr: '%s'", got);
+    }
+    { /* a handle of a destroyed context: the next context (whose state may take the same
+         memory) refuses it (it returned DDP_OK) */
+        ddp_ctx c;
+        ddp_desc d;
+        ddp_work w;
+        float x = 1;
+        int ok;
+        memset(&d, 0, sizeof d);
+        d.world_size = 1;
+        d.log = quiet;
+        ok = ddp_init(&c, &d) == DDP_OK && ddp_all_reduce_async(&c, &x, &x, 1, DDP_F32, DDP_SUM, NULL, &w) == DDP_OK &&
+             ddp_wait(&c, &w, NULL) == DDP_OK && ddp_destroy(&c) == DDP_OK && ddp_init(&c, &d) == DDP_OK &&
+             ddp_wait(&c, &w, NULL) == DDP_ERR_ARG && strstr(ddp_error(&c), "not filled by a collective of this context");
+        CHECK("collectives.wait_with_a_destroyed_contexts_handle_refused", ok, "%s", ddp_error(&c));
+        ddp_destroy(&c);
+    }
     { /* the desc's staging size is bounded as DDP_SHM_CHUNK is */
         static const size_t bad[] = {32, (size_t)1 << 31, (size_t)1 << 62, (size_t)-1};
         ddp_ctx ctx;
