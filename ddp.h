@@ -74,7 +74,9 @@
      CUDA_VISIBLE_DEVICES   NCCL: a rank that sees one GPU drives it (Slurm's per-task
                             binding), one that sees several drives GPU LOCAL_RANK; two
                             ranks on one GPU are an error naming both
-     DDP_TIMEOUT=seconds    how long any wait may take (default 300, at least 0.001)
+     DDP_TIMEOUT=seconds    how long any wait may take (default 300, at least 0.001);
+                            a CPU or MPI collective's wait leaves out time the job spent
+                            stopped as a whole (Ctrl-Z, SIGSTOP)
      DDP_JOB_ID             this launch's id (default: the launcher's); the store
                             refuses ranks of other jobs; a process of this job that
                             cannot be one of its ranks stops it
@@ -755,6 +757,18 @@ static int64_t ddp__now_ns(void)
 }
 
 static int64_t ddp__now_ms(void) { return ddp__now_ns() / 1000000; }
+
+/* A wait's deadline leaves out time this process did not run: a look that comes more
+   than DDP__STOPPED_MS after the one before (the job stopped by Ctrl-Z or SIGSTOP and
+   continued as a whole, a paused VM) moves the deadline on by the gap, so that the ranks
+   go on where they were; a rank stopped on its own still times the others out. (inline:
+   builds without a backend that waits so stay quiet) */
+#define DDP__STOPPED_MS 1000
+static inline void ddp__not_stopped(int64_t *last, int64_t now, int64_t *deadline)
+{
+    if (now - *last > DDP__STOPPED_MS) *deadline += now - *last;
+    *last = now;
+}
 
 /* ms from now on CLOCK_REALTIME, the clock of pthread_cond_timedwait's deadline (inline:
    builds without a backend that waits so stay quiet) */
@@ -3121,7 +3135,7 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
     ddp__shm *h = cpu->shm;
     uint32_t gen = __atomic_load_n(&h->gen, __ATOMIC_ACQUIRE), who;
     const uint64_t mine = __atomic_load_n(&h->arrived[ctx->rank], __ATOMIC_RELAXED) + 1; /* only this rank writes it */
-    int64_t start, deadline, next_check;
+    int64_t start, deadline, next_check, looked;
     int i;
     /* counted first, then arrived: a rank that dies between the two is one that has not
        arrived, which the others check for (the other order hid it: its count was missing
@@ -3146,7 +3160,7 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
             clock_gettime(CLOCK_MONOTONIC, &t);
         } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < DDP__SPIN_NS);
     }
-    start = ddp__now_ms();
+    start = looked = ddp__now_ms();
     deadline = start + st->cfg.timeout_ms;
     next_check = start + 100;
     while (__atomic_load_n(&h->gen, __ATOMIC_ACQUIRE) == gen) {
@@ -3161,7 +3175,7 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
         if ((who = __atomic_load_n(&h->aborted, __ATOMIC_SEQ_CST)) != 0)
             return ddp__fail(ctx, DDP_ERR_ABORTED, "%s #%llu stopped: rank %u failed: %s", ddp__colls[c->kind].name,
                              (unsigned long long)c->seq, who - 1, h->why[who - 1]);
-        now = ddp__now_ms();
+        ddp__not_stopped(&looked, now = ddp__now_ms(), &deadline);
         if (now >= next_check || now >= deadline) {
             char late[200];
             /* a rank gone, whether it had arrived or not: while the barrier is not complete
@@ -4288,7 +4302,7 @@ static int ddp__mpi_late(ddp_ctx *ctx, const ddp__coll *c, char *out, size_t siz
    hosts x 2 ranks on 2 cores take 9 ms; without, 0.5 ms. */
 static ddp_result ddp__mpi_wait_req(ddp_ctx *ctx, MPI_Request *req, const ddp__coll *c, int rc)
 {
-    int64_t deadline = ddp__now_ms() + ctx->st->cfg.timeout_ms;
+    int64_t last = ddp__now_ms(), deadline = last + ctx->st->cfg.timeout_ms, now;
     int64_t nap = 1; /* us */
     int done = 0, polls = 0, n;
     char late[300];
@@ -4300,7 +4314,8 @@ static ddp_result ddp__mpi_wait_req(ddp_ctx *ctx, MPI_Request *req, const ddp__c
             sched_yield();
             continue;
         }
-        if (ddp__now_ms() > deadline) {
+        ddp__not_stopped(&last, now = ddp__now_ms(), &deadline);
+        if (now > deadline) {
             n = ddp__mpi_late(ctx, c, late, sizeof late);
             return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s #%llu timed out after %.*f s in MPI %s%s%s (the launcher ends "
                              "the job when this rank exits)", ddp__colls[c->kind].name, (unsigned long long)c->seq,
