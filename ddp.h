@@ -604,7 +604,8 @@ DDPDEF ddp_result ddp_grad_all_reduce(ddp_grad *g);
 /* Gradient accumulation (PyTorch's no_sync()): while on, steps do no communication
    (ready checks its arguments, finish only ends the step) and gradients accumulate
    locally; the first step after turning it off averages the accumulated sums.
-   Change it between steps only. */
+   Change it between steps only, on every rank alike: a sync whose sums cover another
+   number of steps than another rank's is DDP_ERR_MISMATCH, named. */
 DDPDEF ddp_result ddp_grad_no_sync(ddp_grad *g, int on);
 
 /* ---- tracing: where the time goes, as a picture -----------------------------------
@@ -1074,16 +1075,18 @@ static const char *const ddp__ops[] = {
 DDP__STATIC_ASSERT(op_table, sizeof ddp__ops / sizeof ddp__ops[0] == DDP_OP_COUNT);
 
 /* One collective as every backend sees it. Its fingerprint (what every rank must
-   agree on) is the first six fields. */
+   agree on) is the first six fields and steps. */
 typedef struct ddp__coll {
     uint64_t seq;   /* 1, 2, ... per context, in issue order */
     uint64_t count;
     int32_t kind, dtype, op, root;
     int32_t bucket; /* gradient bucket + 1, 0 for others: only a name in traces */
+    int32_t steps;  /* gradient buckets: the steps whose gradients it sums (ddp_grad_no_sync's
+                       and the one that syncs), 0 for others */
     const void *send;
     void *recv;
 } ddp__coll;
-typedef struct ddp__fp { uint64_t seq, count; int32_t kind, dtype, op, root; } ddp__fp;
+typedef struct ddp__fp { uint64_t seq, count; int32_t kind, dtype, op, root, steps, unused; } ddp__fp;
 
 static ddp__fp ddp__fingerprint(const ddp__coll *c)
 {
@@ -1094,6 +1097,7 @@ static ddp__fp ddp__fingerprint(const ddp__coll *c)
     f.dtype = ddp__coll_moves_data(c->kind) ? c->dtype : 0;
     f.op = c->kind == DDP__ALL_REDUCE || c->kind == DDP__REDUCE_SCATTER ? c->op : 0;
     f.root = c->kind == DDP__BROADCAST ? c->root : 0;
+    f.steps = c->steps;
     if (!ddp__coll_moves_data(c->kind)) f.count = 0;
     return f;
 }
@@ -1107,6 +1111,8 @@ static void ddp__fp_args(char *out, size_t n, const ddp__fp *f)
              (unsigned)f->dtype < DDP_DTYPE_COUNT ? ddp__dtypes[f->dtype].name : "?", has_op ? " " : "",
              !has_op ? "" : (unsigned)f->op < DDP_OP_COUNT ? ddp__ops[f->op] : "?");
     if (f->kind == DDP__BROADCAST) snprintf(out + strlen(out), n - strlen(out), " from rank %d", f->root);
+    if (f->steps > 0) /* a gradient bucket: ranks that accumulated different steps under no_sync */
+        snprintf(out + strlen(out), n - strlen(out), " of gradients of %d step%s", f->steps, f->steps > 1 ? "s" : "");
 }
 
 /* Names a disagreement between this rank's fingerprint and rank `other`'s. */
@@ -4336,16 +4342,17 @@ static ddp_result ddp__mpi_agree(ddp_ctx *ctx, const ddp__coll *c)
 {
     ddp__mpi *b = ddp__mpi_of(ctx);
     ddp__fp mine = ddp__fingerprint(c), *all;
-    int64_t v[12], m[12];
+    int64_t v[14], m[14];
     MPI_Request req;
     ddp_result r;
     int i;
     v[0] = (int64_t)mine.seq; v[1] = (int64_t)mine.count; v[2] = mine.kind; v[3] = mine.dtype; v[4] = mine.op; v[5] = mine.root;
-    for (i = 0; i < 6; i++) v[6 + i] = -v[i];
-    if ((r = ddp__mpi_wait_req(ctx, &req, c, MPI_Iallreduce(v, m, 12, MPI_INT64_T, MPI_MAX, b->comm, &req))) != DDP_OK)
+    v[6] = mine.steps;
+    for (i = 0; i < 7; i++) v[7 + i] = -v[i];
+    if ((r = ddp__mpi_wait_req(ctx, &req, c, MPI_Iallreduce(v, m, 14, MPI_INT64_T, MPI_MAX, b->comm, &req))) != DDP_OK)
         return r;
-    for (i = 0; i < 6 && m[i] == -m[6 + i]; i++) {}
-    if (i == 6) return DDP_OK;
+    for (i = 0; i < 7 && m[i] == -m[7 + i]; i++) {}
+    if (i == 7) return DDP_OK;
     if (!(all = DDP__CAST(ddp__fp *, DDP_MALLOC(sizeof *all * (size_t)ctx->world_size))))
         return ddp__fail(ctx, DDP_ERR_NOMEM, "out of memory");
     r = ddp__mpi_wait_req(ctx, &req, c, MPI_Iallgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
@@ -6651,6 +6658,7 @@ struct ddp__grad_state {
     size_t *regions;           /* (offset, count) pairs marked this step */
     size_t num_regions, cap_regions;
     size_t lo, hi;             /* what they span: a region outside needs no overlap check */
+    int accumulated;           /* steps ended under no_sync since the last sync */
 };
 
 static void ddp__grad_reset(ddp_grad *g)
@@ -6811,6 +6819,7 @@ static ddp_result ddp__grad_launch(ddp_grad *g)
         c.dtype = g->dtype;
         c.op = g->sum ? DDP_SUM : DDP_AVG;
         c.bucket = (int32_t)g->st->launched + 1; /* a name in traces */
+        c.steps = g->st->accumulated + 1;
         r = ddp__issue(g->ctx, &c, g->stream, &b->work);
         if (r != DDP_OK) return r;
         g->st->launched++;
@@ -6895,6 +6904,7 @@ ddp_result ddp_grad_finish(ddp_grad *g)
     ddp_result r;
     if (!g || !g->st) return DDP_ERR_ARG;
     if (g->no_sync) {
+        if (g->st->accumulated < INT_MAX - 1) g->st->accumulated++;
         ddp__grad_reset(g);
         return DDP_OK;
     }
@@ -6902,6 +6912,7 @@ ddp_result ddp_grad_finish(ddp_grad *g)
         size_t end, gap = ddp__grad_first_gap(g, &end), unmarked = g->count - g->st->marked;
         (void)ddp__grad_wait(g, 0);
         ddp__grad_reset(g);
+        g->st->accumulated = 0;
         r = ddp__fail(g->ctx, DDP_ERR_ARG, "ddp_grad_finish: %zu of %zu gradient elements were never marked ready, "
                       "the first at [%zu, %zu)", unmarked, g->count, gap, end);
         /* the buckets never sent leave the other ranks in all-reduces this rank will not
@@ -6912,6 +6923,7 @@ ddp_result ddp_grad_finish(ddp_grad *g)
     if (r == DDP_OK) r = ddp__grad_wait(g, 0);
     else (void)ddp__grad_wait(g, 0);
     ddp__grad_reset(g);
+    g->st->accumulated = 0;
     return r;
 }
 

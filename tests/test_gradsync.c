@@ -360,6 +360,48 @@ static int metrics_count_differs(int *argc, char **argv)
     return r == DDP_ERR_MISMATCH ? 0 : 1;
 }
 
+/* ddp_grad_no_sync on different steps on different ranks (variant 0: rank r accumulates
+   step 1 + r; 1: only rank 1 accumulates, at step 1): the first sync that pairs sums of
+   different step counts is a named mismatch on every rank (it paired them with DDP_OK,
+   each rank's average mixing another number of micro-steps). A job of its own. */
+static int nosync_differs(int *argc, char **argv, int variant)
+{
+    static worker quiet;
+    ddp_ctx ctx;
+    ddp_desc d;
+    ddp_grad g;
+    ddp_grad_desc gd;
+    float grad[4] = {0};
+    ddp_result r = DDP_OK;
+    char name[160];
+    int step, i;
+    memset(&d, 0, sizeof d);
+    d.argc = argc;
+    d.argv = argv;
+    d.log = capture_log;
+    d.log_user = &quiet;
+    if (ddp_init(&ctx, &d) != DDP_OK) return 1;
+    memset(&gd, 0, sizeof gd);
+    gd.grads = grad;
+    gd.count = 4;
+    if (ddp_grad_init(&g, &ctx, &gd) != DDP_OK) return 1;
+    for (step = 0; step < 4 && r == DDP_OK; step++) {
+        const int acc = variant == 0 ? step == 1 + ctx.rank : ctx.rank == 1 && step == 1;
+        if (ddp_grad_no_sync(&g, acc) != DDP_OK) return 1;
+        for (i = 0; i < 4; i++) grad[i] += (float)(10 * step + ctx.rank);
+        r = ddp_grad_all_reduce(&g);
+        if (!acc) memset(grad, 0, sizeof grad);
+    }
+    snprintf(name, sizeof name, "gradsync W=%d rank %d: no_sync on %s: the first sync of other step counts named",
+             ctx.world_size, ctx.rank, variant == 0 ? "each rank's own step" : "rank 1 only");
+    test_report(r == DDP_ERR_MISMATCH && strstr(ddp_error(&ctx), "avg of gradients of 2 steps") &&
+                    strstr(ddp_error(&ctx), "avg of gradients of 1 step"),
+                name, "%s: %s", ddp_strerror(r), ddp_error(&ctx));
+    ddp_grad_destroy(&g);
+    ddp_destroy(&ctx);
+    return r == DDP_ERR_MISMATCH ? 0 : 1;
+}
+
 static int work(int *argc, char **argv)
 {
     worker w;
@@ -396,6 +438,7 @@ int main(int argc, char **argv)
     int nproc;
     if (argc > 1 && strcmp(argv[1], "--worker") == 0) return work(&argc, argv);
     if (argc > 1 && strcmp(argv[1], "--count-differs") == 0) return metrics_count_differs(&argc, argv);
+    if (argc > 2 && strcmp(argv[1], "--nosync-differs") == 0) return nosync_differs(&argc, argv, atoi(argv[2]));
     args[0] = argv[0];
     args[1] = worker_flag;
     args[2] = NULL;
@@ -408,6 +451,14 @@ int main(int argc, char **argv)
     args[1] = (char *)"--count-differs";
     CHECK("gradsync W=3: metrics reduce of another count on one rank: every rank named it", ddp_run(3, args) == 0,
           "a rank did not get DDP_ERR_MISMATCH (its line above)");
+    {
+        char *nosync[4] = {argv[0], (char *)"--nosync-differs", (char *)"0", NULL};
+        CHECK("gradsync W=2: no_sync on different steps: every rank named it", ddp_run(2, nosync) == 0,
+              "a rank did not get DDP_ERR_MISMATCH (its line above)");
+        nosync[2] = (char *)"1";
+        CHECK("gradsync W=3: no_sync on one rank only: every rank named it", ddp_run(3, nosync) == 0,
+              "a rank did not get DDP_ERR_MISMATCH (its line above)");
+    }
     (void)test_skip;
     TEST_EXIT();
 }
