@@ -5293,6 +5293,7 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
 {
     struct ddp__state *st;
     ddp_result r;
+    uint32_t who;
     int64_t t0 = 0;
     char name[48];
     if ((r = ddp__check(ctx, c)) != DDP_OK) return ddp__numbered(ctx, r);
@@ -5300,7 +5301,11 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
     if (st->trace) t0 = ddp__now_ns();
     c->seq = ++st->seq;
     if (work) { work->seq = c->seq; work->event = NULL; work->owner = st->id; }
-    if (ddp__server_failed(st->server)) /* rank 0: the store learnt that the job cannot be trusted */
+    if (ctx->backend == DDP_BACKEND_CPU && ddp__cpu_of(ctx) && ddp__cpu_of(ctx)->shm &&
+        (who = __atomic_load_n(&ddp__cpu_of(ctx)->shm->aborted, __ATOMIC_SEQ_CST)) != 0) /* the first failure, */
+        r = ddp__fail(ctx, DDP_ERR_ABORTED, "%s #%llu stopped: rank %u failed: %s", ddp__colls[c->kind].name,
+                      (unsigned long long)c->seq, who - 1, ddp__cpu_of(ctx)->shm->why[who - 1]);
+    else if (ddp__server_failed(st->server)) /* not what followed it (a rank that left after it, which rank 0's store saw) */
         r = ddp__fail(ctx, DDP_ERR_PEER, "%s #%llu stopped: %s", ddp__colls[c->kind].name, (unsigned long long)c->seq,
                       ddp__server_failed(st->server));
     /* DDP_CHECK through the store, for NCCL: the CPU and MPI backends compare every call themselves
@@ -6069,6 +6074,11 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             else if (silent >= 0)
                 snprintf(late, sizeof late, " after it timed out; rank %d (pid %d) is still running and said nothing: the "
                          "one the others waited for", silent, started[silent]);
+            for (h = 0; ends[c].caused && !late[0] && h < nproc; h++) /* stopped by a rank whose failure was its own, */
+                if (pids[h] > 0 && said[h] > DDP_OK && said[h] < DDP_RESULT_COUNT && said[h] != DDP_ERR_PEER && /* alive */
+                    said[h] != DDP_ERR_ABORTED && said[h] != DDP_ERR_TIMEOUT)
+                    snprintf(late, sizeof late, " after rank %d (pid %d) failed on its own (%s) and went on running", h,
+                             started[h], ddp_strerror((ddp_result)said[h]));
             cause = c;
             status = ends[c].status;
             if (!status) status = 1; /* the job failed, though the rank's own status was 0 (early, left) */

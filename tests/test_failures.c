@@ -465,6 +465,21 @@ static int launched_child(const char *mode)
         ddp_destroy(&ctx);
         return 0;
     }
+    if (strcmp(mode, "own_failure_alive") == 0) { /* rank 1's own failure (an unmarked gradient) stops the others, */
+        ddp_grad g;                                 /* and it goes on running a while: the launcher names it */
+        ddp_grad_desc gd;
+        static float grad[100];
+        struct timespec ts = {5, 0};
+        memset(&gd, 0, sizeof gd);
+        gd.grads = grad;
+        gd.count = 100;
+        gd.bucket_bytes = 160;
+        if (ddp_grad_init(&g, &ctx, &gd) != DDP_OK) return 11;
+        ddp_grad_ready(&g, 0, ctx.rank == 1 ? 99 : 100);
+        if (ddp_grad_finish(&g) == DDP_OK) return 0;
+        if (ctx.rank == 1) nanosleep(&ts, NULL); /* (the launcher's SIGTERM ends it sooner) */
+        return 1;
+    }
     if (strcmp(mode, "kill_callers_child") == 0 && ctx.rank == 0) kill((pid_t)atoi(getenv("KILL_PID")), SIGKILL);
     if (strcmp(mode, "lastwords") == 0) { /* as lesson 5 with a bad checkpoint: all give up, rank 0 says why */
         ddp_barrier(&ctx);
@@ -591,6 +606,14 @@ static void test_launcher_blame(const char *self)
     }
     CHECK("launcher.names_the_rank_that_left_mid_job", named == runs, "%d of %d runs named rank 1 with status 1; the first other: %s",
           named, runs, bad);
+    /* the ranks stopped by one whose failure was its own and that goes on running: that one is named */
+    for (named = 0, bad[0] = 0, i = 0; i < 2; i++) {
+        rc = launch_to_file(self, "own_failure_alive", 3, out, 0);
+        if (rc == 1 && file_has(out, "after rank 1 (pid ") && file_has(out, "failed on its own (invalid argument) and went on running"))
+            named++;
+        else if (!bad[0]) snprintf(bad, sizeof bad, "status %d, rank 1 %s", rc, file_has(out, "after rank 1 (pid ") ? "named" : "not named");
+    }
+    CHECK("launcher.names_a_rank_that_failed_on_its_own_and_runs_on", named == 2, "%d of 2 runs; the first other: %s", named, bad);
     rc = launch_to_file(self, "early_destroy", 3, out, 0);
     CHECK("launcher.names_the_rank_that_destroyed_early", rc == 1 && file_has(out, "ddp: rank 1 (pid ") &&
           file_has(out, "status 0 while the others still needed it"), "status %d, %s", rc,
