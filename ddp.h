@@ -5906,6 +5906,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     static const int stops[] = {SIGINT, SIGTERM, SIGHUP};
     struct sigaction chld, dfl;
     int i, live = 0, nends = 0, cause = -1, status = 0, others = 0, p, pipefd[2] = {-1, -1}, stopped = 0, from_tty = 0;
+    int stopped_after = 0; /* a stop signal that came once a rank had failed: named after the failure */
     int64_t term_at = 0, kill_at = 0;
     const pid_t launcher = getpid();
     struct stat sb;
@@ -6018,8 +6019,9 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
                 stopped = sig;
                 from_tty = info.si_code == SI_KERNEL;
                 kill_at = ddp__now_ms() + 30000;
-            } else if (!kill_at) {
-                kill_at = ddp__now_ms() + 3000;
+            } else {
+                if (!kill_at) kill_at = ddp__now_ms() + 3000;
+                if (!stopped_after) stopped_after = sig, from_tty = info.si_code == SI_KERNEL;
             }
             *final = 1; /* the user stops the job: never restarted */
         }
@@ -6119,6 +6121,10 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         status = 128 + stopped;
         snprintf(why, why_size, "stopped by signal %d (%s)%s", stopped, strsignal(stopped),
                  from_tty ? "" : " sent to the launcher");
+    } else if (stopped_after && cause >= 0 && strlen(why) + 1 < why_size) { /* the failure's status, and why no restart */
+        size_t n = strlen(why);
+        snprintf(why + n, why_size - n, "; then signal %d (%s)%s ended the job, never restarted", stopped_after,
+                 strsignal(stopped_after), from_tty ? "" : " sent to the launcher");
     }
     /* a failed or stopped attempt takes what its ranks started with it (SIGTERM, SIGKILL
        3 s later): nothing of it runs beside the next attempt, or after the launcher */
