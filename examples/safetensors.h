@@ -11,7 +11,8 @@
    tensor against the file (known dtype, shape product without overflow, byte size,
    inside the data), and that the tensors tile the data exactly, as the reference
    library requires: sorted by offset, each begins where the one before ends, the
-   last ends at the end of the file (no overlap, no gap, nothing after). Functions
+   last ends at the end of the file (no overlap, no gap, nothing after), and where the
+   metadata holds st_write_file's checksum, that the file is as written. Functions
    return 1 on success, or 0 with a one-line reason in err (the errsize bytes the
    caller gives). All functions are static (ST_DEF, marked unused, so a file that only
    writes builds clean under -Wall): include this in each file that uses it. */
@@ -21,6 +22,7 @@
 #define _XOPEN_SOURCE 700 /* POSIX 2008 and XSI: stat, fileno, fsync, realpath (effective when included before
                              other headers; POSIX alone hid realpath from a C99 build of this file alone) */
 #endif
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -307,6 +309,84 @@ ST_DEF void st_free(st_file *f)
     memset(f, 0, sizeof *f);
 }
 
+/* ---- the checksum ------------------------------------------------------------------------
+   st_write_file puts "checksum" first in __metadata__: 16 hex digits of a 64-bit hash of
+   the whole file as written, with those 16 digits as zeros: a flipped bit in a weight,
+   an edited step, a shape or an offset changed all show. st_read checks it where a file
+   has one (files of other writers have none). It finds corruption; it is no signature. */
+typedef struct st_hash {
+    uint64_t lane[4], total;
+    unsigned char part[32]; /* a block's start, until its 32 bytes are in */
+    size_t have;
+} st_hash;
+
+ST_DEF uint64_t st_mix(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * 0x9fb21c651e98df25ull;
+    return h ^ (h >> 29);
+}
+
+ST_DEF void st_hash_block(st_hash *s, const unsigned char *p) /* 32 bytes: a word to each lane */
+{
+    int i;
+    for (i = 0; i < 4; i++) {
+        uint64_t w;
+        memcpy(&w, p + 8 * i, 8);
+        s->lane[i] = st_mix(s->lane[i], w);
+    }
+}
+
+ST_DEF void st_hash_start(st_hash *s)
+{
+    int i;
+    memset(s, 0, sizeof *s);
+    for (i = 0; i < 4; i++) s->lane[i] = 0x243f6a8885a308d3ull * (uint64_t)(2 * i + 1);
+}
+
+ST_DEF void st_hash_add(st_hash *s, const void *data, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    s->total += n;
+    while (n) {
+        size_t k;
+        if (!s->have && n >= 32) {
+            st_hash_block(s, p);
+            p += 32, n -= 32;
+            continue;
+        }
+        k = 32 - s->have < n ? 32 - s->have : n;
+        memcpy(s->part + s->have, p, k);
+        p += k, n -= k, s->have += k;
+        if (s->have == 32) st_hash_block(s, s->part), s->have = 0;
+    }
+}
+
+ST_DEF uint64_t st_hash_end(st_hash *s)
+{
+    uint64_t h = s->total;
+    int i;
+    if (s->have) { /* the last bytes, zero-padded (the length above tells 0 from no byte) */
+        memset(s->part + s->have, 0, 32 - s->have);
+        st_hash_block(s, s->part);
+    }
+    for (i = 0; i < 4; i++) h = st_mix(h, s->lane[i]);
+    return st_mix(h, h >> 31);
+}
+
+/* Where the checksum's 16 digits are in a header (the one place this writer puts them), or NULL. */
+ST_DEF unsigned char *st_checksum_at(unsigned char *header, size_t len)
+{
+    static const char key[] = "\"checksum\":\"";
+    size_t i, n = sizeof key - 1;
+    unsigned char *at = NULL;
+    for (i = 0; i + n + 17 <= len; i++)
+        if (memcmp(header + i, key, n) == 0) {
+            if (at || header[i + n + 16] != '"') return NULL; /* twice, or not 16 digits */
+            at = header + i + n;
+        }
+    return at;
+}
+
 /* One tensor's object (token t) into ts, checked against the data's size (its data
    pointer is set once the data is read). */
 ST_DEF int st_read_tensor(const st_json *j, int t, st_tensor *ts, size_t size, char *err, size_t errsize)
@@ -536,10 +616,34 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
     }
     if (!(f->bytes = st_read_more(in, f->bytes, 8 + (size_t)hlen, size, path, err, errsize))) goto fail;
     fclose(in);
+    in = NULL;
+    for (i = 0; i < f->n_meta && strcmp(f->meta_key[i], "checksum") != 0; i++) {}
+    if (i < f->n_meta) { /* written by st_write_file (empty or not): the file must be as written */
+        unsigned char *at = st_checksum_at(f->bytes + 8, (size_t)hlen), digits[16];
+        char want[17];
+        st_hash h;
+        for (i = 0; at && i < 16; i++) at = isxdigit(at[i]) && !isupper(at[i]) ? at : NULL;
+        if (!at) {
+            snprintf(err, errsize, "%s: corrupt safetensors header: its checksum is not 16 hex digits where "
+                     "safetensors.h writes it", path);
+            goto fail;
+        }
+        memcpy(digits, at, 16);
+        memset(at, '0', 16);
+        st_hash_start(&h);
+        st_hash_add(&h, f->bytes, size);
+        memcpy(at, digits, 16);
+        snprintf(want, sizeof want, "%016llx", (unsigned long long)st_hash_end(&h));
+        if (memcmp(want, digits, 16) != 0) {
+            snprintf(err, errsize, "%s: checksum mismatch (%.16s in the file, %s of its bytes): it changed after it "
+                     "was written (a flipped bit, an edit)", path, (const char *)digits, want);
+            goto fail;
+        }
+    }
     for (i = 0; i < f->n; i++) f->t[i].data = f->bytes + 8 + hlen + f->t[i].begin;
     return 1;
 fail:
-    fclose(in);
+    if (in) fclose(in);
     st_free(f);
     return 0;
 }
@@ -791,16 +895,39 @@ ST_DEF int st_write_unnamed(const char *path, const unsigned char *len8, const s
     return named ? 1 : -1; /* no name: written again, by name, where the error (if any) is said */
 }
 
-/* header: the JSON (padded here to a multiple of 8); then n arrays of bytes[i] bytes.
-   The data is written as this machine stores it: little-endian on x86 and ARM. The file
-   is written unnamed where it can be (st_write_unnamed), else by name (st_temp). */
+/* The checksum's place, 16 zeros, put first in header's __metadata__ (made if there is
+   none): 0 when out of memory. */
+ST_DEF int st_put_checksum(st_text *header)
+{
+    static const char meta[] = "{\"__metadata__\":{";
+    const size_t m = sizeof meta - 1;
+    const int has = header->len >= m && memcmp(header->s, meta, m) == 0;
+    const size_t at = has ? m : 1; /* after the object's opening brace */
+    const char next = header->len > at ? header->s[at] : '}';
+    st_text t;
+    memset(&t, 0, sizeof t);
+    if (header->failed || header->len < 2 || header->s[0] != '{') return 0;
+    st_put(&t, "%.*s%s\"checksum\":\"0000000000000000\"%s%s%s", (int)at, header->s, has ? "" : "\"__metadata__\":{",
+           has ? "" : "}", next == '}' ? "" : ",", header->s + at);
+    if (t.failed) return 0;
+    free(header->s);
+    *header = t;
+    return 1;
+}
+
+/* header: the JSON of one object (padded here to a multiple of 8; a checksum goes into
+   its __metadata__); then n arrays of bytes[i] bytes. The data is written as this
+   machine stores it: little-endian on x86 and ARM. The file is written unnamed where it
+   can be (st_write_unnamed), else by name (st_temp). */
 ST_DEF int st_write_file(const char *path, st_text *header, const void *const *arrays, const size_t *bytes, int n,
                          char *err, size_t errsize)
 {
-    char tmp[1100];
-    unsigned char len8[8];
+    char tmp[1100], digits[17];
+    unsigned char len8[8], *at;
     FILE *f = NULL;
     int i, ok, fd;
+    st_hash h;
+    if (!st_put_checksum(header)) header->failed = 1;
     while (!header->failed && header->len % 8) st_put(header, " ");
     if (header->failed) {
         snprintf(err, errsize, "%s: out of memory for the header", path);
@@ -811,6 +938,17 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
         return 0;
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header->len >> (8 * i));
+    at = st_checksum_at((unsigned char *)header->s, header->len);
+    if (!at) { /* a name of the caller's "checksum" too */
+        snprintf(err, errsize, "%s: the header has a \"checksum\" of its own", path);
+        return 0;
+    }
+    st_hash_start(&h);
+    st_hash_add(&h, len8, 8);
+    st_hash_add(&h, header->s, header->len);
+    for (i = 0; i < n; i++) st_hash_add(&h, arrays[i], bytes[i]);
+    snprintf(digits, sizeof digits, "%016llx", (unsigned long long)st_hash_end(&h));
+    memcpy(at, digits, 16);
     if ((ok = st_write_unnamed(path, len8, header, arrays, bytes, n, tmp, sizeof tmp, err, errsize)) == 0) return 0;
     if (ok < 0) {
         if ((fd = st_temp(path, 1, tmp, sizeof tmp)) < 0 || !(f = fdopen(fd, "wb"))) {
