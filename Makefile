@@ -42,7 +42,8 @@ EXAMPLES     = $(patsubst %.c,%,$(wildcard examples/*.c))
 GPU_EXAMPLES = $(patsubst %.c,%_gpu,$(filter-out examples/ddprun.c,$(wildcard examples/*.c))) \
                $(patsubst %.cu,%,$(wildcard examples/*.cu))
 # The lessons' programs and solutions; the exercises are built and checked one at a time
-# by make lesson-N, so that a half-done exercise never breaks make or make test.
+# by make lesson-N, so that a half-done exercise never breaks make or make test (make emu
+# builds them as handed out, from git: HANDED_OUT below).
 LESSONS      = $(patsubst %.c,%,$(filter-out %/exercise.c,$(wildcard examples/lessons/*/*.c)))
 EXERCISES    = $(patsubst %.c,%,$(wildcard examples/lessons/*/exercise.c))
 GPU_LESSONS  = $(addsuffix _gpu,$(LESSONS))
@@ -66,7 +67,7 @@ export DDP_NVARCH = $(NVARCH)
 # 0 under make HAVE_NVCC=: the tests that read GPU binaries skip rather than find none
 export DDP_GPU_BUILDS = $(if $(HAVE_NVCC),1,0)
 
-.PHONY: all run test test-fast lessons gpu-build check-gpu emu check-emu install uninstall clean
+.PHONY: all run test test-fast lessons gpu-build check-gpu emu check-emu install uninstall clean force
 all: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS))
 
 examples/%: examples/%.c $(HEADERS)
@@ -125,7 +126,11 @@ EMU_FLAGS    = -std=c++17 -g -fno-strict-aliasing -pthread -D__CUDACC__ -Wall -W
 EMU_SRC      = build/emu/src
 EMU_LIB      = build/emu/libemu.a
 EMU_HEADERS  = $(wildcard tests/emu/*.h tests/emu/cub/device/*.cuh)
-EMU_PROGRAMS = $(addprefix build/emu/,$(GPU_EXAMPLES) $(GPU_LESSONS) $(addsuffix _gpu,$(EXERCISES)) $(GPU_TESTS) \
+# The exercises as handed out: HEAD's, from git (as tests/test_lessons.sh checks them), never
+# the student's copy, which may be half done; none outside a git checkout of its own.
+HANDED_OUT   := $(shell [ -z "$$(git rev-parse --show-cdup 2>/dev/null)" ] && \
+                  git ls-tree -r --name-only HEAD examples/lessons 2>/dev/null | grep '/exercise\.c$$')
+EMU_PROGRAMS = $(addprefix build/emu/,$(GPU_EXAMPLES) $(GPU_LESSONS) $(patsubst %.c,%_gpu,$(HANDED_OUT)) $(GPU_TESTS) \
                tests/emu/selftest tests/emu/gpt2_corners)
 EMU_COPIES   = $(addprefix $(EMU_SRC)/,$(HEADERS) examples/safetensors.h examples/lessons/device.h examples/lessons/exercise.h \
                  tests/test.h)
@@ -140,6 +145,12 @@ check-emu: emu examples/train_gpt examples/train_classifier
 $(EMU_SRC)/%: % tests/emu/rewrite.pl
 	@mkdir -p $(@D)
 	perl tests/emu/rewrite.pl $< >$@
+# read from git every time, replaced only when it changed (then the program is rebuilt)
+$(addprefix $(EMU_SRC)/,$(HANDED_OUT)): $(EMU_SRC)/%: tests/emu/rewrite.pl force
+	@mkdir -p $(@D)
+	git show HEAD:$* >$@.git && perl tests/emu/rewrite.pl $@.git >$@.new && rm $@.git
+	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
+force: ;
 build/emu/%.o: tests/emu/%.cpp $(EMU_HEADERS)
 	@mkdir -p $(@D)
 	$(EMU_CXX) $(EMU_FLAGS) -O2 -Wextra -Itests/emu -c $< -o $@

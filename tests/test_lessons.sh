@@ -26,6 +26,22 @@ if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$root" ] && git rev-parse
 fi
 py=$(command -v python3)
 
+# make emu (and so make test) builds the exercises as handed out, not the student's: in a
+# clone of HEAD with this tree's Makefile, a half-done exercise changes nothing there.
+if [ -n "$handed_out" ]; then
+  clone=$tmp/clone
+  copy=build/emu/src/examples/lessons/01_launch/exercise.c
+  git clone -q "$root" "$clone" && cp Makefile "$clone/" && cp tests/emu/rewrite.pl "$clone/tests/emu/" &&
+    printf '\nint half_done( {\n' >>"$clone/examples/lessons/01_launch/exercise.c" &&
+    make -C "$clone" "$copy" >"$tmp/out" 2>&1 &&
+    git show HEAD:examples/lessons/01_launch/exercise.c | perl tests/emu/rewrite.pl | cmp -s - "$clone/$copy"
+  report "lessons.emu_builds_the_exercise_as_handed_out" $? \
+    "$(tail -n 3 "$tmp/out" | tr '\n' ' ' | head -c 300) $(grep -c half_done "$clone/$copy" 2>&1) half_done in the copy"
+  rm -rf "$clone"
+else
+  echo "SKIP lessons.emu_builds_the_exercise_as_handed_out: not a git checkout"
+fi
+
 for dir in examples/lessons/[0-9]*/; do
   dir=${dir%/}
   lesson=$(basename "$dir")
