@@ -25,6 +25,7 @@ if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$root" ] && git rev-parse
   handed_out=HEAD
 fi
 py=$(command -v python3)
+clang=$(command -v clang)
 
 # make emu (and so make test) builds the exercises as handed out, not the student's: in a
 # clone of HEAD with this tree's Makefile, a half-done exercise changes nothing there.
@@ -95,6 +96,11 @@ for dir in examples/lessons/[0-9]*/; do
   ${CC:-cc} -std=c99 -Wall -Wextra -Wpedantic -Werror -O0 -I"$root" "$src/exercise.c" -o "$src/exercise" -lpthread -lm \
     >"$tmp/out" 2>&1
   report "$name/exercise as handed out compiles" $? "$(head -c 400 "$tmp/out")"
+  # clang warns about what gcc lets pass (an unused static inline function)
+  if [ -n "$clang" ]; then
+    "$clang" -std=c99 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I"$root" "$src/exercise.c" >"$tmp/out" 2>&1
+    report "$name/exercise as handed out compiles with clang" $? "$(head -c 400 "$tmp/out")"
+  fi
   [ -x "$src/exercise" ] || continue
   # check.sh names the lesson after the exercise's folder
   (cd "$tmp" && "$root/examples/lessons/check.sh" "$src/exercise" >"$tmp/en" 2>&1)

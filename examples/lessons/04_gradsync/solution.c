@@ -26,10 +26,13 @@
 enum { LAYERS = 4, P = 64, D = LAYERS * P, N = 60, BATCH = 4, STEPS = 3 };
 
 /* The check sees every ddp_grad_ready() call and whether it marks the layer whose
-   layer_done() is running (watched_ready, below your part).
+   layer_done() is running (watched_ready, below your part; not static: clang and nvcc
+   refuse an unused static function, and an exercise that calls no ddp_grad_ready() yet
+   leaves it unused).
    检查会看到每一次 ddp_grad_ready() 调用，以及它标记的是不是正在运行 layer_done() 的那一层
-   （watched_ready，在你要改的部分下面）。 */
-static inline ddp_result watched_ready(ddp_grad *g, size_t offset, size_t count);
+   （watched_ready，在你要改的部分下面；它不是 static：clang 和 nvcc 不接受没被用到的 static 函数，
+   而还没调用 ddp_grad_ready() 的练习用不到它）。 */
+ddp_result watched_ready(ddp_grad *g, size_t offset, size_t count);
 #define ddp_grad_ready(g, offset, count) watched_ready(g, offset, count)
 
 /* The size of a bucket in bytes, so that each layer is one bucket (0 means ddp.h's
@@ -53,7 +56,7 @@ static int running = -1;         /* the layer whose layer_done() runs, or -1 */
 static int on_time[LAYERS];      /* this step's elements of each layer marked by its own layer_done() */
 static int late = -1, late_in = -2; /* the first layer marked otherwise, and where (a layer, -1: elsewhere) */
 
-static inline ddp_result watched_ready(ddp_grad *g, size_t offset, size_t count)
+ddp_result watched_ready(ddp_grad *g, size_t offset, size_t count)
 {
     size_t j;
     for (j = offset; j < offset + count && j < D; j++)
