@@ -119,21 +119,34 @@ done
 # no verdict (a return before main's check), a run may not leave processes behind (they
 # are stopped), lesson 1's pieces must be even, lesson 2's answer right on every rank,
 # and lesson 4's layers handed over as backward finishes them (the overlap), not at the end.
-wrong_answer() { # lesson-folder what sed-edit expected-line(grep -E)
-  local dir=examples/lessons/$1 w=$tmp/wrong/$1 rc left
+# A right answer written another way (lesson 2's counts in float) is "correct".
+variant() { # lesson-folder what sed-edit: $tmp/wrong/<lesson>/exercise built from the solution, or a FAIL
+  local dir=examples/lessons/$1 w=$tmp/wrong/$1
   mkdir -p "$w"
   sed "$3" "$dir/solution.c" >"$w/exercise.c"
-  if cmp -s "$dir/solution.c" "$w/exercise.c"; then report "lessons.checker: $2" 1 "the edit changed nothing"; return; fi
+  if cmp -s "$dir/solution.c" "$w/exercise.c"; then report "lessons.checker: $2" 1 "the edit changed nothing"; return 1; fi
   if ! ${CC:-cc} -std=c99 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -O0 -I"$root" -I"$root/$dir" "$w/exercise.c" \
       -o "$w/exercise" -lpthread -lm >"$tmp/out" 2>&1; then
     report "lessons.checker: $2" 1 "does not build: $(head -c 300 "$tmp/out")"
-    return
+    return 1
   fi
+}
+wrong_answer() { # lesson-folder what sed-edit expected-line(grep -E)
+  local w=$tmp/wrong/$1 rc left
+  variant "$1" "$2" "$3" || return
   (cd "$tmp" && "$root/examples/lessons/check.sh" "$w/exercise" >"$tmp/out" 2>&1)
   rc=$?
   left=$(ps -eo args | grep -c "^$w/exercise")
   [ $rc -eq 1 ] && grep -q "^lesson ${1:1:1}: not yet" "$tmp/out" && grep -Eq "$4" "$tmp/out" && [ "$left" -eq 0 ]
   report "lessons.checker: $2: not yet" $? "exit $rc, $left processes left: $(tr '\n' ' ' <"$tmp/out" | head -c 500)"
+}
+right_answer() { # lesson-folder what sed-edit: a right answer written another way is correct
+  local w=$tmp/wrong/$1 rc
+  variant "$1" "$2" "$3" || return
+  (cd "$tmp" && "$root/examples/lessons/check.sh" "$w/exercise" >"$tmp/out" 2>&1)
+  rc=$?
+  [ $rc -eq 0 ] && grep -q "^lesson ${1:1:1}: correct" "$tmp/out"
+  report "lessons.checker: $2: correct" $? "exit $rc: $(tr '\n' ' ' <"$tmp/out" | head -c 500)"
 }
 wrong_answer 01_launch "every rank returns 0 before the verdict" \
   's|^\( *\)for (ok = inside|\1ddp_destroy(\&ctx);\n\1return 0;\n&|' 'printed no verdict'
@@ -146,6 +159,8 @@ wrong_answer 01_launch "the last rank takes the rest (4 ranks: 2, 2, 2, 4)" \
 wrong_answer 02_allreduce "the right accuracy on rank 0 only" \
   's|return 100 \* n\[0\] / n\[1\];|return ctx->rank == 0 ? 100 * n[0] / n[1] : 100 * correct / seen;|' \
   '^  rank 1: .*gave 80.0000 %, wrong$'
+right_answer 02_allreduce "the counts reduced in float" \
+  's|double n\[2\];|float n[2];|; s|n, n, 2, DDP_F64|n, n, 2, DDP_F32|'
 wrong_answer 04_gradsync "every layer handed over after backward (no overlap)" \
   's|return ddp_grad_ready(sync, (size_t)layer \* P, P);|(void)sync, (void)layer; return DDP_OK;|; s|{ return ddp_grad_finish(sync); }|{ return ddp_grad_all_reduce(sync); }|' \
   "^wrong: the weights are right, but layer 0's gradient was never marked"
