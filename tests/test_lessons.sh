@@ -164,6 +164,12 @@ right_answer 02_allreduce "the counts reduced in float" \
 wrong_answer 04_gradsync "every layer handed over after backward (no overlap)" \
   's|return ddp_grad_ready(sync, (size_t)layer \* P, P);|(void)sync, (void)layer; return DDP_OK;|; s|{ return ddp_grad_finish(sync); }|{ return ddp_grad_all_reduce(sync); }|' \
   "^wrong: the weights are right, but layer 0's gradient was never marked"
+wrong_answer 04_gradsync "backward_done() divides the summed gradient by the world size again" \
+  's|{ return ddp_grad_finish(sync); }|{ ddp_result r = ddp_grad_finish(sync); size_t j; for (j = 0; j < D; j++) ((float *)sync->grads)[j] /= (float)sync->ctx->world_size; return r; }|' \
+  '^hint 1: the gradient was summed over the ranks \(they agree\), then its size changed'
+wrong_answer 04_gradsync "two layers to a bucket" \
+  's|return P \* sizeof(float);|return 2 * P * sizeof(float);|' \
+  '^hint 1: bucket_bytes\(\) returns 512 bytes, room for 2 layers of 256 bytes in a bucket'
 wrong_answer 04_gradsync "each layer marks another layer's elements" \
   's|ddp_grad_ready(sync, (size_t)layer \* P, P)|ddp_grad_ready(sync, (size_t)(LAYERS - 1 - layer) * P, P)|' \
   "^wrong: the weights are right, but layer 0's gradient was marked ready in layer 3's layer_done"

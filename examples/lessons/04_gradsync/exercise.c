@@ -116,8 +116,9 @@ int main(int argc, char **argv)
     ddp_sampler_desc sd = {0};
     ddp_grad sync;
     ddp_grad_desc gd = {0};
-    static float w[D], g[D], ref[D], ref_g[D];
-    float diff = 0, *diffs;
+    static float w[D], g[D], ref[D], ref_g[D], w0[D];
+    float diff = 0, apart = 0, *diffs;
+    char hint[512];
     int j, r, ok, same, failed, status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
     desc.argc = &argc;
@@ -152,6 +153,11 @@ int main(int argc, char **argv)
         failed = failed || diffs[r] < 0;
         same = same && diffs[r] >= 0 && diffs[r] <= 1e-5f;
     }
+    /* how far the ranks' weights are apart: rank 0's on every rank */
+    memcpy(w0, w, sizeof w0);
+    if (ddp_broadcast(&ctx, w0, D, DDP_F32, 0, NULL) != DDP_OK) return 1;
+    for (j = 0; j < D; j++) apart = fmaxf(apart, fabsf(w[j] - w0[j]));
+    if (ddp_all_reduce(&ctx, &apart, &apart, 1, DDP_F32, DDP_MAX, NULL) != DDP_OK) return 1;
     ok = same && sync.num_buckets == LAYERS && late < 0; /* one problem at a time, the most basic first */
     if (ok) {
         ddp_print(&ctx, TR("correct: after %d steps all %d ranks hold the weights of one process on the global "
@@ -171,6 +177,20 @@ int main(int argc, char **argv)
                         "for all of them.",
                         "ddp_grad_ready() 的参数是连续梯度缓冲区里的偏移和个数，单位是元素而不是字节；ddp_grad_finish() "
                         "结束这一步：它启动剩下的桶，并等待所有的桶完成。"));
+    } else if (!same && apart <= 1e-6f) {
+        ddp_print(&ctx, TR("wrong: after %d steps the ranks hold the same weights, but not one process's on the "
+                           "global batch:",
+                           "错误：%d 步之后各 rank 的权重彼此相同，却与一个进程在全局 batch 上训练出的不同："), STEPS);
+        lesson_print_ranks(&ctx, diffs, 1e-5f);
+        lesson_hints(&ctx, 4,
+                     TR("the gradient was summed over the ranks (they agree), then its size changed: ddp_grad hands "
+                        "back the sum (gd.sum = 1), which train() divides by the global batch itself. Dividing it "
+                        "again, by the number of ranks, makes every step that many times too small.",
+                        "梯度已经在各 rank 间求和（它们的权重一致），之后它的大小却被改了：ddp_grad 交回的是和（gd.sum = 1），"
+                        "train() 自己会把它除以全局 batch 的大小。再除一次 rank 数，每一步就小了那么多倍。"),
+                     TR("backward_done() only waits for ddp_grad; the gradient it leaves in the buffer is the one "
+                        "the optimizer needs.",
+                        "backward_done() 只需等待 ddp_grad；它留在缓冲区里的梯度就是优化器需要的。"));
     } else if (!same) {
         ddp_print(&ctx, TR("wrong: after %d steps the weights differ from one process's on the global batch:",
                            "错误：%d 步之后，权重与一个进程在全局 batch 上训练出的不同："), STEPS);
@@ -188,8 +208,16 @@ int main(int argc, char **argv)
     } else if (sync.num_buckets != LAYERS) {
         ddp_print(&ctx, TR("wrong: the gradient goes in %zu bucket(s), want %d, one per layer\n",
                            "错误：梯度被分成了 %zu 个桶，应为 %d 个，每层一个\n"), sync.num_buckets, LAYERS);
+        if (bucket_bytes() && sync.num_buckets < LAYERS)
+            snprintf(hint, sizeof hint,
+                     TR("bucket_bytes() returns %zu bytes, room for %zu layers of %zu bytes in a bucket: its "
+                        "all-reduce waits for the last of them, and the layers done before it wait too.",
+                        "bucket_bytes() 返回 %zu 字节，一个桶能装下 %zu 个 %zu 字节的层：桶的全归约要等其中最后一层，"
+                        "先算完的层也只好一起等。"),
+                     bucket_bytes(), bucket_bytes() / (P * sizeof(float)), P * sizeof(float));
         lesson_hints(&ctx, 4,
-                     sync.num_buckets < LAYERS
+                     bucket_bytes() && sync.num_buckets < LAYERS ? hint
+                     : sync.num_buckets < LAYERS
                          ? TR("bucket_bytes() decides how the gradient is cut into buckets. With ddp.h's default "
                               "(25 MiB) the whole model is one bucket, whose all-reduce cannot start before "
                               "backward has finished every layer: nothing overlaps.",
