@@ -118,7 +118,8 @@ done
 # with sed: it says "not yet" and what was wrong, never "correct". Exit status 0 alone is
 # no verdict (a return before main's check), a run may not leave processes behind (they
 # are stopped), lesson 1's pieces must be even, lesson 2's answer right on every rank,
-# and lesson 4's layers handed over as backward finishes them (the overlap), not at the end.
+# lesson 4's layers handed over as backward finishes them (the overlap), not at the end,
+# and lesson 5's weights known only from rank 0's file.
 # A right answer written another way (lesson 2's counts in float) is "correct".
 variant() { # lesson-folder what sed-edit: $tmp/wrong/<lesson>/exercise built from the solution, or a FAIL
   local dir=examples/lessons/$1 w=$tmp/wrong/$1
@@ -173,6 +174,9 @@ wrong_answer 04_gradsync "two layers to a bucket" \
 wrong_answer 04_gradsync "each layer marks another layer's elements" \
   's|ddp_grad_ready(sync, (size_t)layer \* P, P)|ddp_grad_ready(sync, (size_t)(LAYERS - 1 - layer) * P, P)|' \
   "^wrong: the weights are right, but layer 0's gradient was marked ready in layer 3's layer_done"
+wrong_answer 05_metrics "every rank computes the saved weights instead of reading them" \
+  's|return ddp_broadcast(ctx, w, P, DDP_F32, 0, NULL);|{ int j; for (j = 0; j < P; j++) w[j] = 0.25f * (float)j - 0.5f; } return DDP_OK;|' \
+  "^wrong: these ranks' weights differ from the checkpoint's: rank 0 by"
 
 # Lesson 5's checkpoint: resuming refuses what no run of it writes, with rank 0's
 # one-line reason, which reaches the output before the launcher stops the job (8

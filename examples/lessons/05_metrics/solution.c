@@ -17,7 +17,17 @@
 
 enum { P = 6 };
 
-static float trained(int j) { return 0.25f * (float)j - 0.5f; } /* what was saved */
+/* What an earlier run saved: drawn afresh by rank 0 for every check, so the other ranks
+   can learn it only from rank 0.  之前一次运行保存的权重：每次检查由 rank 0 重新抽取，其他 rank
+   只能从 rank 0 那里得到它。 */
+static void draw_trained(float *w)
+{
+    struct timespec t;
+    int j, k;
+    clock_gettime(CLOCK_REALTIME, &t);
+    k = 1 + (int)((t.tv_sec + t.tv_nsec / 1000) % 999); /* 1 to 999, whatever the clock's resolution */
+    for (j = 0; j < P; j++) w[j] = 0.25f * (float)j - 0.5f + (float)k;
+}
 
 /* Rank 0 reads the weights from f; afterwards every rank must hold them in w.
    rank 0 从 f 读出权重；之后每个 rank 的 w 里都必须是这些权重。 */
@@ -39,7 +49,7 @@ int main(int argc, char **argv)
 {
     ddp_ctx ctx;
     ddp_desc desc = {0};
-    float w[P], diff = 0, *diffs;
+    float w[P], trained[P], diff = 0, *diffs;
     FILE *f = NULL;
     int j, r, ok, status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
@@ -48,13 +58,15 @@ int main(int argc, char **argv)
     if (ddp_init(&ctx, &desc) != DDP_OK) return 1;
 
     if (ddp_is_main(&ctx)) { /* the checkpoint of an earlier run */
-        for (j = 0; j < P; j++) w[j] = trained(j);
-        if (!(f = tmpfile()) || fwrite(w, sizeof(float), P, f) != P) return 1;
+        draw_trained(trained);
+        if (!(f = tmpfile()) || fwrite(trained, sizeof(float), P, f) != P) return 1;
     }
     for (j = 0; j < P; j++) w[j] = (float)(ctx.rank + 1) * 100; /* fresh weights, different per rank */
 
     if (load_checkpoint(&ctx, f, w) != DDP_OK) return 1;
-    for (j = 0; j < P; j++) diff = fmaxf(diff, fabsf(w[j] - trained(j)));
+    /* the saved weights, on every rank for the check */
+    if (ddp_broadcast(&ctx, trained, P, DDP_F32, 0, NULL) != DDP_OK) return 1;
+    for (j = 0; j < P; j++) diff = fmaxf(diff, fabsf(w[j] - trained[j]));
     /* every rank's difference from the checkpoint, on every rank */
     if (!(diffs = (float *)malloc(sizeof diff * (size_t)ctx.world_size))) return 1;
     if (ddp_all_gather(&ctx, &diff, diffs, 1, DDP_F32, NULL) != DDP_OK) return 1;
