@@ -117,7 +117,7 @@ done
 # The checker against wrong answers a student could write, each made from a solution
 # with sed: it says "not yet" and what was wrong, never "correct". Exit status 0 alone is
 # no verdict (a return before main's check), a run may not leave processes behind (they
-# are stopped), lesson 1's pieces must be even, lesson 2's answer right on every rank,
+# are stopped), lesson 1's pieces must be even and by rank, not local rank, lesson 2's answer right on every rank,
 # lesson 4's layers handed over as backward finishes them (the overlap), not at the end,
 # and lesson 5's weights known only from rank 0's file.
 # A right answer written another way (lesson 2's counts in float) is "correct".
@@ -157,6 +157,9 @@ wrong_answer 01_launch "the right pieces, and a child of rank 1 left running" \
 wrong_answer 01_launch "the last rank takes the rest (4 ranks: 2, 2, 2, 4)" \
   's|ctx->rank \* N / ctx->world_size;|ctx->rank * (N / ctx->world_size);|; s|(ctx->rank + 1) \* N / ctx->world_size;|ctx->rank + 1 == ctx->world_size ? N : (ctx->rank + 1) * (N / ctx->world_size);|' \
   '^  uneven: a piece of 4 items beside one of 2'
+wrong_answer 01_launch "pieces by local rank (right on one host)" \
+  's|ctx->rank \* N|ctx->local_rank * N|; s|(ctx->rank + 1) \* N|(ctx->local_rank + 1) * N|' \
+  '^lesson 1: not yet: the run above, 4 ranks on two simulated hosts, went wrong'
 wrong_answer 02_allreduce "the right accuracy on rank 0 only" \
   's|return 100 \* n\[0\] / n\[1\];|return ctx->rank == 0 ? 100 * n[0] / n[1] : 100 * correct / seen;|' \
   '^  rank 1: .*gave 80.0000 %, wrong$'

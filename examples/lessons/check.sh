@@ -1,6 +1,7 @@
 #!/bin/sh
-# check.sh - runs a lesson's exercise (or its solution) with 3, 1, 2, 4, 5 and 7 ranks
-# and says "correct", or shows the first run that went wrong with its hint. `make
+# check.sh - runs a lesson's exercise (or its solution) with 3, 1, 2, 4, 5 and 7 ranks,
+# then with 4 ranks on two simulated hosts, and says "correct", or shows the first run
+# that went wrong with its hint. `make
 # lesson-N` builds the exercise and calls this:
 #   examples/lessons/check.sh examples/lessons/03_sampler/exercise
 # In Chinese when LC_ALL, LC_MESSAGES or LANG (the first one set) starts with "zh",
@@ -34,8 +35,24 @@ alive() {
 # The exercises use no OpenMP: a thread count keeps the launcher's note about it away.
 # A rank left waiting is named by ddp.h after 20 s; timeout is the last resort.
 export OMP_NUM_THREADS=1 DDP_TIMEOUT=20
-for w in 3 1 2 4 5 7; do
-  timeout 60 "$bin" --nproc $w >"$out" 2>&1 &
+# Two hosts of two ranks each, started as torchrun --nnodes 2 starts them, here on one:
+# on the second host LOCAL_RANK is not RANK, so work shared out by local rank shows. The
+# job's own id gives it a port of its own. The status: the first rank's that failed.
+# shellcheck disable=SC2016 # a script for sh -c: its own shell expands it
+hosts='id=lesson-$$-$(date +%s%N) pids= s=0
+for r in 0 1 2 3; do
+  RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 GROUP_RANK=$((r / 2)) MASTER_ADDR=127.0.0.1 \
+    TORCHELASTIC_RUN_ID=$id "$1" &
+  pids="$pids $!"
+done
+for p in $pids; do wait $p; c=$?; [ $s -eq 0 ] && s=$c; done
+exit $s'
+for w in 3 1 2 4 5 7 hosts; do
+  if [ $w = hosts ]; then
+    timeout 60 sh -c "$hosts" sh "$bin" >"$out" 2>&1 &
+  else
+    timeout 60 "$bin" --nproc $w >"$out" 2>&1 &
+  fi
   pid=$!
   wait $pid
   rc=$?
@@ -62,10 +79,15 @@ for w in 3 1 2 4 5 7; do
   else
     wrong=
   fi
-  if [ -n "$wrong" ]; then
+  if [ -n "$wrong" ] && [ $w = hosts ]; then
+    say "lesson $lesson: not yet: the run above, 4 ranks on two simulated hosts, went wrong (ranks 2 and 3 on the second, as its local ranks 0 and 1; exit status $rc)" \
+        "第 $lesson 课：还没做对：上面在两台模拟主机上用 4 个 rank 的那次运行出了错（rank 2、3 在第二台上，是它的 local rank 0、1；退出状态 $rc）"
+    exit 1
+  elif [ -n "$wrong" ]; then
     say "lesson $lesson: not yet: the run with $w ranks above went wrong (exit status $rc)" \
         "第 $lesson 课：还没做对：上面用 $w 个 rank 的那次运行出了错（退出状态 $rc）"
     exit 1
   fi
 done
-say "lesson $lesson: correct with 1, 2, 3, 4, 5 and 7 ranks" "第 $lesson 课：正确，1、2、3、4、5、7 个 rank 都对"
+say "lesson $lesson: correct with 1, 2, 3, 4, 5 and 7 ranks, and with 4 on two hosts" \
+    "第 $lesson 课：正确，1、2、3、4、5、7 个 rank 都对，两台主机上的 4 个 rank 也对"
