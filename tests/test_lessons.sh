@@ -43,6 +43,15 @@ else
   echo "SKIP lessons.emu_builds_the_exercise_as_handed_out: not a git checkout"
 fi
 
+# make in a lesson's folder works where the repository's path has a space in it
+spaced="$tmp/with space"
+mkdir -p "$spaced/examples" "$spaced/tests" && cp Makefile ddp.h ddp_kernels.cuh "$spaced/" &&
+  cp tests/README.md "$spaced/tests/" && cp -r examples/lessons "$spaced/examples/" &&
+  make -n -C "$spaced/examples/lessons/01_launch" >"$tmp/make" 2>&1 &&
+  grep -q '^examples/lessons/check.sh examples/lessons/01_launch/exercise$' "$tmp/make"
+report "lessons.make_in_a_folder_whose_path_has_a_space" $? "$(tail -n 3 "$tmp/make" | tr '\n' ' ')"
+rm -rf "$spaced"
+
 for dir in examples/lessons/[0-9]*/; do
   dir=${dir%/}
   lesson=$(basename "$dir")

@@ -2,9 +2,12 @@
 # where ddp.h is, so every target goes to the Makefile there:
 #   make          the same as make lesson-N at the root: builds and checks the exercise
 #   make ranks    builds this folder's ranks.c (any program here), then run ./ranks --nproc 4
-root := $(abspath $(CURDIR)/../../..)
-here := examples/lessons/$(notdir $(CURDIR))
-lesson := $(patsubst 0%,%,$(firstword $(subst _, ,$(notdir $(CURDIR)))))
+# Relative, and the folder's name as the last word of its path: make splits a path with a
+# space in it into words.
+root := ../../..
+name := $(lastword $(subst /, ,$(CURDIR)))
+here := examples/lessons/$(name)
+lesson := $(patsubst 0%,%,$(firstword $(subst _, ,$(name))))
 
 check:
 	@$(MAKE) --no-print-directory -C $(root) lesson-$(lesson)
