@@ -216,6 +216,19 @@ done
 [ $said -eq 5 ]
 report "lessons.05_metrics/checkpoint with 8 ranks: rank 0's reason is in the output every time" $? "in $said of 5 runs"
 
+# The programs refuse a bad argument in one line (not one a rank) with status 2, before
+# anything runs: a mistyped --resume does not train from scratch over checkpoint.bin.
+printf 'kept' >"$tmp/checkpoint.bin"
+for case in "05_metrics/checkpoint --epochs abc" "05_metrics/checkpoint --epochs 0" "05_metrics/checkpoint --resum" \
+            "05_metrics/checkpoint --epochs" "04_gradsync/gradsync --trce t.json" "06_speedup/speedup --epochs 0"; do
+  # shellcheck disable=SC2086 # $case is a word list
+  (cd "$tmp" && timeout 60 "$root/examples/lessons/"$case --nproc 3 >"$tmp/out" 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/out")" -eq 1 ] && [ "$(cat "$tmp/checkpoint.bin")" = kept ]
+  report "lessons.bad_argument: $case --nproc 3: one line, status 2" $? "exit $rc: $(tr '\n' ' ' <"$tmp/out" | head -c 300)"
+done
+rm -f "$tmp/checkpoint.bin"
+
 if [ -z "$py" ]; then echo "SKIP lessons.chinese_pages and the pictures: no python3"; exit $fail; fi
 # Chinese pages: a line break between two Chinese characters (or full-width punctuation)
 # shows as a space; ASCII quotes around Chinese; 规约 (the standard term is 归约).

@@ -45,10 +45,11 @@ int main(int argc, char **argv)
     static float w[D], g[D];
     float *dev_grad, err[BATCH], y[N];
     const char *trace = NULL;
-    int epoch, layer, i, status = ddp_launch(&argc, argv);
-    if (status != DDP_WORKER) return status;
-    for (i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--trace") == 0) trace = argv[i + 1];
+    int epoch, layer, i, status;
+    for (i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc) trace = argv[++i];
+        else if (!lesson_launch_flag(argc, argv, &i)) return 2;
+    if ((status = ddp_launch(&argc, argv)) != DDP_WORKER) return status;
     for (i = 0; i < N; i++) y[i] = target((uint32_t)i);
     desc.argc = &argc;
     desc.argv = argv;

@@ -65,14 +65,15 @@ int main(int argc, char **argv)
     ddp_sampler sampler;
     ddp_sampler_desc sd = {0};
     float wb[2] = {0, 0}, *dev; /* the model: w and b */
-    int32_t epoch = 0, epochs = 3, ok = 1;
+    int32_t epoch = 0, ok = 1;
     char why[160] = "";
-    int i, resume = 0, status = ddp_launch(&argc, argv);
-    if (status != DDP_WORKER) return status;
-    for (i = 1; i < argc; i++) {
+    int i, epochs = 3, resume = 0, status;
+    for (i = 1; i < argc; i++)
         if (strcmp(argv[i], "--resume") == 0) resume = 1;
-        if (strcmp(argv[i], "--epochs") == 0 && i + 1 < argc) epochs = atoi(argv[i + 1]);
-    }
+        else if (strcmp(argv[i], "--epochs") == 0 ? !lesson_int_flag(argc, argv, &i, 1, 1000000, &epochs)
+                                                  : !lesson_launch_flag(argc, argv, &i))
+            return 2;
+    if ((status = ddp_launch(&argc, argv)) != DDP_WORKER) return status;
     desc.argc = &argc;
     desc.argv = argv;
     if (ddp_init(&ctx, &desc) != DDP_OK) return 1;

@@ -52,14 +52,12 @@ int main(int argc, char **argv)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     size_t b, s;
     uint32_t j;
-    int e, epochs = 5, status = ddp_launch(&argc, argv);
-    if (status != DDP_WORKER) return status;
-    for (e = 1; e + 1 < argc; e++)
-        if (strcmp(argv[e], "--epochs") == 0) epochs = atoi(argv[e + 1]);
-    if (epochs < 1 || epochs > MAX_EPOCHS) {
-        fprintf(stderr, "--epochs needs 1 to %d\n", MAX_EPOCHS);
-        return 2;
-    }
+    int e, epochs = 5, status;
+    for (e = 1; e < argc; e++)
+        if (strcmp(argv[e], "--epochs") == 0 ? !lesson_int_flag(argc, argv, &e, 1, MAX_EPOCHS, &epochs)
+                                             : !lesson_launch_flag(argc, argv, &e))
+            return 2;
+    if ((status = ddp_launch(&argc, argv)) != DDP_WORKER) return status;
     desc.argc = &argc;
     desc.argv = argv;
     if (ddp_init(&ctx, &desc) != DDP_OK) return 1;
