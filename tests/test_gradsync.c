@@ -333,23 +333,29 @@ static void metrics_nan(worker *w)
     check_all(w, "metrics reduce: a NaN on one rank is every rank's min and max", ok, why);
 }
 
-/* ddp_metric_reduce of no metrics on rank 1 and two on the others: every rank hears of
-   it (the rank with none returned DDP_OK without taking part). A job of its own: the
-   group is broken after it; each rank prints its line. */
-static int metrics_count_differs(int *argc, char **argv)
+/* ddp_init for a job of its own: errors go to a log nobody prints (each rank reports) */
+static ddp_result init_quiet(ddp_ctx *ctx, int *argc, char **argv)
 {
     static worker quiet; /* its last_error takes the log's lines */
-    ddp_ctx ctx;
     ddp_desc d;
-    ddp_metric m[2];
-    ddp_result r;
-    char name[120];
     memset(&d, 0, sizeof d);
     d.argc = argc;
     d.argv = argv;
     d.log = capture_log;
     d.log_user = &quiet;
-    if (ddp_init(&ctx, &d) != DDP_OK) return 1;
+    return ddp_init(ctx, &d);
+}
+
+/* ddp_metric_reduce of no metrics on rank 1 and two on the others: every rank hears of
+   it (the rank with none returned DDP_OK without taking part). A job of its own: the
+   group is broken after it; each rank prints its line. */
+static int metrics_count_differs(int *argc, char **argv)
+{
+    ddp_ctx ctx;
+    ddp_metric m[2];
+    ddp_result r;
+    char name[120];
+    if (init_quiet(&ctx, argc, argv) != DDP_OK) return 1;
     memset(m, 0, sizeof m);
     r = ddp_metric_reduce(&ctx, m, ctx.rank == 1 ? 0 : 2);
     snprintf(name, sizeof name, "gradsync W=%d rank %d: metrics reduce of 0 metrics on rank 1, 2 elsewhere: named",
@@ -366,21 +372,14 @@ static int metrics_count_differs(int *argc, char **argv)
    each rank's average mixing another number of micro-steps). A job of its own. */
 static int nosync_differs(int *argc, char **argv, int variant)
 {
-    static worker quiet;
     ddp_ctx ctx;
-    ddp_desc d;
     ddp_grad g;
     ddp_grad_desc gd;
     float grad[4] = {0};
     ddp_result r = DDP_OK;
     char name[160];
     int step, i;
-    memset(&d, 0, sizeof d);
-    d.argc = argc;
-    d.argv = argv;
-    d.log = capture_log;
-    d.log_user = &quiet;
-    if (ddp_init(&ctx, &d) != DDP_OK) return 1;
+    if (init_quiet(&ctx, argc, argv) != DDP_OK) return 1;
     memset(&gd, 0, sizeof gd);
     gd.grads = grad;
     gd.count = 4;
