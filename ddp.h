@@ -604,8 +604,10 @@ DDPDEF ddp_result ddp_grad_all_reduce(ddp_grad *g);
 /* Gradient accumulation (PyTorch's no_sync()): while on, steps do no communication
    (ready checks its arguments, finish only ends the step) and gradients accumulate
    locally; the first step after turning it off averages the accumulated sums.
-   Change it between steps only, on every rank alike: a sync whose sums cover another
-   number of steps than another rank's is DDP_ERR_MISMATCH, named. */
+   Change it between steps only, on every rank alike: with averages (the default), a
+   sync whose sums cover another number of steps than another rank's is
+   DDP_ERR_MISMATCH, named; with desc.sum, ranks may accumulate unevenly (the caller
+   scales the sum). */
 DDPDEF ddp_result ddp_grad_no_sync(ddp_grad *g, int on);
 
 /* ---- tracing: where the time goes, as a picture -----------------------------------
@@ -5379,7 +5381,7 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
     st = ctx->st;
     if (!ddp__broken(st) && (!work->seq || work->owner != st->id || (!st->be->wait && st->worker_started && work->seq > st->queued)))
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
-                         "(its call failed, or it was never made)");
+                         "(its call failed, it was never made, or it was another context's)");
     ddp_trace_begin(ctx, "wait"); /* nothing without tracing */
     if (ddp__broken(st)) {
         char what[40];
@@ -5599,7 +5601,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     const struct ddp__launcher *launcher = NULL;
     ddp__settings *cfg;
     ddp_result r;
-    if (!ctx) return DDP_ERR_ARG;
+    if (!ctx) return ddp__no_state(ctx, "ddp_init");
     ddp__std_fds();
     memset(&none, 0, sizeof none);
     if (!desc) desc = &none;
@@ -5662,7 +5664,7 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
 {
     struct ddp__state *st;
     ddp_result r = DDP_OK;
-    if (!ctx) return DDP_ERR_ARG;
+    if (!ctx) return ddp__no_state(ctx, "ddp_destroy");
     if (!ctx->st) return ctx->ended; /* destroyed already (or never initialised: DDP_OK) */
     st = ctx->st;
     if (st->pid != getpid()) { /* a child of fork(): its copy goes with it, the parent's group is not its own */
@@ -6064,7 +6066,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         /* the cause, once no rank that may still be it is left (or the moment is over) */
         if (cause < 0 && c >= 0 && (!ends[c].caused || live == 0 || now >= term_at) &&
             !(unsure && live > 1 && now < term_at)) {
-            int n, h, w = ends[c].timed_out ? waited[ends[c].rank] : -1, silent = -1;
+            int n, h, w = ends[c].timed_out ? waited[ends[c].rank] : -1, silent = -1, own = -1;
             char late[120] = "";
             for (h = 0; ends[c].timed_out && w < 0 && any_joined && h < nproc; h++) /* never came to ddp_init */
                 if (pids[h] > 0 && !joined[h]) w = h;
@@ -6076,11 +6078,13 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             else if (silent >= 0)
                 snprintf(late, sizeof late, " after it timed out; rank %d (pid %d) is still running and said nothing: the "
                          "one the others waited for", silent, started[silent]);
-            for (h = 0; ends[c].caused && !late[0] && h < nproc; h++) /* stopped by a rank whose failure was its own, */
-                if (pids[h] > 0 && said[h] > DDP_OK && said[h] < DDP_RESULT_COUNT && said[h] != DDP_ERR_PEER && /* alive */
-                    said[h] != DDP_ERR_ABORTED && said[h] != DDP_ERR_TIMEOUT)
-                    snprintf(late, sizeof late, " after rank %d (pid %d) failed on its own (%s) and went on running", h,
-                             started[h], ddp_strerror((ddp_result)said[h]));
+            for (h = 0; ends[c].caused && !late[0] && h < nproc; h++) /* stopped by the one rank alive whose failure */
+                if (pids[h] > 0 && said[h] > DDP_OK && said[h] < DDP_RESULT_COUNT && said[h] != DDP_ERR_PEER && /* was */
+                    said[h] != DDP_ERR_ABORTED && said[h] != DDP_ERR_TIMEOUT) /* its own (of two, one may have been */
+                    own = own == -1 ? h : -2;                             /* a refused call that broke nothing) */
+            if (own >= 0 && !late[0])
+                snprintf(late, sizeof late, " after rank %d (pid %d) failed on its own (%s) and went on running", own,
+                         started[own], ddp_strerror((ddp_result)said[own]));
             cause = c;
             status = ends[c].status;
             if (!status) status = 1; /* the job failed, though the rank's own status was 0 (early, left) */
@@ -6434,7 +6438,7 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
         if (ctx && ctx->st && ctx->world_size > 1) ddp__sampler_agree(s, ctx, 1);
         return r;
     }
-    if (ctx && !ctx->st && desc->world_size <= 0) return DDP_ERR_ARG; /* destroyed: ddp_error says so */
+    if (ctx && !ctx->st && desc->world_size <= 0) return ddp__no_state(ctx, "ddp_sampler_init");
     if (desc->world_size > 0) {
         s->world_size = desc->world_size;
         s->rank = desc->rank;
@@ -6810,7 +6814,7 @@ void ddp_grad_destroy(ddp_grad *g)
 {
     if (!g) return;
     if (g->st) {
-        if (g->st->buckets) (void)ddp__grad_wait(g, 0);
+        if (g->st->buckets && g->ctx && g->ctx->st) (void)ddp__grad_wait(g, 0); /* (ddp_destroy ended what was in flight) */
         if (g->st->buckets) DDP_FREE(g->st->buckets);
         if (g->st->regions) DDP_FREE(g->st->regions);
         DDP_FREE(g->st);
@@ -6835,7 +6839,7 @@ static ddp_result ddp__grad_launch(ddp_grad *g)
         c.dtype = g->dtype;
         c.op = g->sum ? DDP_SUM : DDP_AVG;
         c.bucket = (int32_t)g->st->launched + 1; /* a name in traces */
-        c.steps = g->st->accumulated + 1;
+        c.steps = g->sum ? 0 : g->st->accumulated + 1; /* a sum is the caller's to scale: ranks may add unevenly */
         r = ddp__issue(g->ctx, &c, g->stream, &b->work);
         if (r != DDP_OK) return r;
         g->st->launched++;
@@ -6891,6 +6895,9 @@ ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
 {
     size_t end = offset + count;
     if (!g || !g->st) return DDP_ERR_ARG;
+    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_all_reduce");
+    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_finish");
+    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_ready");
     if (end < offset || end > g->count)
         return ddp__fail(g->ctx, DDP_ERR_ARG,
                               "ddp_grad_ready: %zu elements at offset %zu are outside the gradient buffer of %zu "

@@ -318,7 +318,8 @@ int main(int argc, char **argv)
         fflush(stderr);
         dup2(fileno(f), 2);
         ok = ddp_all_reduce(&c, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_ERR_ARG && ddp_barrier(NULL) == DDP_ERR_ARG &&
-             ddp_agree_on(&c, "a", "b") == DDP_ERR_ARG;
+             ddp_agree_on(&c, "a", "b") == DDP_ERR_ARG && ddp_init(NULL, NULL) == DDP_ERR_ARG &&
+             ddp_destroy(NULL) == DDP_ERR_ARG && ddp_destroy(&c) == DDP_OK; /* (destroyed twice: no error) */
         fflush(stderr);
         dup2(saved, 2);
         close(saved);
@@ -328,7 +329,9 @@ int main(int argc, char **argv)
         fclose(f);
         ok = ok && strcmp(got, "ddp: error: ddp_all_reduce: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
                                "ddp: error: ddp_barrier: no ddp_ctx (NULL)\n"
-                               "ddp: error: ddp_agree_on: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n") == 0;
+                               "ddp: error: ddp_agree_on: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
+                               "ddp: error: ddp_init: no ddp_ctx (NULL)\n"
+                               "ddp: error: ddp_destroy: no ddp_ctx (NULL)\n") == 0;
         CHECK("collectives.call_without_a_context_said", ok, "stderr: '%s'", got);
     }
 

@@ -369,7 +369,9 @@ static int metrics_count_differs(int *argc, char **argv)
 /* ddp_grad_no_sync on different steps on different ranks (variant 0: rank r accumulates
    step 1 + r; 1: only rank 1 accumulates, at step 1): the first sync that pairs sums of
    different step counts is a named mismatch on every rank (it paired them with DDP_OK,
-   each rank's average mixing another number of micro-steps). A job of its own. */
+   each rank's average mixing another number of micro-steps). Variant 2: with desc.sum,
+   rank r adds r + 2 micro-steps to each sync, and that is no mismatch (the caller scales
+   the sum: uneven micro-batches). A job of its own. */
 static int nosync_differs(int *argc, char **argv, int variant)
 {
     ddp_ctx ctx;
@@ -383,7 +385,26 @@ static int nosync_differs(int *argc, char **argv, int variant)
     memset(&gd, 0, sizeof gd);
     gd.grads = grad;
     gd.count = 4;
+    gd.sum = variant == 2;
     if (ddp_grad_init(&g, &ctx, &gd) != DDP_OK) return 1;
+    if (variant == 2) {
+        const float want = (float)(ctx.world_size * (ctx.world_size + 3) / 2);
+        int k, ok = 1;
+        for (step = 0; step < 3 && r == DDP_OK; step++) {
+            memset(grad, 0, sizeof grad);
+            for (k = 0; k < ctx.rank + 2 && r == DDP_OK; k++) {
+                r = ddp_grad_no_sync(&g, k < ctx.rank + 1);
+                for (i = 0; i < 4; i++) grad[i] += 1.0f;
+                if (r == DDP_OK) r = ddp_grad_all_reduce(&g);
+            }
+            ok = ok && grad[0] == want;
+        }
+        snprintf(name, sizeof name, "gradsync W=%d rank %d: uneven no_sync steps with desc.sum: the sum of all",
+                 ctx.world_size, ctx.rank);
+        test_report(r == DDP_OK && ok, name, "%s: %s; %g, want %g", ddp_strerror(r), ddp_error(&ctx), grad[0], want);
+        ddp_grad_destroy(&g);
+        return ddp_destroy(&ctx) == DDP_OK && r == DDP_OK && ok ? 0 : 1;
+    }
     for (step = 0; step < 4 && r == DDP_OK; step++) {
         const int acc = variant == 0 ? step == 1 + ctx.rank : ctx.rank == 1 && step == 1;
         if (ddp_grad_no_sync(&g, acc) != DDP_OK) return 1;
@@ -457,6 +478,9 @@ int main(int argc, char **argv)
         nosync[2] = (char *)"1";
         CHECK("gradsync W=3: no_sync on one rank only: every rank named it", ddp_run(3, nosync) == 0,
               "a rank did not get DDP_ERR_MISMATCH (its line above)");
+        nosync[2] = (char *)"2";
+        CHECK("gradsync W=3: uneven no_sync steps with desc.sum: no mismatch", ddp_run(3, nosync) == 0,
+              "a rank failed (its line above)");
     }
     (void)test_skip;
     TEST_EXIT();
