@@ -12,7 +12,7 @@
    inside the data), and that the tensors tile the data exactly, as the reference
    library requires: sorted by offset, each begins where the one before ends, the
    last ends at the end of the file (no overlap, no gap, nothing after), and where the
-   metadata holds st_write_file's checksum, that the file is as written. Functions
+   metadata holds st_write_file's checksum (ST_CHECKSUM), that the file is as written. Functions
    return 1 on success, or 0 with a one-line reason in err (the errsize bytes the
    caller gives). All functions are static (ST_DEF, marked unused, so a file that only
    writes builds clean under -Wall): include this in each file that uses it. */
@@ -310,10 +310,14 @@ ST_DEF void st_free(st_file *f)
 }
 
 /* ---- the checksum ------------------------------------------------------------------------
-   st_write_file puts "checksum" first in __metadata__: 16 hex digits of a 64-bit hash of
+   st_write_file puts ST_CHECKSUM first in __metadata__: 16 hex digits of a 64-bit hash of
    the whole file as written, with those 16 digits as zeros: a flipped bit in a weight,
    an edited step, a shape or an offset changed all show. st_read checks it where a file
-   has one (files of other writers have none). It finds corruption; it is no signature. */
+   has one (files of other writers have none), and refuses a key one bit from it (a flip
+   there would turn the check off). A file rewritten by another program with the key
+   kept is refused too: its bytes are not the ones hashed. It finds corruption; it is no
+   signature. */
+#define ST_CHECKSUM "safetensors.h checksum"
 typedef struct st_hash {
     uint64_t lane[4], total;
     unsigned char part[32]; /* a block's start, until its 32 bytes are in */
@@ -376,7 +380,7 @@ ST_DEF uint64_t st_hash_end(st_hash *s)
 /* Where the checksum's 16 digits are in a header (the one place this writer puts them), or NULL. */
 ST_DEF unsigned char *st_checksum_at(unsigned char *header, size_t len)
 {
-    static const char key[] = "\"checksum\":\"";
+    static const char key[] = "\"" ST_CHECKSUM "\":\"";
     size_t i, n = sizeof key - 1;
     unsigned char *at = NULL;
     for (i = 0; i + n + 17 <= len; i++)
@@ -617,7 +621,18 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
     if (!(f->bytes = st_read_more(in, f->bytes, 8 + (size_t)hlen, size, path, err, errsize))) goto fail;
     fclose(in);
     in = NULL;
-    for (i = 0; i < f->n_meta && strcmp(f->meta_key[i], "checksum") != 0; i++) {}
+    for (i = 0; i < f->n_meta && strcmp(f->meta_key[i], ST_CHECKSUM) != 0; i++) {
+        int k, bits = strlen(f->meta_key[i]) == sizeof ST_CHECKSUM - 1 ? 0 : 2; /* bits that differ from it */
+        for (k = 0; bits < 2 && f->meta_key[i][k]; k++) {
+            unsigned x = (unsigned char)(f->meta_key[i][k] ^ ST_CHECKSUM[k]);
+            for (; x; x &= x - 1) bits++;
+        }
+        if (bits == 1) {
+            snprintf(err, errsize, "%s: corrupt safetensors header: the metadata key '%s' is one bit from '%s'", path,
+                     f->meta_key[i], ST_CHECKSUM);
+            goto fail;
+        }
+    }
     if (i < f->n_meta) { /* written by st_write_file (empty or not): the file must be as written */
         unsigned char *at = st_checksum_at(f->bytes + 8, (size_t)hlen), digits[16];
         char want[17];
@@ -636,7 +651,8 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
         snprintf(want, sizeof want, "%016llx", (unsigned long long)st_hash_end(&h));
         if (memcmp(want, digits, 16) != 0) {
             snprintf(err, errsize, "%s: checksum mismatch (%.16s in the file, %s of its bytes): it changed after it "
-                     "was written (a flipped bit, an edit)", path, (const char *)digits, want);
+                     "was written (a flipped bit, an edit, or a rewrite that kept the metadata: without the key "
+                     "'%s' it loads unchecked)", path, (const char *)digits, want, ST_CHECKSUM);
             goto fail;
         }
     }
@@ -896,7 +912,7 @@ ST_DEF int st_write_unnamed(const char *path, const unsigned char *len8, const s
 }
 
 /* The checksum's place, 16 zeros, put first in header's __metadata__ (made if there is
-   none): 0 when out of memory. */
+   none): 1; 0 when out of memory; -1 when __metadata__ is not the header's first key. */
 ST_DEF int st_put_checksum(st_text *header)
 {
     static const char meta[] = "{\"__metadata__\":{";
@@ -907,8 +923,9 @@ ST_DEF int st_put_checksum(st_text *header)
     st_text t;
     memset(&t, 0, sizeof t);
     if (header->failed || header->len < 2 || header->s[0] != '{') return 0;
-    st_put(&t, "%.*s%s\"checksum\":\"0000000000000000\"%s%s%s", (int)at, header->s, has ? "" : "\"__metadata__\":{",
-           has ? "" : "}", next == '}' ? "" : ",", header->s + at);
+    if (!has && strstr(header->s, "\"__metadata__\"")) return -1; /* a second __metadata__ would go in front */
+    st_put(&t, "%.*s%s\"" ST_CHECKSUM "\":\"0000000000000000\"%s%s%s", (int)at, header->s,
+           has ? "" : "\"__metadata__\":{", has ? "" : "}", next == '}' ? "" : ",", header->s + at);
     if (t.failed) return 0;
     free(header->s);
     *header = t;
@@ -927,7 +944,12 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
     FILE *f = NULL;
     int i, ok, fd;
     st_hash h;
-    if (!st_put_checksum(header)) header->failed = 1;
+    if ((i = st_put_checksum(header)) < 0) {
+        snprintf(err, errsize, "%s: st_write_file wants __metadata__ first in the header ({\"__metadata__\":{...),"
+                 " where its checksum goes", path);
+        return 0;
+    }
+    if (!i) header->failed = 1;
     while (!header->failed && header->len % 8) st_put(header, " ");
     if (header->failed) {
         snprintf(err, errsize, "%s: out of memory for the header", path);
@@ -939,8 +961,8 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
     }
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header->len >> (8 * i));
     at = st_checksum_at((unsigned char *)header->s, header->len);
-    if (!at) { /* a name of the caller's "checksum" too */
-        snprintf(err, errsize, "%s: the header has a \"checksum\" of its own", path);
+    if (!at) { /* a name of the caller's ST_CHECKSUM too */
+        snprintf(err, errsize, "%s: the header has a \"%s\" of its own", path, ST_CHECKSUM);
         return 0;
     }
     st_hash_start(&h);

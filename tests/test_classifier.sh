@@ -91,7 +91,7 @@ b = open(sys.argv[1], 'rb').read()
 n = struct.unpack('<Q', b[:8])[0]
 h = json.loads(b[8:8 + n])
 h['__metadata__']['epoch'] = sys.argv[3]
-h['__metadata__'].pop('checksum')  # (it would refuse the edit first)
+h['__metadata__'].pop('safetensors.h checksum')  # (it would refuse the edit first)
 hs = json.dumps(h, separators=(',', ':')).encode()
 hs += b' ' * (-len(hs) % 8)
 open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hs)) + hs + b[8 + n:])

@@ -364,7 +364,7 @@ import re, struct, sys
 raw = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
 head, data = raw[8:8 + n].decode().rstrip(), raw[8 + n:]
-head = re.sub(r'"checksum":"[0-9a-f]{16}",', '', head, count=1)  # (the edits below would be refused by it first)
+head = re.sub(r'"safetensors\.h checksum":"[0-9a-f]{16}",', '', head, count=1)  # (the edits below would be refused by it first)
 def write(name, text, body=data):
     b = text.encode()
     b += b" " * (-len(b) % 8)
@@ -503,7 +503,7 @@ src, dst, action = sys.argv[1:4]
 b = open(src, 'rb').read()
 n = struct.unpack('<Q', b[:8])[0]
 h, data = json.loads(b[8:8 + n]), bytearray(b[8 + n:])
-h['__metadata__'].pop('checksum')  # (train_gpt's own: the edits below would be refused by it first)
+h['__metadata__'].pop('safetensors.h checksum')  # (train_gpt's own: the edits below would be refused by it first)
 def put(name, i, v):
     off = h[name]['data_offsets'][0] + 4 * i
     data[off:off + 4] = struct.pack('<f', v)
@@ -529,11 +529,13 @@ EOF
   }
   for a in transpose nan inf huge step=-5 step=12 overlap trailing ctlname rawctl; do edit_st two.st "${a/=/}.st" "$a"; done
   # a checkpoint changed after it was written (a bit flipped in a weight, its step edited):
-  # refused by its checksum (it trained on from a weight of 3.5e36, or skipped steps, exit 0)
+  # refused by its checksum (it trained on from a weight of 3.5e36, or skipped steps, exit
+  # 0); a bit flipped in the checksum's key would turn the check off: refused as well
   python3 - two.st <<'EOF'
 import sys
 b = bytearray(open(sys.argv[1], 'rb').read())
 f = bytearray(b); f[-100] ^= 0x40; open('flipped.st', 'wb').write(f)
+k = bytearray(b); k[k.index(b'"safetensors.h checksum"') + 3] ^= 0x20; open('keyflip.st', 'wb').write(k)
 i = b.index(b'"step":"') + 8; b[i] = ord('1') if b[i] != ord('1') else ord('2'); open('edited.st', 'wb').write(b)
 EOF
   for f in flipped.st edited.st; do
@@ -541,6 +543,9 @@ EOF
     grep -q "^train_gpt: $f: checksum mismatch ([0-9a-f]\{16\} in the file, [0-9a-f]\{16\} of its bytes)" err.txt
     report "train_gpt --resume: $f is refused by its checksum" $? "$(cat err.txt)"
   done
+  one_line_error "--resume a checkpoint whose checksum key has a bit flipped" $tiny --steps 10 --resume keyflip.st
+  grep -q "^train_gpt: keyflip.st: corrupt safetensors header: the metadata key 'saFetensors.h checksum' is one bit from" err.txt
+  report "train_gpt --resume: a flip in the checksum's key is refused, not read unchecked" $? "$(cat err.txt)"
   one_line_error "--resume a transposed tensor" $tiny --steps 10 --resume transpose.st
   grep -q '32, 128' err.txt
   report "train_gpt --resume names the transposed tensor's shape" $? "$(cat err.txt)"

@@ -40,6 +40,7 @@ export OMP_NUM_THREADS=1 DDP_TIMEOUT=20
 # job's own id gives it a port of its own. The status: the first rank's that failed.
 # shellcheck disable=SC2016 # a script for sh -c: its own shell expands it
 hosts='id=lesson-$$-$(date +%s%N) pids= s=0
+unset MASTER_PORT DDP_JOB_ID # (set in the calling shell, a torchrun habit, they gave every check one port)
 for r in 0 1 2 3; do
   RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 GROUP_RANK=$((r / 2)) MASTER_ADDR=127.0.0.1 \
     TORCHELASTIC_RUN_ID=$id "$1" &
