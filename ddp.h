@@ -5188,9 +5188,23 @@ static ddp_result ddp__queue(ddp_ctx *ctx, const ddp__coll *c, ddp_work *work)
 /* broken and the error text are written by a thread refused beside the one in a collective
    (ddp__issue), so broken is read and written atomically, and the text under log_mu */
 static ddp_result ddp__broken(const struct ddp__state *st) { return __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE); }
+/* The group is broken, by r: the launcher hears what broke it (the first failure this
+   rank said may have been a refused call that broke nothing). */
+static void ddp__broke(ddp_ctx *ctx, ddp_result r)
+{
+    const ddp_result was = (ddp_result)__atomic_exchange_n(&ctx->st->broken, r, __ATOMIC_ACQ_REL);
+    if (!was && ctx->st->report_fd >= 0) {
+        char line[64];
+        const int n = snprintf(line, sizeof line, "\n%d %d -2\n", (int)getpid(), (int)r);
+        pthread_mutex_lock(&ctx->st->log_mu);
+        if (write(ctx->st->report_fd, line, (size_t)n) < 0) {}
+        pthread_mutex_unlock(&ctx->st->log_mu);
+    }
+}
+
 static ddp_result ddp__break(ddp_ctx *ctx, ddp_result r)
 {
-    __atomic_store_n(&ctx->st->broken, r, __ATOMIC_RELEASE);
+    ddp__broke(ctx, r);
     if (ctx->st->be && ctx->st->be->abort) ctx->st->be->abort(ctx, r);
     return r;
 }
@@ -5391,7 +5405,7 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
         r = st->be->wait(ctx, work, stream, host);
     else
         r = ddp__drain(ctx, work->seq);
-    if (r != DDP_OK) __atomic_store_n(&st->broken, r, __ATOMIC_RELEASE);
+    if (r != DDP_OK) ddp__broke(ctx, r);
     ddp_trace_end(ctx);
     return r;
 }
@@ -5850,7 +5864,8 @@ static int ddp__first_cause(const ddp__end *ends, int n)
 }
 
 /* Reads what ranks said about their first failure ("pid code" lines, "pid code rank" for
-   a timeout waiting for that rank): said[rank] = code, waited[rank] = that rank;
+   a timeout waiting for that rank; "pid code -2": the failure that broke its group, which
+   replaces the first): said[rank] = code, waited[rank] = that rank;
    joined[rank] 1 once it said it started ddp_init, 2 once it left with ddp_destroy. Each
    line is one write below PIPE_BUF, but a read may end inside one: its start waits in
    part (size 64) for the next read. Ranks start each line with a newline too, so that
@@ -5874,6 +5889,8 @@ static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, int *
             if (sscanf(line, "%d %d %d", &pid, &code, &w) < 2) continue;
             for (i = 0; i < n; i++)
                 if (pids[i] == pid && (code == DDP__JOINING || code == DDP__LEAVING)) joined[i] = code == DDP__JOINING ? 1 : 2;
+                else if (pids[i] == pid && w == -2) /* what broke its group: that counts (a refusal before may not) */
+                    said[i] = code;
                 else if (pids[i] == pid && said[i] < 0) {
                     said[i] = code;
                     waited[i] = w >= 0 && w < n && w != i ? w : -1;

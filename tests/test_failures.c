@@ -466,10 +466,13 @@ static int launched_child(const char *mode)
         return 0;
     }
     if (strcmp(mode, "own_failure_alive") == 0) { /* rank 1's own failure (an unmarked gradient) stops the others, */
-        ddp_grad g;                                 /* and it goes on running a while: the launcher names it */
-        ddp_grad_desc gd;
+        ddp_grad g;                                 /* and it goes on running a while: the launcher names it, not */
+        ddp_grad_desc gd;                           /* rank 2, whose refused ddp_wait before broke nothing */
+        ddp_work none;
         static float grad[100];
         struct timespec ts = {5, 0};
+        memset(&none, 0, sizeof none);
+        if (ctx.rank == 2 && ddp_wait(&ctx, &none, NULL) != DDP_ERR_ARG) return 12;
         memset(&gd, 0, sizeof gd);
         gd.grads = grad;
         gd.count = 100;
