@@ -208,7 +208,11 @@
                       bounded by the timeout; ddp_destroy's verdict again from a
                       second call; a rank that dies inside a CPU barrier named; an
                       echoed request is no store's answer, a connection that meets
-                      itself is retried; OMP_NUM_THREADS past 64 a core refused
+                      itself is retried; OMP_NUM_THREADS past 64 a core refused;
+                      DDP_CHECK on the MPI backend; MPI started twice refused; an
+                      averaging gradient sync's step count in its fingerprint; a job
+                      stopped and continued as a whole goes on; a context never
+                      initialised said; the launcher hears what broke each group
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
