@@ -1321,12 +1321,16 @@ static long ddp__omp_num_threads(void)
 /* OMP_NUM_THREADS past 64 threads a core (and 256): a typo, not a plan. libgomp lays out
    its team on the stack of the thread that starts it and crashes (SIGSEGV) past some
    tens of thousands (99999 here, where 30000 ran); 0, or the count, to say why. */
-static long ddp__omp_too_many(long *cores)
+static int ddp__omp_too_many(char *why, size_t size)
 {
     const long n = ddp__omp_num_threads();
-    *cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (*cores < 1) *cores = 1;
-    return n > 256 && n > 64 * *cores ? n : 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    if (n <= 256 || n <= 64 * cores) return 0;
+    snprintf(why, size, "OMP_NUM_THREADS=%ld is more threads than this machine takes (%ld: 64 for each of its %ld "
+             "cores, at least 256; OpenMP crashes past some tens of thousands)", n, 64 * cores > 256 ? 64 * cores : 256,
+             cores);
+    return 1;
 }
 
 int ddp_thread_share(const ddp_ctx *ctx)
@@ -1743,10 +1747,8 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
     }
     if (!s->timeout_ms) s->timeout_ms = DDP__DEFAULT_TIMEOUT_MS;
     {
-        long cores, n = ddp__omp_too_many(&cores);
-        if (n) return ddp__fail(ctx, DDP_ERR_ENV, "OMP_NUM_THREADS=%ld is more threads than this machine takes (%ld: "
-                                "64 for each of its %ld cores, at least 256; OpenMP crashes past some tens of "
-                                "thousands)", n, 64 * cores > 256 ? 64 * cores : 256, cores);
+        char why[256];
+        if (ddp__omp_too_many(why, sizeof why)) return ddp__fail(ctx, DDP_ERR_ENV, "%s", why);
     }
     s->chunk = d->shm_chunk_bytes;
     if (s->chunk && (s->chunk < 64 || s->chunk > ((size_t)1 << 30)))
@@ -5240,7 +5242,6 @@ static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
 {
     const char *name = ddp__colls[c->kind].name;
     int needs_data = ddp__coll_moves_data(c->kind) && c->count > 0;
-    if (!ctx || !ctx->st) return ddp__no_state(ctx, ddp__colls[c->kind].name);
     if (ctx->st->pid != getpid()) /* it would join the parent's collectives as the parent */
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: this ddp_ctx belongs to process %d, not to this child of it "
                          "(fork() copies the context; only ddp_init's process can use it)", name, (int)ctx->st->pid);
@@ -5321,13 +5322,16 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
     if (st->trace) t0 = ddp__now_ns();
     c->seq = ++st->seq;
     if (work) { work->seq = c->seq; work->event = NULL; work->owner = st->id; }
-    if (ctx->backend == DDP_BACKEND_CPU && ddp__cpu_of(ctx) && ddp__cpu_of(ctx)->shm &&
-        (who = __atomic_load_n(&ddp__cpu_of(ctx)->shm->aborted, __ATOMIC_SEQ_CST)) != 0) /* the first failure, */
-        r = ddp__fail(ctx, DDP_ERR_ABORTED, "%s #%llu stopped: rank %u failed: %s", ddp__colls[c->kind].name,
-                      (unsigned long long)c->seq, who - 1, ddp__cpu_of(ctx)->shm->why[who - 1]);
-    else if (ddp__server_failed(st->server)) /* not what followed it (a rank that left after it, which rank 0's store saw) */
-        r = ddp__fail(ctx, DDP_ERR_PEER, "%s #%llu stopped: %s", ddp__colls[c->kind].name, (unsigned long long)c->seq,
-                      ddp__server_failed(st->server));
+    /* rank 0: the store learnt that the job cannot be trusted; the arena may hold the
+       failure before what the store saw (a rank that left after it) */
+    if (ddp__server_failed(st->server)) {
+        who = ctx->backend == DDP_BACKEND_CPU && ddp__cpu_of(ctx) && ddp__cpu_of(ctx)->shm
+                  ? __atomic_load_n(&ddp__cpu_of(ctx)->shm->aborted, __ATOMIC_SEQ_CST) : 0;
+        r = who ? ddp__fail(ctx, DDP_ERR_ABORTED, "%s #%llu stopped: rank %u failed: %s", ddp__colls[c->kind].name,
+                            (unsigned long long)c->seq, who - 1, ddp__cpu_of(ctx)->shm->why[who - 1])
+                : ddp__fail(ctx, DDP_ERR_PEER, "%s #%llu stopped: %s", ddp__colls[c->kind].name,
+                            (unsigned long long)c->seq, ddp__server_failed(st->server));
+    }
     /* DDP_CHECK through the store, for NCCL: the CPU and MPI backends compare every call themselves
        (the MPI backend forms its group without a store: a store check there failed every call) */
     if (r == DDP_OK && st->cfg.check && ctx->backend == DDP_BACKEND_NCCL && (r = ddp__drain(ctx, st->queued)) == DDP_OK)
@@ -6242,11 +6246,9 @@ static int ddp__run(int nproc, int max_restarts, const char *path, char *const a
         return 2; /* once here, not once per rank */
     }
     { /* once here, not once per rank */
-        long online, n = ddp__omp_too_many(&online);
-        if (n) {
-            fprintf(stderr, "ddp: OMP_NUM_THREADS=%ld is more threads than this machine takes (%ld: 64 for each of its "
-                    "%ld cores, at least 256; OpenMP crashes past some tens of thousands)\n", n,
-                    64 * online > 256 ? 64 * online : 256, online);
+        char why[256];
+        if (ddp__omp_too_many(why, sizeof why)) {
+            fprintf(stderr, "ddp: %s\n", why);
             return 2;
         }
     }
