@@ -1054,33 +1054,46 @@ static inline void ddp__att_pack_cols(float *dst, size_t stride, const float *sr
                 dst[p * stride + (size_t)r * 16 + j] = p * 16 + j < cols ? src[r * ld + p * 16 + j] : 0.0f;
 }
 
-/* rows (rows, hs) of src, ld apart, as the b of ddp__att_product: src itself when hs is
-   a multiple of 16 (panel p is columns 16p.. of every row), else packed into buf, which
-   holds cap rows per panel. */
-static inline const float *ddp__att_panels(float *buf, const float *src, size_t ld, int rows, int hs, int cap,
-                                           size_t *stride, size_t *ldb)
+/* The b of ddp__att_product: panels of w columns, `stride` floats apart, rows ldb apart. */
+typedef struct { const float *p; size_t stride, ldb; int w; } ddp__att_b;
+
+/* rows (rows, hs) of src, ld apart, as such a b: src itself when hs is a multiple of 16
+   (panels of DDP__NR columns side by side in every row), else packed into buf in panels
+   of 16, which holds cap rows per panel. */
+static inline ddp__att_b ddp__att_panels(float *buf, const float *src, size_t ld, int rows, int hs, int cap)
 {
-    if (hs % 16 == 0) {
-        *stride = 16;
-        *ldb = ld;
-        return src;
-    }
+    ddp__att_b b = {src, DDP__NR, ld, DDP__NR};
+    if (hs % 16 == 0) return b;
     ddp__att_pack_cols(buf, (size_t)cap * 16, src, ld, rows, hs);
-    *stride = (size_t)cap * 16;
-    *ldb = 16;
-    return buf;
+    b.p = buf;
+    b.stride = (size_t)cap * 16;
+    b.ldb = 16;
+    b.w = 16;
+    return b;
 }
 
-/* c (m, n) (+)= a (m, kc) @ b (kc, n) through ddp__gemm_tile, with a(i,k) = a[i am + k ak]
-   and b in panels of 16 columns, `stride` floats apart, rows ldb apart; start: c = the product. */
-static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t am, size_t ak, const float *bp,
-                                    size_t stride, size_t ldb, int m, int n, int kc, int start)
+/* c (m, n) (+)= a (m, kc) @ b (kc, n) through ddp__gemm_tile, with a(i,k) = a[i am + k ak];
+   start: c = the product. A panel with more than 16 columns left takes the AVX-512 tile
+   32 wide (a broadcast for two multiply-adds: attention 5-20% faster on an AMD EPYC
+   family 26 at head sizes 32 and 64), else 16; the bits are the same either way. */
+static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t am, size_t ak, ddp__att_b b, int m,
+                                    int n, int kc, int start)
 {
-    for (int i = 0; i < m; i += DDP__MR)
-        for (int p = 0; p * 16 < n; p++)
-            ddp__gemm_tile(c + (size_t)i * ldc + p * 16, ldc, m - i < DDP__MR ? m - i : DDP__MR,
-                           n - p * 16 < 16 ? n - p * 16 : 16, a + (size_t)i * am, am, ak,
-                           m - i < DDP__MR ? m - i : DDP__MR, bp + p * stride, ldb, 16, kc, start, NULL, NULL, 0);
+    for (int i = 0; i < m; i += DDP__MR) {
+        const int mv = m - i < DDP__MR ? m - i : DDP__MR;
+        for (int p = 0; p * b.w < n; p++) {
+            const int nv = n - p * b.w < b.w ? n - p * b.w : b.w;
+            float *ct = c + (size_t)i * ldc + p * b.w;
+#if DDP__NR > 16
+            if (nv > 16)
+                ddp__gemm_tile(ct, ldc, mv, nv, a + (size_t)i * am, am, ak, mv, b.p + p * b.stride, b.ldb, DDP__NR, kc,
+                               start, NULL, NULL, 0);
+            else
+#endif
+                ddp__gemm_tile(ct, ldc, mv, nv, a + (size_t)i * am, am, ak, mv, b.p + p * b.stride, b.ldb, 16, kc, start,
+                               NULL, NULL, 0);
+        }
+    }
 }
 
 /* out (B,T,C); lse (B,NH,T) log-sum-exp of each softmax row, saved for backward;
@@ -1114,7 +1127,6 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
         float s[DDP__ATT_BLOCK * DDP__ATT_QB]; /* s[j QB + r]: key j0 + j, query t0 + r */
         float m[DDP__ATT_QB], l[DDP__ATT_QB], mb[DDP__ATT_QB], lb[DDP__ATT_QB];
         float qp[DDP__ATT_QB * 128], vp[DDP__ATT_KV]; /* the queries as columns (hs, nr); values if packed */
-        size_t vs, vl;
         ddp__pack_rows(qp, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs, 16);
         for (int r = 0; r < nr; r++) {
             for (int d = 0; d < hs; d++) o0[(size_t)r * C + d] = 0.0f;
@@ -1123,11 +1135,12 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
         }
         for (int j0 = 0; j0 < t0 + nr; j0 += kb) {
             const int nb = t0 + nr - j0 < kb ? t0 + nr - j0 : kb;
-            const float *vb = ddp__att_panels(vp, k0 + (size_t)j0 * C3 + C, (size_t)C3, nb, hs, kb, &vs, &vl);
+            const ddp__att_b vb = ddp__att_panels(vp, k0 + (size_t)j0 * C3 + C, (size_t)C3, nb, hs, kb);
             for (int j = 0; j < nb; j += DDP__MR) { /* s = k q^T from the first panel of queries that see key j */
                 const int mv = nb - j < DDP__MR ? nb - j : DDP__MR, p = j0 + j > t0 ? (j0 + j - t0) / 16 : 0;
-                ddp__att_product(s + j * DDP__ATT_QB + p * 16, DDP__ATT_QB, k0 + (size_t)(j0 + j) * C3, (size_t)C3, 1,
-                                 qp + (size_t)p * hs * 16, (size_t)hs * 16, 16, mv, nr - p * 16, hs, 1);
+                const ddp__att_b qb = {qp + (size_t)p * hs * 16, (size_t)hs * 16, 16, 16}; /* 16 wide: less past the diagonal */
+                ddp__att_product(s + j * DDP__ATT_QB + p * 16, DDP__ATT_QB, k0 + (size_t)(j0 + j) * C3, (size_t)C3, 1, qb,
+                                 mv, nr - p * 16, hs, 1);
             }
             for (int r = 0; r < nr; r++) mb[r] = -INFINITY;
             for (int j = 0; j < nb; j++) { /* query t0 + r sees key j0 + j when r >= first */
@@ -1162,7 +1175,7 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
             for (int r = 0; r < nr; r += DDP__MR) { /* o += p v over the keys the tile's last query sees */
                 const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
                 if (n > 0)
-                    ddp__att_product(o0 + (size_t)r * C, (size_t)C, s + r, 1, DDP__ATT_QB, vb, vs, vl, mv, hs, n, 0);
+                    ddp__att_product(o0 + (size_t)r * C, (size_t)C, s + r, 1, DDP__ATT_QB, vb, mv, hs, n, 0);
             }
         }
         for (int r = 0; r < nr; r++) {
@@ -1257,22 +1270,22 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
 #endif
         float *ds = p + DDP__ATT_QB * DDP__ATT_BLOCK, *qc = ds + DDP__ATT_QB * DDP__ATT_BLOCK, *doc = qc + DDP__ATT_QB * 128;
         float kp[DDP__ATT_KV], vp[DDP__ATT_KV], kc[DDP__ATT_KV], dk[DDP__ATT_KV], dv[DDP__ATT_KV];
-        size_t ks, kl, qs, ql, dos, dol;
+        /* the keys and values as columns, in panels as wide as the tile where a block's keys fill them */
+        const int w = kb % DDP__NR == 0 ? DDP__NR : 16;
         for (int j0 = 0; j0 < T; j0 += kb) {
             const int nb = T - j0 < kb ? T - j0 : kb;
             const float *k = k0 + (size_t)j0 * C3;
-            ddp__pack_rows(kp, k, (size_t)C3, nb, hs, 16);                      /* for s = q k^T */
-            ddp__pack_rows(vp, k + C, (size_t)C3, nb, hs, 16);                  /* for dp = dout v^T */
-            const float *kr = ddp__att_panels(kc, k, (size_t)C3, nb, hs, kb, &ks, &kl); /* for dq += ds k */
+            const ddp__att_b kt = {kp, (size_t)hs * w, (size_t)w, w}, vt = {vp, (size_t)hs * w, (size_t)w, w};
+            ddp__pack_rows(kp, k, (size_t)C3, nb, hs, w);                                /* for s = q k^T */
+            ddp__pack_rows(vp, k + C, (size_t)C3, nb, hs, w);                            /* for dp = dout v^T */
+            const ddp__att_b kr = ddp__att_panels(kc, k, (size_t)C3, nb, hs, kb);         /* for dq += ds k */
             for (int e = 0; e < nb * hs; e++) dk[e] = dv[e] = 0.0f;
             for (int t0 = j0; t0 < T; t0 += DDP__ATT_QB) {
                 const int nr = T - t0 < DDP__ATT_QB ? T - t0 : DDP__ATT_QB;
                 for (int r = 0; r < nr; r += DDP__MR) {
                     const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
-                    ddp__att_product(p + r * kb, (size_t)kb, q0 + (size_t)(t0 + r) * C3, (size_t)C3, 1, kp,
-                                     (size_t)hs * 16, 16, mv, n, hs, 1);
-                    ddp__att_product(ds + r * kb, (size_t)kb, do0 + (size_t)(t0 + r) * C, (size_t)C, 1, vp,
-                                     (size_t)hs * 16, 16, mv, n, hs, 1);
+                    ddp__att_product(p + r * kb, (size_t)kb, q0 + (size_t)(t0 + r) * C3, (size_t)C3, 1, kt, mv, n, hs, 1);
+                    ddp__att_product(ds + r * kb, (size_t)kb, do0 + (size_t)(t0 + r) * C, (size_t)C, 1, vt, mv, n, hs, 1);
                 }
                 for (int r = 0; r < nr; r++) {
                     const size_t t = (size_t)t0 + r;
@@ -1287,15 +1300,15 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
                     for (int j = 0; j < n; j++) dsr[j] = pr[j] * (dsr[j] - D) * scale;
                     for (int j = n; j < nb; j++) pr[j] = dsr[j] = 0.0f;
                 }
-                const float *qr = ddp__att_panels(qc, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs, DDP__ATT_QB, &qs, &ql);
-                const float *dor = ddp__att_panels(doc, do0 + (size_t)t0 * C, (size_t)C, nr, hs, DDP__ATT_QB, &dos, &dol);
+                const ddp__att_b qr = ddp__att_panels(qc, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs, DDP__ATT_QB);
+                const ddp__att_b dor = ddp__att_panels(doc, do0 + (size_t)t0 * C, (size_t)C, nr, hs, DDP__ATT_QB);
                 for (int r = 0; r < nr; r += DDP__MR) { /* dq += ds k */
                     const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
-                    ddp__att_product(dq0 + (size_t)(t0 + r) * C3, (size_t)C3, ds + r * kb, (size_t)kb, 1, kr, ks, kl,
-                                     mv, hs, n, 0);
+                    ddp__att_product(dq0 + (size_t)(t0 + r) * C3, (size_t)C3, ds + r * kb, (size_t)kb, 1, kr, mv, hs, n,
+                                     0);
                 }
-                ddp__att_product(dk, (size_t)hs, ds, 1, (size_t)kb, qr, qs, ql, nb, hs, nr, 0);
-                ddp__att_product(dv, (size_t)hs, p, 1, (size_t)kb, dor, dos, dol, nb, hs, nr, 0);
+                ddp__att_product(dk, (size_t)hs, ds, 1, (size_t)kb, qr, nb, hs, nr, 0);
+                ddp__att_product(dv, (size_t)hs, p, 1, (size_t)kb, dor, nb, hs, nr, 0);
             }
             for (int j = 0; j < nb; j++)
                 for (int d = 0; d < hs; d++) {

@@ -416,9 +416,13 @@ static void test_attention(void)
 
     /* the blocked kernels (several key blocks, a partial query block) against the
        query-by-query ones they fall back to for large heads: heads of 96 (k and v read in
-       place) and of 24 (packed, as every head size that is not a multiple of 16) */
-    for (int shape = 0; shape < 2; shape++) {
-        const int AB = 2, AT = 300, AC = shape ? 72 : 96, ANH = shape ? 3 : 1;
+       place), of 24 (packed, as every head size that is not a multiple of 16) and of 32
+       (key blocks of 64, their panels 32 wide under the AVX-512 tile, the last one short) */
+    static const char *const hsname[3][2] = {{"kernels.attention.blocked_vs_rows.hs96", "kernels.attention.bitwise.hs96"},
+                                             {"kernels.attention.blocked_vs_rows.hs24", "kernels.attention.bitwise.hs24"},
+                                             {"kernels.attention.blocked_vs_rows.hs32", "kernels.attention.bitwise.hs32"}};
+    for (int shape = 0; shape < 3; shape++) {
+        const int AB = 2, AT = 300, AC = shape == 1 ? 72 : shape ? 64 : 96, ANH = shape == 1 ? 3 : shape ? 2 : 1;
         const size_t n3 = (size_t)AB * AT * 3 * AC, n = (size_t)AB * AT * AC, nl = (size_t)AB * ANH * AT;
         float *x = alloc(n3), *dy = alloc(n), *o1 = alloc(n), *o2 = alloc(n), *l1 = alloc(nl), *l2 = alloc(nl);
         float *d1 = alloc(n3), *d2 = alloc(n3);
@@ -431,7 +435,7 @@ static void test_attention(void)
         for (size_t i = 0; i < n; i++) eo = fmax(eo, fabs(o1[i] - o2[i]));
         for (size_t i = 0; i < nl; i++) el = fmax(el, fabs(l1[i] - l2[i]));
         for (size_t i = 0; i < n3; i++) { ed = fmax(ed, fabs(d1[i] - d2[i])); md = fmax(md, fabs(d2[i])); }
-        CHECK(shape ? "kernels.attention.blocked_vs_rows.hs24" : "kernels.attention.blocked_vs_rows.hs96",
+        CHECK(hsname[shape][0],
               eo < 1e-5 && el < 1e-5 && ed < 1e-5 * md, "max diff out %g lse %g dinp %g (max |dinp| %g)", eo, el, ed,
               md);
         /* bitwise: the second sequence alone as in the batch, and 1 thread as many */
@@ -453,7 +457,7 @@ static void test_attention(void)
             omp_set_num_threads(omp_get_num_procs());
             same_threads = !memcmp(o2, o1, n * sizeof(float)) && !memcmp(d2, d1, n3 * sizeof(float));
 #endif
-            CHECK(shape ? "kernels.attention.bitwise.hs24" : "kernels.attention.bitwise.hs96", same_alone && same_threads,
+            CHECK(hsname[shape][1], same_alone && same_threads,
                   "a sequence alone %s, one thread %s", same_alone ? "agrees" : "differs",
                   same_threads ? "agrees" : "differs");
         }
