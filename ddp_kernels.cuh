@@ -652,37 +652,38 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
     }
 }
 
-#if defined(DDP__AVX512_TILE) && !defined(DDP__AVX512_STANDIN)
-/* o[e w + j] = s[j ld + e] for j, e < 16: a 16 x 16 block transposed in registers (gcc made
-   the plain loops 512 scalar loads and stores: the forward's weight packing took 6% of it
-   on an AMD EPYC family 26, twice as long as this) */
+#if (defined(DDP__AVX512_TILE) && !defined(DDP__AVX512_STANDIN)) || defined(DDP__AVX2_TILE)
+/* o[e w + j] = s[j ld + e] for j, e < 8 (and by four of them, for j, e < 16): blocks
+   transposed in AVX registers. gcc made the plain loops scalar loads and stores (the
+   forward's weight packing took 6% of its time on an AMD EPYC family 26); these take
+   0.4-0.5 of that time, as AVX-512's 16-wide shuffles did */
+static inline void ddp__transpose8(float *o, size_t w, const float *s, size_t ld)
+{
+    __m256 r[8], t[8];
+    for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(s + (size_t)j * ld);
+    for (int j = 0; j < 8; j += 2) { /* in each 128-bit half: (r0 e0, r1 e0, r0 e1, r1 e1) ... */
+        t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 8; j += 4) { /* four rows of columns c (low half) and c + 4 (high half) */
+        r[j] = _mm256_shuffle_ps(t[j], t[j + 2], 0x44);
+        r[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], 0xee);
+        r[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0x44);
+        r[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0xee);
+    }
+    for (int e = 0; e < 4; e++) { /* rows 0-3 beside rows 4-7 */
+        _mm256_storeu_ps(o + (size_t)e * w, _mm256_permute2f128_ps(r[e], r[e + 4], 0x20));
+        _mm256_storeu_ps(o + (size_t)(e + 4) * w, _mm256_permute2f128_ps(r[e], r[e + 4], 0x31));
+    }
+}
 static inline void ddp__transpose16(float *o, size_t w, const float *s, size_t ld)
 {
-    __m512 r[16], t[16];
-    for (int j = 0; j < 16; j++) r[j] = _mm512_loadu_ps(s + (size_t)j * ld);
-    for (int j = 0; j < 16; j += 2) { /* pairs of rows interleaved: (r0 e0, r1 e0, r0 e1, r1 e1), ... */
-        t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
-        t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
-    }
-    for (int j = 0; j < 16; j += 4) { /* then pairs of pairs: 4 rows of one column in each 128-bit lane */
-        r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-        r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-        r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-        r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-    }
-    for (int j = 0; j < 8; j++) { /* lanes across groups of 4 rows: 0x88 takes lanes 0, 2 of each, 0xdd 1, 3 */
-        const int g = j / 4 * 8 + j % 4; /* groups (0, 4) then (8, 12) */
-        t[j] = _mm512_shuffle_f32x4(r[g], r[g + 4], 0x88);
-        t[j + 8] = _mm512_shuffle_f32x4(r[g], r[g + 4], 0xdd);
-    }
-    for (int j = 0; j < 4; j++) { /* and across the two halves: column c in t's lanes, in order */
-        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 4], 0x88);
-        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 4], 0xdd);
-        r[j + 4] = _mm512_shuffle_f32x4(t[j + 8], t[j + 12], 0x88);
-        r[j + 12] = _mm512_shuffle_f32x4(t[j + 8], t[j + 12], 0xdd);
-    }
-    for (int e = 0; e < 16; e++) _mm512_storeu_ps(o + (size_t)e * w, r[e]);
+    ddp__transpose8(o, w, s, ld);
+    ddp__transpose8(o + 8, w, s + 8 * ld, ld);
+    ddp__transpose8(o + 8 * w, w, s + 8, ld);
+    ddp__transpose8(o + 8 * w + 8, w, s + 8 * ld + 8, ld);
 }
+#define DDP__TRANSPOSE16
 #endif
 
 /* The packed panels that ddp__gemm_tile reads (w columns per row of a panel: 16, or
@@ -696,7 +697,7 @@ static inline void ddp__pack_rows(float *dst, const float *src, size_t ld, int r
             float *o = dst + (size_t)p * depth * w + g;
             const int r0 = p * w + g;
             int d = 0;
-#if defined(DDP__AVX512_TILE) && !defined(DDP__AVX512_STANDIN)
+#ifdef DDP__TRANSPOSE16
             if (rows - r0 >= 16)
                 for (; d + 16 <= depth; d += 16)
                     ddp__transpose16(o + (size_t)d * w, (size_t)w, src + (size_t)r0 * ld + d, ld);
