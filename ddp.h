@@ -6918,8 +6918,6 @@ ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
 {
     size_t end = offset + count;
     if (!g || !g->st) return DDP_ERR_ARG;
-    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_all_reduce");
-    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_finish");
     if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_ready");
     if (end < offset || end > g->count)
         return ddp__fail(g->ctx, DDP_ERR_ARG,
@@ -6949,6 +6947,7 @@ ddp_result ddp_grad_finish(ddp_grad *g)
 {
     ddp_result r;
     if (!g || !g->st) return DDP_ERR_ARG;
+    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_finish"); /* (its context destroyed) */
     if (g->no_sync) {
         if (g->st->accumulated < INT_MAX - 1) g->st->accumulated++;
         ddp__grad_reset(g);
@@ -6979,6 +6978,7 @@ ddp_result ddp_grad_all_reduce(ddp_grad *g)
     struct ddp__grad_state *st;
     size_t i, n, pos = 0, *gaps;
     if (!g || !g->st) return DDP_ERR_ARG;
+    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_all_reduce");
     st = g->st;
     /* the gaps between the regions marked so far, found in one pass over them sorted */
     if (st->num_regions > 1) qsort(st->regions, st->num_regions, 2 * sizeof(size_t), ddp__grad_region_cmp);
@@ -6998,6 +6998,7 @@ ddp_result ddp_grad_all_reduce(ddp_grad *g)
 ddp_result ddp_grad_no_sync(ddp_grad *g, int on)
 {
     if (!g || !g->st) return DDP_ERR_ARG;
+    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_no_sync");
     if (g->st->num_regions)
         return ddp__fail(g->ctx, DDP_ERR_ARG, "ddp_grad_no_sync: called in the middle of a step");
     g->no_sync = on != 0;

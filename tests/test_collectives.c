@@ -334,6 +334,44 @@ int main(int argc, char **argv)
                                "ddp: error: ddp_destroy: no ddp_ctx (NULL)\n") == 0;
         CHECK("collectives.call_without_a_context_said", ok, "stderr: '%s'", got);
     }
+    { /* a gradient sync whose context was destroyed under it: each call says so under its
+         own name (ddp_grad_ready said ddp_grad_all_reduce, ddp_grad_finish crashed) */
+        ddp_ctx c;
+        ddp_desc d;
+        ddp_grad g;
+        ddp_grad_desc gd;
+        float grads[8] = {0};
+        char got[800] = "";
+        FILE *f = tmpfile();
+        int saved, ok, n;
+        memset(&d, 0, sizeof d);
+        memset(&gd, 0, sizeof gd);
+        d.backend = DDP_BACKEND_CPU;
+        d.world_size = 1;
+        gd.grads = grads;
+        gd.count = 8;
+        gd.dtype = DDP_F32;
+        ok = ddp_init(&c, &d) == DDP_OK && ddp_grad_init(&g, &c, &gd) == DDP_OK && ddp_grad_ready(&g, 0, 4) == DDP_OK &&
+             ddp_destroy(&c) == DDP_OK;
+        fflush(stderr);
+        saved = dup(2);
+        dup2(fileno(f), 2);
+        ok = ok && ddp_grad_ready(&g, 4, 4) == DDP_ERR_ARG && ddp_grad_finish(&g) == DDP_ERR_ARG &&
+             ddp_grad_all_reduce(&g) == DDP_ERR_ARG && ddp_grad_no_sync(&g, 1) == DDP_ERR_ARG;
+        ddp_grad_destroy(&g);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        rewind(f);
+        n = (int)fread(got, 1, sizeof got - 1, f);
+        got[n > 0 ? n : 0] = 0;
+        fclose(f);
+        ok = ok && strcmp(got, "ddp: error: ddp_grad_ready: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
+                               "ddp: error: ddp_grad_finish: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
+                               "ddp: error: ddp_grad_all_reduce: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
+                               "ddp: error: ddp_grad_no_sync: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n") == 0;
+        CHECK("collectives.grad_sync_after_ddp_destroy_said", ok, "stderr: '%s'", got);
+    }
 
     { /* the desc's staging size is bounded as DDP_SHM_CHUNK is */
         static const size_t bad[] = {32, (size_t)1 << 31, (size_t)1 << 62, (size_t)-1};
