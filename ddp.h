@@ -5388,6 +5388,7 @@ ddp_result ddp_all_reduce(ddp_ctx *ctx, const void *send, void *recv, size_t cou
 ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *recv, size_t count, ddp_dtype dtype, ddp_op op,
                                 void *stream, ddp_work *work)
 {
+    if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_all_reduce_async"); /* (under its own name) */
     if (!work) return ddp__numbered(ctx, ddp__fail(ctx, DDP_ERR_ARG, "all_reduce_async needs a ddp_work to fill"));
     return ddp__post(ctx, DDP__ALL_REDUCE, send, recv, count, dtype, op, 0, stream, work);
 }
@@ -5401,6 +5402,9 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
     if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_wait");
     if (!work) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: no ddp_work (NULL)");
     st = ctx->st;
+    if (st->pid != getpid()) /* the worker thread that runs the parent's queue is not in a child: it waited for good */
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_ctx belongs to process %d, not to this child of it "
+                         "(fork() copies the context; only ddp_init's process can use it)", (int)st->pid);
     if (!ddp__broken(st) && (!work->seq || work->owner != st->id || (!st->be->wait && st->worker_started && work->seq > st->queued)))
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
                          "(its call failed, it was never made, or it was another context's)");
@@ -6456,6 +6460,11 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
         return r;
     }
     memset(s, 0, sizeof *s);
+    if (!desc && (!ctx || !ctx->st)) { /* no log to say it in */
+        if (ctx) return ddp__no_state(ctx, "ddp_sampler_init");
+        fprintf(stderr, "ddp: error: ddp_sampler_init: no desc, and no ddp_ctx (NULL)\n");
+        return DDP_ERR_ARG;
+    }
     if (!desc) { /* with a context, the others may be in the agreement already: meet them */
         ddp_result r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init: no desc");
         if (ctx && ctx->st && ctx->world_size > 1) ddp__sampler_agree(s, ctx, 1);
@@ -6702,7 +6711,24 @@ struct ddp__grad_state {
     size_t num_regions, cap_regions;
     size_t lo, hi;             /* what they span: a region outside needs no overlap check */
     int accumulated;           /* steps ended under no_sync since the last sync */
+    uint64_t ctx_id;           /* its context's id (ddp_ctx's st->id): a ddp_ctx destroyed and set up again is another */
 };
+
+/* The sync and its context are the ones ddp_grad_init set up; else a line on stderr
+   naming the call (the context's log is gone, or another's), DDP_ERR_ARG. */
+static int ddp__grad_live(const ddp_grad *g)
+{
+    return g && g->st && g->ctx && g->ctx->st && g->ctx->st->id == g->st->ctx_id;
+}
+static ddp_result ddp__grad_gone(const ddp_grad *g, const char *call)
+{
+    if (g && g->st && g->ctx && !g->ctx->st) return ddp__no_state(g->ctx, call);
+    fprintf(stderr, "ddp: error: %s: %s\n", call,
+            !g ? "no ddp_grad (NULL)"
+            : !g->st ? "this ddp_grad was destroyed, or never initialised (ddp_grad_init first)"
+                     : "its ddp_ctx was destroyed and set up again since ddp_grad_init (ddp_grad_init it again)");
+    return DDP_ERR_ARG;
+}
 
 static void ddp__grad_reset(ddp_grad *g)
 {
@@ -6771,6 +6797,7 @@ static ddp_result ddp__grad_layout(ddp_grad *g, const ddp_grad_desc *desc)
     g->st = (struct ddp__grad_state *)DDP_MALLOC(sizeof *g->st);
     if (g->st) {
         memset(g->st, 0, sizeof *g->st);
+        g->st->ctx_id = ctx->st->id;
         g->st->buckets = (ddp__grad_bucket *)DDP_MALLOC((g->num_buckets ? g->num_buckets : 1) * sizeof(ddp__grad_bucket));
     }
     if (!g->st || !g->st->buckets)
@@ -6837,7 +6864,7 @@ void ddp_grad_destroy(ddp_grad *g)
 {
     if (!g) return;
     if (g->st) {
-        if (g->st->buckets && g->ctx && g->ctx->st) (void)ddp__grad_wait(g, 0); /* (ddp_destroy ended what was in flight) */
+        if (g->st->buckets && ddp__grad_live(g)) (void)ddp__grad_wait(g, 0); /* (ddp_destroy ended what was in flight) */
         if (g->st->buckets) DDP_FREE(g->st->buckets);
         if (g->st->regions) DDP_FREE(g->st->regions);
         DDP_FREE(g->st);
@@ -6917,8 +6944,7 @@ static ddp_result ddp__grad_mark(ddp_grad *g, size_t offset, size_t count, int k
 ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
 {
     size_t end = offset + count;
-    if (!g || !g->st) return DDP_ERR_ARG;
-    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_ready");
+    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_ready");
     if (end < offset || end > g->count)
         return ddp__fail(g->ctx, DDP_ERR_ARG,
                               "ddp_grad_ready: %zu elements at offset %zu are outside the gradient buffer of %zu "
@@ -6946,8 +6972,7 @@ static size_t ddp__grad_first_gap(ddp_grad *g, size_t *gap_end)
 ddp_result ddp_grad_finish(ddp_grad *g)
 {
     ddp_result r;
-    if (!g || !g->st) return DDP_ERR_ARG;
-    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_finish"); /* (its context destroyed) */
+    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_finish");
     if (g->no_sync) {
         if (g->st->accumulated < INT_MAX - 1) g->st->accumulated++;
         ddp__grad_reset(g);
@@ -6977,8 +7002,7 @@ ddp_result ddp_grad_all_reduce(ddp_grad *g)
     ddp_result r = DDP_OK;
     struct ddp__grad_state *st;
     size_t i, n, pos = 0, *gaps;
-    if (!g || !g->st) return DDP_ERR_ARG;
-    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_all_reduce");
+    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_all_reduce");
     st = g->st;
     /* the gaps between the regions marked so far, found in one pass over them sorted */
     if (st->num_regions > 1) qsort(st->regions, st->num_regions, 2 * sizeof(size_t), ddp__grad_region_cmp);
@@ -6997,8 +7021,7 @@ ddp_result ddp_grad_all_reduce(ddp_grad *g)
 
 ddp_result ddp_grad_no_sync(ddp_grad *g, int on)
 {
-    if (!g || !g->st) return DDP_ERR_ARG;
-    if (!g->ctx->st) return ddp__no_state(g->ctx, "ddp_grad_no_sync");
+    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_no_sync");
     if (g->st->num_regions)
         return ddp__fail(g->ctx, DDP_ERR_ARG, "ddp_grad_no_sync: called in the middle of a step");
     g->no_sync = on != 0;

@@ -100,24 +100,33 @@ static void edges(ddp_ctx *ctx, float *a)
     r = ddp_all_reduce(ctx, v, v, 1, DDP_F32, DDP_SUM, NULL);
     report(ctx, "edges.group_usable_after_refusals", "f32", r == DDP_OK && v[0] == (float)W, ddp_error(ctx));
     /* a child of fork() (a checkpoint written in the background) holds a copy of the
-       context: its collective is refused (it joined its parent's, adding 100), its
-       ddp_destroy leaves the parent's group alone (it ended the job) */
+       context: its collective is refused (it joined its parent's, adding 100), and so is
+       its ddp_wait of the parent's handle (it waited for good on a worker thread it does
+       not have, or took the parent's result as its own); its ddp_destroy leaves the
+       parent's group alone (it ended the job) */
     {
         int st = -1;
         pid_t child;
+        ddp_work w;
+        float y = 1;
         fflush(NULL);
+        ok = ddp_all_reduce_async(ctx, &y, &y, 1, DDP_F32, DDP_SUM, NULL, &w) == DDP_OK;
         if ((child = fork()) == 0) {
             float x = 100;
             ddp_result rc = ddp_all_reduce(ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
             ok = rc == DDP_ERR_ARG && strstr(ddp_error(ctx), "fork()") && x == 100;
+            alarm(30); /* (the hang it was) */
+            ok = ok && ddp_wait(ctx, &w, NULL) == DDP_ERR_ARG && strstr(ddp_error(ctx), "ddp_wait: this ddp_ctx belongs");
             ddp_destroy(ctx);
             _exit(ok ? 0 : 1);
         }
         waitpid(child, &st, 0);
+        ok = ok && ddp_wait(ctx, &w, NULL) == DDP_OK && y == (float)W;
         v[0] = 1;
         r = ddp_all_reduce(ctx, v, v, 1, DDP_F32, DDP_SUM, NULL);
         report(ctx, "edges.fork_child_refused_parent_goes_on", "f32",
-               child > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 && r == DDP_OK && v[0] == (float)W, ddp_error(ctx));
+               ok && child > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 && r == DDP_OK && v[0] == (float)W,
+               ddp_error(ctx));
     }
 }
 
@@ -334,18 +343,38 @@ int main(int argc, char **argv)
                                "ddp: error: ddp_destroy: no ddp_ctx (NULL)\n") == 0;
         CHECK("collectives.call_without_a_context_said", ok, "stderr: '%s'", got);
     }
-    { /* a gradient sync whose context was destroyed under it: each call says so under its
-         own name (ddp_grad_ready said ddp_grad_all_reduce, ddp_grad_finish crashed) */
+    { /* a gradient sync whose context was destroyed under it, or destroyed and set up again,
+         and one never set up, destroyed or NULL: each call says so on stderr under its own
+         name (ddp_grad_ready named itself ddp_grad_all_reduce, ddp_grad_finish crashed, the
+         rest said nothing; the old sync's ddp_grad_destroy waited in the new context and put
+         a false failure in it); likewise ddp_sampler_init and ddp_all_reduce_async */
+        static const char *const want =
+            "ddp: error: ddp_grad_ready: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
+            "ddp: error: ddp_grad_finish: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
+            "ddp: error: ddp_grad_all_reduce: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
+            "ddp: error: ddp_grad_no_sync: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
+            "ddp: error: ddp_sampler_init: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
+            "ddp: error: ddp_all_reduce_async: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
+            "ddp: error: ddp_all_reduce_async: no ddp_ctx (NULL)\n"
+            "ddp: error: ddp_grad_ready: its ddp_ctx was destroyed and set up again since ddp_grad_init (ddp_grad_init it again)\n"
+            "ddp: error: ddp_grad_finish: its ddp_ctx was destroyed and set up again since ddp_grad_init (ddp_grad_init it again)\n"
+            "ddp: error: ddp_grad_ready: this ddp_grad was destroyed, or never initialised (ddp_grad_init first)\n"
+            "ddp: error: ddp_grad_all_reduce: this ddp_grad was destroyed, or never initialised (ddp_grad_init first)\n"
+            "ddp: error: ddp_grad_no_sync: no ddp_grad (NULL)\n"
+            "ddp: error: ddp_grad_finish: no ddp_grad (NULL)\n";
         ddp_ctx c;
         ddp_desc d;
-        ddp_grad g;
+        ddp_grad g, never;
         ddp_grad_desc gd;
-        float grads[8] = {0};
-        char got[800] = "";
+        ddp_sampler sm;
+        ddp_work w;
+        float grads[8] = {0}, x = 1;
+        char got[2000] = "";
         FILE *f = tmpfile();
         int saved, ok, n;
         memset(&d, 0, sizeof d);
         memset(&gd, 0, sizeof gd);
+        memset(&never, 0, sizeof never);
         d.backend = DDP_BACKEND_CPU;
         d.world_size = 1;
         gd.grads = grads;
@@ -357,8 +386,17 @@ int main(int argc, char **argv)
         saved = dup(2);
         dup2(fileno(f), 2);
         ok = ok && ddp_grad_ready(&g, 4, 4) == DDP_ERR_ARG && ddp_grad_finish(&g) == DDP_ERR_ARG &&
-             ddp_grad_all_reduce(&g) == DDP_ERR_ARG && ddp_grad_no_sync(&g, 1) == DDP_ERR_ARG;
+             ddp_grad_all_reduce(&g) == DDP_ERR_ARG && ddp_grad_no_sync(&g, 1) == DDP_ERR_ARG &&
+             ddp_sampler_init(&sm, &c, NULL) == DDP_ERR_ARG &&
+             ddp_all_reduce_async(&c, &x, &x, 1, DDP_F32, DDP_SUM, NULL, NULL) == DDP_ERR_ARG &&
+             ddp_all_reduce_async(NULL, &x, &x, 1, DDP_F32, DDP_SUM, NULL, &w) == DDP_ERR_ARG;
+        /* the same ddp_ctx set up again: the old sync is not the new context's */
+        ok = ok && ddp_init(&c, &d) == DDP_OK && ddp_grad_ready(&g, 4, 4) == DDP_ERR_ARG && ddp_grad_finish(&g) == DDP_ERR_ARG;
         ddp_grad_destroy(&g);
+        ok = ok && ddp_all_reduce(&c, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK && !ddp_error(&c)[0];
+        ddp_destroy(&c);
+        ok = ok && ddp_grad_ready(&g, 0, 8) == DDP_ERR_ARG && ddp_grad_all_reduce(&never) == DDP_ERR_ARG &&
+             ddp_grad_no_sync(NULL, 0) == DDP_ERR_ARG && ddp_grad_finish(NULL) == DDP_ERR_ARG;
         fflush(stderr);
         dup2(saved, 2);
         close(saved);
@@ -366,10 +404,7 @@ int main(int argc, char **argv)
         n = (int)fread(got, 1, sizeof got - 1, f);
         got[n > 0 ? n : 0] = 0;
         fclose(f);
-        ok = ok && strcmp(got, "ddp: error: ddp_grad_ready: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
-                               "ddp: error: ddp_grad_finish: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
-                               "ddp: error: ddp_grad_all_reduce: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
-                               "ddp: error: ddp_grad_no_sync: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n") == 0;
+        ok = ok && strcmp(got, want) == 0;
         CHECK("collectives.grad_sync_after_ddp_destroy_said", ok, "stderr: '%s'", got);
     }
 
