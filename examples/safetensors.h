@@ -277,7 +277,7 @@ typedef struct st_file {
     unsigned char *bytes; /* the whole file */
     st_tensor *t;
     int n;
-    char meta_key[32][32], meta_val[32][128];
+    char meta_key[33][32], meta_val[33][128]; /* up to 32 of the writer's, and st_write_file's checksum */
     int n_meta;
 } st_file;
 
@@ -585,25 +585,26 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
         }
         if (strcmp(key, "__metadata__") == 0) { /* string values only, as the format says */
             const int count = j.tok[k + 1].type == ST_JSON_OBJECT ? j.tok[k + 1].size : -1;
-            int m, e = k + 2, o, twice = 0;
+            int m, e = k + 2, o, twice = 0, sum = 0;
             if (metadata++) {
                 snprintf(why, sizeof why, "two __metadata__ objects");
                 break;
             }
-            for (m = 0; m < count && f->n_meta < 32 && !twice; m++, e = j.tok[e + 1].next, f->n_meta++) {
+            for (m = 0; m < count && f->n_meta < 33 && !twice; m++, e = j.tok[e + 1].next, f->n_meta++) {
                 if (!st_json_string(&j, e, f->meta_key[f->n_meta], sizeof f->meta_key[0]) ||
                     j.tok[e + 1].type != ST_JSON_STRING ||
                     !st_json_string(&j, e + 1, f->meta_val[f->n_meta], sizeof f->meta_val[0]))
                     break;
+                sum |= strcmp(f->meta_key[f->n_meta], ST_CHECKSUM) == 0; /* a 33rd key: the checksum of 32 */
                 for (o = 0; o < f->n_meta; o++) twice |= strcmp(f->meta_key[o], f->meta_key[f->n_meta]) == 0;
             }
             if (twice) { /* readers differ on which one counts */
                 snprintf(why, sizeof why, "__metadata__ has the key '%s' twice", f->meta_key[f->n_meta - 1]);
                 break;
             }
-            if (m < count || count < 0) {
-                snprintf(why, sizeof why, "__metadata__ is not an object of up to 32 strings, each key below 32 bytes "
-                         "and each value below 128, without escapes other than \\\" \\\\ \\/");
+            if (m < count || count < 0 || f->n_meta > 32 + sum) {
+                snprintf(why, sizeof why, "__metadata__ is not an object of up to 32 strings (and the checksum), "
+                         "each key below 32 bytes and each value below 128, without escapes other than \\\" \\\\ \\/");
                 break;
             }
         } else {
@@ -911,18 +912,34 @@ ST_DEF int st_write_unnamed(const char *path, const unsigned char *len8, const s
     return named ? 1 : -1; /* no name: written again, by name, where the error (if any) is said */
 }
 
+/* JSON's white space from s on */
+static size_t st_ws(const char *s, size_t i, size_t len)
+{
+    while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+    return i;
+}
+
 /* The checksum's place, 16 zeros, put first in header's __metadata__ (made if there is
-   none): 1; 0 when out of memory; -1 when __metadata__ is not the header's first key. */
+   none): 1, also where it is there already (a header written before); 0 when out of
+   memory; -1 when __metadata__ is not the header's first key. */
 ST_DEF int st_put_checksum(st_text *header)
 {
-    static const char meta[] = "{\"__metadata__\":{";
-    const size_t m = sizeof meta - 1;
-    const int has = header->len >= m && memcmp(header->s, meta, m) == 0;
-    const size_t at = has ? m : 1; /* after the object's opening brace */
-    const char next = header->len > at ? header->s[at] : '}';
+    static const char name[] = "\"__metadata__\"", ours[] = "\"" ST_CHECKSUM "\":\"";
+    const size_t len = header->s ? header->len : 0, m = sizeof name - 1;
+    size_t i = st_ws(header->s, 1, len), at;
+    int has = i + m <= len && memcmp(header->s + i, name, m) == 0;
+    char next;
     st_text t;
     memset(&t, 0, sizeof t);
-    if (header->failed || header->len < 2 || header->s[0] != '{') return 0;
+    if (header->failed || len < 2 || header->s[0] != '{') return 0;
+    if (has) { /* {"__metadata__":{ with white space anywhere between */
+        i = st_ws(header->s, i + m, len);
+        has = i < len && header->s[i] == ':' && (i = st_ws(header->s, i + 1, len)) < len && header->s[i] == '{';
+    }
+    at = has ? i + 1 : 1; /* after the object's opening brace */
+    i = st_ws(header->s, at, len);
+    next = i < len ? header->s[i] : '}';
+    if (has && len - i >= sizeof ours - 1 && memcmp(header->s + i, ours, sizeof ours - 1) == 0) return 1;
     if (!has && strstr(header->s, "\"__metadata__\"")) return -1; /* a second __metadata__ would go in front */
     st_put(&t, "%.*s%s\"" ST_CHECKSUM "\":\"0000000000000000\"%s%s%s", (int)at, header->s,
            has ? "" : "\"__metadata__\":{", has ? "" : "}", next == '}' ? "" : ",", header->s + at);
@@ -933,7 +950,8 @@ ST_DEF int st_put_checksum(st_text *header)
 }
 
 /* header: the JSON of one object (padded here to a multiple of 8; a checksum goes into
-   its __metadata__); then n arrays of bytes[i] bytes. The data is written as this
+   its __metadata__, which must come first if there is one; the same header may be
+   written again); then n arrays of bytes[i] bytes. The data is written as this
    machine stores it: little-endian on x86 and ARM. The file is written unnamed where it
    can be (st_write_unnamed), else by name (st_temp). */
 ST_DEF int st_write_file(const char *path, st_text *header, const void *const *arrays, const size_t *bytes, int n,
@@ -965,6 +983,7 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
         snprintf(err, errsize, "%s: the header has a \"%s\" of its own", path, ST_CHECKSUM);
         return 0;
     }
+    memset(at, '0', 16); /* (a header written before holds that write's) */
     st_hash_start(&h);
     st_hash_add(&h, len8, 8);
     st_hash_add(&h, header->s, header->len);

@@ -596,6 +596,70 @@ for f in sys.argv[1:]:
 else
   echo "SKIP train_gpt bad checkpoints and diverged runs: python3 not installed (it crafts the files)"
 fi
+# examples/safetensors.h's writer, as other programs call it: a header with the 32 metadata
+# keys the reader takes (the checksum made a 33rd, and the reader refused the file it had
+# just written), one st_text written twice (the second write refused the checksum the first
+# had put in it), __metadata__ first with JSON's white space around it (refused as not first)
+cat >stw.c <<'EOF'
+#include "safetensors.h"
+#include <stdio.h>
+static int wr(const char *path, st_text *h, const float *x)
+{
+    char err[600];
+    const void *arr[1] = {x};
+    size_t b[1] = {8};
+    st_file f;
+    int ok = st_write_file(path, h, arr, b, 1, err, sizeof err) && st_read(&f, path, err, sizeof err);
+    if (!ok) printf("%s: %s\n", path, err);
+    else {
+        ok = f.n == 1 && memcmp(f.t[0].data, x, 8) == 0;
+        if (!ok) printf("%s: read back otherwise\n", path);
+        st_free(&f);
+    }
+    return ok;
+}
+int main(void)
+{
+    static const char x1[] = "\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    float x[2] = {1, 2};
+    char err[600];
+    const void *arr[1] = {x};
+    size_t b[1] = {8};
+    st_text h;
+    int ok = 1, i;
+    memset(&h, 0, sizeof h);
+    st_put(&h, "{\"__metadata__\":{");
+    for (i = 0; i < 32; i++) st_put(&h, "%s\"k%d\":\"v\"", i ? "," : "", i);
+    st_put(&h, "},%s", x1);
+    ok &= wr("keys32.st", &h, x);
+    free(h.s);
+    memset(&h, 0, sizeof h);
+    st_put(&h, "{\"__metadata__\":{\"a\":\"b\"},%s", x1);
+    ok &= wr("once.st", &h, x) && wr("twice.st", &h, x);
+    free(h.s);
+    memset(&h, 0, sizeof h);
+    st_put(&h, "{ \"__metadata__\" :\n {\"a\":\"b\"},%s", x1);
+    ok &= wr("spaced.st", &h, x);
+    free(h.s);
+    memset(&h, 0, sizeof h);
+    st_put(&h, "{%s", x1); /* no __metadata__: made for the checksum */
+    ok &= wr("nometa.st", &h, x);
+    free(h.s);
+    memset(&h, 0, sizeof h); /* __metadata__ not first: refused, in one line */
+    st_put(&h, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"__metadata__\":{}}");
+    if (st_write_file("last.st", &h, arr, b, 1, err, sizeof err) || !strstr(err, "wants __metadata__ first"))
+        ok = 0, printf("last.st: %s\n", err);
+    free(h.s);
+    return ok ? 0 : 1;
+}
+EOF
+if cc -std=c99 -Wall -Wextra -Werror -I"$OLDPWD/examples" stw.c -o stw 2>stw.txt; then
+  ./stw >stw.txt 2>&1 && cmp -s once.st twice.st
+  report "safetensors.h: 32 metadata keys, one header written twice, white space, none: written and read back" $? \
+    "$(tr '\n' '|' <stw.txt)"
+else
+  report "safetensors.h: the writer's check compiles" 1 "$(head -c 400 stw.txt)"
+fi
 "$bin" --nproc 2 --lr fast >/dev/null 2>&1
 rc=$?
 [ "$rc" -eq 2 ]
