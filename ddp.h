@@ -5199,9 +5199,11 @@ static ddp_result ddp__broken(const struct ddp__state *st) { return __atomic_loa
 static void ddp__broke(ddp_ctx *ctx, ddp_result r)
 {
     const ddp_result was = (ddp_result)__atomic_exchange_n(&ctx->st->broken, r, __ATOMIC_ACQ_REL);
-    if (!was && ctx->st->report_fd >= 0) {
+    if (!was && ctx->st->report_fd >= 0) { /* with the rank a timeout waited for: the launcher names it */
         char line[64];
-        const int n = snprintf(line, sizeof line, "\n%d %d -2\n", (int)getpid(), (int)r);
+        const int n = r == DDP_ERR_TIMEOUT && ctx->st->waited >= 0
+                          ? snprintf(line, sizeof line, "\n%d %d -2 %d\n", (int)getpid(), (int)r, ctx->st->waited)
+                          : snprintf(line, sizeof line, "\n%d %d -2\n", (int)getpid(), (int)r);
         pthread_mutex_lock(&ctx->st->log_mu);
         if (write(ctx->st->report_fd, line, (size_t)n) < 0) {}
         pthread_mutex_unlock(&ctx->st->log_mu);
@@ -5896,13 +5898,15 @@ static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, int *
             if (!*end) *end = '?';
         buf[have + (size_t)k] = 0;
         for (line = buf; (end = strchr(line, '\n')) != NULL; line = end + 1) {
-            int pid = 0, code = 0, w = -1, i;
+            int pid = 0, code = 0, w = -1, w2 = -1, i;
             *end = 0; /* this line's fields only (sscanf would read on past a newline) */
-            if (sscanf(line, "%d %d %d", &pid, &code, &w) < 2) continue;
+            if (sscanf(line, "%d %d %d %d", &pid, &code, &w, &w2) < 2) continue;
             for (i = 0; i < n; i++)
                 if (pids[i] == pid && (code == DDP__JOINING || code == DDP__LEAVING)) joined[i] = code == DDP__JOINING ? 1 : 2;
-                else if (pids[i] == pid && w == -2) /* what broke its group: that counts (a refusal before may not) */
+                else if (pids[i] == pid && w == -2) { /* what broke its group: that counts (a refusal before may not) */
                     said[i] = code;
+                    waited[i] = w2 >= 0 && w2 < n && w2 != i ? w2 : -1; /* and, a timeout, for whom it waited */
+                }
                 else if (pids[i] == pid && said[i] < 0) {
                     said[i] = code;
                     waited[i] = w >= 0 && w < n && w != i ? w : -1;

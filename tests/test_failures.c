@@ -408,7 +408,14 @@ static int launched_child(const char *mode)
         if (ctx.rank == 5) raise(SIGKILL);
         return ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK ? 0 : 1;
     }
-    if (strcmp(mode, "stuck_mid_job") == 0) { /* rank 2 stuck after one all-reduce; the others' next times out */
+    if (strcmp(mode, "stuck_mid_job") == 0 || strcmp(mode, "stuck_after_refusal") == 0) {
+        /* rank 2 stuck after one all-reduce; the others' next times out (after_refusal: each
+           rank's first failure a refused ddp_wait, which breaks nothing) */
+        if (mode[6] == 'a') {
+            ddp_work w;
+            memset(&w, 0, sizeof w);
+            if (ddp_wait(&ctx, &w, NULL) != DDP_ERR_ARG) return 1;
+        }
         if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
         if (ctx.rank == 2) {
             alarm(20);
@@ -652,6 +659,12 @@ static void test_launcher_blame(const char *self)
     }
     CHECK("launcher.names_the_rank_a_timeout_waited_for", named == runs,
           "%d of %d runs named rank 2 with status 1; the first other: %s", named, runs, bad);
+    /* the same after a failure of each rank's own that broke nothing: what broke the group
+       is told with the rank it waited for (the launcher said only 'rank 0 exited with status 1') */
+    rc = launch_to_file(self, "stuck_after_refusal", 4, out, 0);
+    CHECK("launcher.names_the_rank_a_timeout_waited_for_after_a_refusal", rc == 1 &&
+          file_has(out, "exited with status 1 after it timed out waiting for rank 2 (pid "), "status %d, %s", rc,
+          file_has(out, "waiting for rank 2 (pid ") ? "rank 2 named" : "rank 2 not named in the summary");
     rc = launch_to_file(self, "stuck_before_init", 4, out, 0);
     CHECK("launcher.names_a_rank_stuck_before_ddp_init", rc == 10 &&
           file_has(out, "after it timed out waiting for rank 3 (pid ") && file_has(out, "not yet in ddp_init)"),
