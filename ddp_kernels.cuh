@@ -1177,9 +1177,9 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
             const ddp__att_b vb = ddp__att_panels(vp, k0 + (size_t)j0 * C3 + C, (size_t)C3, nb, hs, kb);
             for (int j = 0; j < nb; j += DDP__MR) { /* s = k q^T from the first panel of queries that see key j */
                 const int mv = nb - j < DDP__MR ? nb - j : DDP__MR, p = j0 + j > t0 ? (j0 + j - t0) / 16 : 0;
-                const ddp__att_b qb = {qp + (size_t)p * hs * 16, (size_t)hs * 16, 16, 16}; /* 16 wide: less past the diagonal */
-                ddp__att_product(s + j * DDP__ATT_QB + p * 16, DDP__ATT_QB, k0 + (size_t)(j0 + j) * C3, (size_t)C3, 1, qb,
-                                 mv, nr - p * 16, hs, 1);
+                const ddp__att_b qb = {qp + (size_t)p * hs * 16, (size_t)hs * 16, 16, 16}; /* (less past the diagonal) */
+                ddp__att_product(s + j * DDP__ATT_QB + p * 16, DDP__ATT_QB, k0 + (size_t)(j0 + j) * C3, (size_t)C3, 1,
+                                 qb, mv, nr - p * 16, hs, 1);
             }
             for (int r = 0; r < nr; r++) mb[r] = -INFINITY;
             for (int j = 0; j < nb; j++) { /* query t0 + r sees key j0 + j when r >= first */
@@ -1323,8 +1323,10 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
                 const int nr = T - t0 < DDP__ATT_QB ? T - t0 : DDP__ATT_QB;
                 for (int r = 0; r < nr; r += DDP__MR) {
                     const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
-                    ddp__att_product(p + r * kb, (size_t)kb, q0 + (size_t)(t0 + r) * C3, (size_t)C3, 1, kt, mv, n, hs, 1);
-                    ddp__att_product(ds + r * kb, (size_t)kb, do0 + (size_t)(t0 + r) * C, (size_t)C, 1, vt, mv, n, hs, 1);
+                    ddp__att_product(p + r * kb, (size_t)kb, q0 + (size_t)(t0 + r) * C3, (size_t)C3, 1, kt, mv, n, hs,
+                                     1);
+                    ddp__att_product(ds + r * kb, (size_t)kb, do0 + (size_t)(t0 + r) * C, (size_t)C, 1, vt, mv, n, hs,
+                                     1);
                 }
                 for (int r = 0; r < nr; r++) {
                     const size_t t = (size_t)t0 + r;
