@@ -212,7 +212,10 @@
                       DDP_CHECK on the MPI backend; MPI started twice refused; an
                       averaging gradient sync's step count in its fingerprint; a job
                       stopped and continued as a whole goes on; a context never
-                      initialised said; the launcher hears what broke each group
+                      initialised said; the launcher hears what broke each group,
+                      and for whom a timeout waited; a ddp_grad whose context was
+                      destroyed (or set up again), never set up or NULL said; ddp_wait
+                      in a child of fork() refused
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
