@@ -6719,6 +6719,7 @@ struct ddp__grad_state {
     size_t lo, hi;             /* what they span: a region outside needs no overlap check */
     int accumulated;           /* steps ended under no_sync since the last sync */
     uint64_t ctx_id;           /* its context's id (ddp_ctx's st->id): a ddp_ctx destroyed and set up again is another */
+    int busy;                  /* a call in progress (atomic): a second thread's is refused */
 };
 
 /* The sync and its context are the ones ddp_grad_init set up; else a line on stderr
@@ -6737,6 +6738,21 @@ static ddp_result ddp__grad_gone(const ddp_grad *g, const char *call)
     return DDP_ERR_ARG;
 }
 
+/* One call at a time per ddp_grad, as per ddp_ctx: two threads marking at once corrupted
+   the regions' list (a double free); the second is refused, and the group stops. */
+static ddp_result ddp__grad_enter(ddp_grad *g, const char *call)
+{
+    if (!__atomic_exchange_n(&g->st->busy, 1, __ATOMIC_ACQUIRE)) return DDP_OK;
+    return ddp__break(g->ctx, ddp__fail(g->ctx, DDP_ERR_ARG, "%s: another thread is in a call of this ddp_grad: a "
+                                        "ddp_grad takes one call at a time (threads that share it order their calls, "
+                                        "alike on every rank)", call));
+}
+static ddp_result ddp__grad_leave(ddp_grad *g, ddp_result r)
+{
+    __atomic_store_n(&g->st->busy, 0, __ATOMIC_RELEASE);
+    return r;
+}
+
 static void ddp__grad_reset(ddp_grad *g)
 {
     size_t i;
@@ -6748,27 +6764,39 @@ static void ddp__grad_reset(ddp_grad *g)
    one rank's bucket with another's of a different size. A rank whose call was refused
    (`refused`: its reason told already) takes part all the same, as -1, so that no rank
    pairs this gather with its next collective; the others then return DDP_ERR_PEER. */
-static ddp_result ddp__grad_agree(ddp_grad *g, int refused)
+/* desc's params to broadcast (count -1: none) are compared too: on one rank only they were
+   broadcast to nobody, and the next call paired with that broadcast (a named mismatch, late) */
+static ddp_result ddp__grad_agree(ddp_grad *g, int refused, int64_t params, int64_t param_dtype)
 {
-    int64_t mine[4], *all;
+    int64_t mine[6], *all;
     int r, w = g->ctx->world_size;
     ddp_result res;
+    char p0[64], p1[64];
     mine[0] = refused ? -1 : (int64_t)g->count; mine[1] = g->dtype; mine[2] = (int64_t)g->bucket_count; mine[3] = g->sum;
+    mine[4] = params; mine[5] = params < 0 ? -1 : param_dtype;
     if (!(all = DDP__CAST(int64_t *, DDP_MALLOC(sizeof mine * (size_t)w))))
         return ddp__numbered(g->ctx, ddp__fail(g->ctx, DDP_ERR_NOMEM, "ddp_grad_init: out of memory"));
-    res = ddp_all_gather(g->ctx, mine, all, 4, DDP_I64, NULL);
+    res = ddp_all_gather(g->ctx, mine, all, 6, DDP_I64, NULL);
     for (r = 0; res == DDP_OK && r < w; r++)
-        if (all[4 * r] < 0)
+        if (all[6 * r] < 0)
             res = refused ? DDP_ERR_ARG
                           : ddp__fail(g->ctx, DDP_ERR_PEER, "ddp_grad_init: rank %d's call was refused (its ddp_error "
                                       "says why)", r);
     for (r = 0; res == DDP_OK && r < w; r++)
-        if (memcmp(all + 4 * r, mine, sizeof mine) != 0)
-            res = ddp__fail(g->ctx, DDP_ERR_MISMATCH, "ddp_grad_init: rank %d has %lld x %s in buckets of %lld%s, "
-                            "rank %d has %lld x %s in buckets of %lld%s", g->ctx->rank, (long long)mine[0],
-                            ddp_dtype_name((ddp_dtype)mine[1]), (long long)mine[2], mine[3] ? " (sum)" : "", r,
-                            (long long)all[4 * r], ddp_dtype_name((ddp_dtype)all[4 * r + 1]), (long long)all[4 * r + 2],
-                            all[4 * r + 3] ? " (sum)" : "");
+        if (memcmp(all + 6 * r, mine, sizeof mine) != 0) {
+            const int64_t *o = all + 6 * r;
+            p0[0] = p1[0] = 0; /* the params, where they differ */
+            if (o[4] != mine[4] || o[5] != mine[5]) {
+                if (mine[4] < 0) snprintf(p0, sizeof p0, ", no params to broadcast");
+                else snprintf(p0, sizeof p0, ", %lld x %s params", (long long)mine[4], ddp_dtype_name((ddp_dtype)mine[5]));
+                if (o[4] < 0) snprintf(p1, sizeof p1, ", no params to broadcast");
+                else snprintf(p1, sizeof p1, ", %lld x %s params", (long long)o[4], ddp_dtype_name((ddp_dtype)o[5]));
+            }
+            res = ddp__fail(g->ctx, DDP_ERR_MISMATCH, "ddp_grad_init: rank %d has %lld x %s in buckets of %lld%s%s, "
+                            "rank %d has %lld x %s in buckets of %lld%s%s", g->ctx->rank, (long long)mine[0],
+                            ddp_dtype_name((ddp_dtype)mine[1]), (long long)mine[2], mine[3] ? " (sum)" : "", p0, r,
+                            (long long)o[0], ddp_dtype_name((ddp_dtype)o[1]), (long long)o[2], o[3] ? " (sum)" : "", p1);
+        }
     DDP_FREE(all);
     return res;
 }
@@ -6828,16 +6856,17 @@ ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
         memset(&none, 0, sizeof none);
         none.ctx = ctx;
         r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: no ddp_grad to set up (NULL)");
-        ddp__grad_agree(&none, 1);
+        ddp__grad_agree(&none, 1, -1, -1);
         return r;
     }
     memset(g, 0, sizeof *g);
     if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_grad_init");
     g->ctx = ctx;
     if ((r = ddp__grad_layout(g, desc)) != DDP_OK) /* the others may be in the agreement already: meet them */
-        ddp__grad_agree(g, 1);
+        ddp__grad_agree(g, 1, -1, -1);
     else
-        r = ddp__grad_agree(g, 0);
+        r = ddp__grad_agree(g, 0, desc->params ? (int64_t)(desc->param_count ? desc->param_count : desc->count) : -1,
+                            desc->params ? (int64_t)desc->param_dtype : -1);
     if (r == DDP_OK && desc->params) {
         float one = 1;
         r = ddp_broadcast(ctx, desc->params, desc->param_count ? desc->param_count : desc->count, desc->param_dtype, 0,
@@ -6951,12 +6980,15 @@ static ddp_result ddp__grad_mark(ddp_grad *g, size_t offset, size_t count, int k
 ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
 {
     size_t end = offset + count;
+    ddp_result r;
     if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_ready");
     if (end < offset || end > g->count)
         return ddp__fail(g->ctx, DDP_ERR_ARG,
                               "ddp_grad_ready: %zu elements at offset %zu are outside the gradient buffer of %zu "
                               "elements", count, offset, g->count);
-    return count ? ddp__grad_mark(g, offset, count, 0) : DDP_OK;
+    if (!count) return DDP_OK;
+    if ((r = ddp__grad_enter(g, "ddp_grad_ready")) != DDP_OK) return r;
+    return ddp__grad_leave(g, ddp__grad_mark(g, offset, count, 0));
 }
 
 static int ddp__grad_region_cmp(const void *a, const void *b)
@@ -6976,10 +7008,9 @@ static size_t ddp__grad_first_gap(ddp_grad *g, size_t *gap_end)
     return pos;
 }
 
-ddp_result ddp_grad_finish(ddp_grad *g)
+static ddp_result ddp__grad_finish(ddp_grad *g)
 {
     ddp_result r;
-    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_finish");
     if (g->no_sync) {
         if (g->st->accumulated < INT_MAX - 1) g->st->accumulated++;
         ddp__grad_reset(g);
@@ -7004,13 +7035,19 @@ ddp_result ddp_grad_finish(ddp_grad *g)
     return r;
 }
 
-ddp_result ddp_grad_all_reduce(ddp_grad *g)
+ddp_result ddp_grad_finish(ddp_grad *g)
+{
+    ddp_result r;
+    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_finish");
+    if ((r = ddp__grad_enter(g, "ddp_grad_finish")) != DDP_OK) return r;
+    return ddp__grad_leave(g, ddp__grad_finish(g));
+}
+
+static ddp_result ddp__grad_all_reduce(ddp_grad *g)
 {
     ddp_result r = DDP_OK;
-    struct ddp__grad_state *st;
+    struct ddp__grad_state *st = g->st;
     size_t i, n, pos = 0, *gaps;
-    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_all_reduce");
-    st = g->st;
     /* the gaps between the regions marked so far, found in one pass over them sorted */
     if (st->num_regions > 1) qsort(st->regions, st->num_regions, 2 * sizeof(size_t), ddp__grad_region_cmp);
     n = st->num_regions;
@@ -7023,16 +7060,26 @@ ddp_result ddp_grad_all_reduce(ddp_grad *g)
     }
     for (i = 0; r == DDP_OK && i < n; i++) r = ddp__grad_mark(g, gaps[2 * i], gaps[2 * i + 1], 1);
     DDP_FREE(gaps);
-    return r == DDP_OK ? ddp_grad_finish(g) : r;
+    return r == DDP_OK ? ddp__grad_finish(g) : r;
+}
+
+ddp_result ddp_grad_all_reduce(ddp_grad *g)
+{
+    ddp_result r;
+    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_all_reduce");
+    if ((r = ddp__grad_enter(g, "ddp_grad_all_reduce")) != DDP_OK) return r;
+    return ddp__grad_leave(g, ddp__grad_all_reduce(g));
 }
 
 ddp_result ddp_grad_no_sync(ddp_grad *g, int on)
 {
+    ddp_result r;
     if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_no_sync");
+    if ((r = ddp__grad_enter(g, "ddp_grad_no_sync")) != DDP_OK) return r;
     if (g->st->num_regions)
-        return ddp__fail(g->ctx, DDP_ERR_ARG, "ddp_grad_no_sync: called in the middle of a step");
+        return ddp__grad_leave(g, ddp__fail(g->ctx, DDP_ERR_ARG, "ddp_grad_no_sync: called in the middle of a step"));
     g->no_sync = on != 0;
-    return DDP_OK;
+    return ddp__grad_leave(g, DDP_OK);
 }
 #endif /* DDP__IMPLEMENTATION_DONE */
 #endif /* DDP_IMPLEMENTATION */

@@ -226,7 +226,9 @@ static int behind(int rank, void *arg)
     return 0;
 }
 
-/* ranks cut their gradients differently: ddp_grad_init says how */
+/* ranks cut their gradients differently: ddp_grad_init says how; arg "params": one rank
+   alone gives params to broadcast (they went to nobody: DDP_OK, and the next call paired
+   with that broadcast) */
 static const char *const grad_codes[] = {
     [10] = "init failed", [11] = "ddp_grad_init did not return DDP_ERR_MISMATCH",
     [12] = "the error does not give both layouts"};
@@ -235,15 +237,19 @@ static int grad_layout(int rank, void *arg)
     ddp_ctx ctx;
     ddp_grad g;
     ddp_grad_desc gd;
-    static float grads[1000];
-    (void)arg;
+    static float grads[1000], params[1000];
+    const int p = arg != NULL;
     if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
     memset(&gd, 0, sizeof gd);
     gd.grads = grads;
-    gd.count = rank == 1 ? 999 : 1000;
+    gd.count = rank == 1 && !p ? 999 : 1000;
     gd.bucket_bytes = 400;
+    if (p && rank == 1) gd.params = params;
     if (ddp_grad_init(&g, &ctx, &gd) != DDP_ERR_MISMATCH) return 11;
-    if (rank == 0 && !strstr(ddp_error(&ctx), "rank 0 has 1000 x f32 in buckets of 100, rank 1 has 999 x f32 in buckets of 100"))
+    if (rank == 0 && !strstr(ddp_error(&ctx), p ? "rank 0 has 1000 x f32 in buckets of 100, no params to broadcast, "
+                                                   "rank 1 has 1000 x f32 in buckets of 100, 1000 x f32 params"
+                                                 : "rank 0 has 1000 x f32 in buckets of 100, rank 1 has 999 x f32 in "
+                                                   "buckets of 100"))
         return 12;
     ddp_destroy(&ctx);
     return 0;
@@ -660,6 +666,8 @@ int main(int argc, char **argv)
     CHECK("mismatch.destroy_while_others_wait", job.failed == 0, "%s", TEST_JOB_WHY(&job, leave_codes));
     test_spawn(&job, 4, grad_layout, NULL);
     CHECK("mismatch.grad_bucket_layout", job.failed == 0, "%s", TEST_JOB_WHY(&job, grad_codes));
+    test_spawn(&job, 3, grad_layout, (void *)"params");
+    CHECK("mismatch.grad_params_on_one_rank", job.failed == 0, "%s", TEST_JOB_WHY(&job, grad_codes));
     test_spawn(&job, 4, agree_on, NULL);
     CHECK("mismatch.agree_on_program_settings", job.failed == 0, "%s", TEST_JOB_WHY(&job, agree_codes));
     test_spawn(&job, 3, sampler_setup, NULL);
