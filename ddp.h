@@ -1243,7 +1243,13 @@ static ddp_result ddp__fail(const ddp_ctx *ctx, ddp_result code, const char *fmt
 {
     va_list ap;
     char msg[480], text[sizeof ctx->st->err];
-    if (!ctx || !ctx->st) return code;
+    if (!ctx || !ctx->st) { /* no log to keep it in (a sampler without a context): said on stderr */
+        va_start(ap, fmt);
+        vsnprintf(text, sizeof text, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "ddp: error: %s\n", text);
+        return code;
+    }
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap); /* the arguments may include the last error */
     va_end(ap);
@@ -1348,7 +1354,7 @@ int ddp_thread_share(const ddp_ctx *ctx)
 void ddp_print(const ddp_ctx *ctx, const char *fmt, ...)
 {
     va_list ap;
-    if (ctx && ctx->rank != 0) return;
+    if ((ctx && ctx->rank != 0) || !fmt) return;
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
@@ -1359,12 +1365,19 @@ void ddp_log(const ddp_ctx *ctx, const char *fmt, ...)
 {
     char line[1024];
     va_list ap;
-    int n = snprintf(line, sizeof line, "[rank %d/%d] ", ctx ? ctx->rank : 0, ctx ? ctx->world_size : 1);
+    size_t len;
+    int n = snprintf(line, sizeof line, "[rank %d/%d] ", ctx ? ctx->rank : 0, ctx ? ctx->world_size : 1), k;
+    if (!fmt) return;
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    k = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
+    len = strlen(line);
+    if (k > 0 && (size_t)(n + k) >= sizeof line) { /* cut: it still ends its line, marked (the next was glued to it) */
+        memcpy(line + sizeof line - 5, "...\n", 5);
+        len = sizeof line - 1;
+    }
     fflush(stdout); /* one write per line keeps ranks' lines whole */
-    if (write(STDOUT_FILENO, line, strlen(line)) < 0) {}
+    if (write(STDOUT_FILENO, line, len) < 0) {}
 }
 
 /* ---- >>halfs ------------------------------------------------------------------------------ */
@@ -6585,6 +6598,7 @@ void ddp_metric_add(ddp_metric *m, double value, double weight)
 void ddp_metric_merge(ddp_metric *into, const ddp_metric *from, size_t n)
 {
     size_t i;
+    if (!into || !from) return; /* as ddp_metric_add: nothing to merge (it crashed) */
     for (i = 0; i < n; i++) {
         ddp_metric *a = &into[i];
         const ddp_metric *b = &from[i];

@@ -436,5 +436,34 @@ int main(int argc, char **argv)
     /* printing helpers without a context: a world of one */
     CHECK("collectives.null_context_is_main", ddp_is_main(NULL) == 1, "ddp_is_main(NULL) = %d", ddp_is_main(NULL));
     ddp_log(NULL, "a line from ddp_log without a context\n");
+    { /* a line past ddp_log's 1 KB is cut, marked, and still ends (the next was glued to it);
+         NULL metrics merge nothing and NULL formats print nothing (they crashed) */
+        static char big[1500];
+        char got[3000] = "";
+        ddp_metric m[2];
+        FILE *f = tmpfile();
+        int saved, n, ok;
+        memset(big, 'x', 1400);
+        memset(m, 0, sizeof m);
+        fflush(stdout);
+        saved = dup(1);
+        dup2(fileno(f), 1);
+        ddp_log(NULL, "long %s\n", big);
+        ddp_log(NULL, "short\n");
+        ddp_print(NULL, NULL);
+        ddp_log(NULL, NULL);
+        fflush(stdout);
+        dup2(saved, 1);
+        close(saved);
+        rewind(f);
+        n = (int)fread(got, 1, sizeof got - 1, f);
+        got[n > 0 ? n : 0] = 0;
+        fclose(f);
+        ddp_metric_merge(NULL, m, 2);
+        ddp_metric_merge(m, NULL, 2);
+        ok = n == 1023 + 17 && strncmp(got, "[rank 0/1] long xxx", 19) == 0 && strncmp(got + 1019, "...\n", 4) == 0 &&
+             strcmp(got + 1023, "[rank 0/1] short\n") == 0;
+        CHECK("collectives.ddp_log_cuts_a_long_line_and_ends_it", ok, "%d bytes, ending '%s'", n, n > 40 ? got + n - 40 : got);
+    }
     TEST_EXIT();
 }
