@@ -7,7 +7,8 @@
 
    Reading is in two layers, as cgltf keeps its JSON tokenizer apart from the glTF
    interpretation: st_json_tokenize() turns any JSON text into a flat list of tokens,
-   and st_read() interprets those tokens as a safetensors header and checks every
+   and st_read() (its header through st_parse_header(), which st_write_file() runs on
+   what it is about to write) interprets those tokens as a safetensors header and checks every
    tensor against the file (known dtype, shape product without overflow, byte size,
    inside the data), and that the tensors tile the data exactly, as the reference
    library requires: sorted by offset, each begins where the one before ends, the
@@ -540,13 +541,83 @@ ST_DEF int st_tiles(const st_file *f, size_t size, char *why, size_t whysize)
 /* Reads and checks the whole file: the header's syntax and meaning, every tensor
    inside the data. The length first, then the header, the data last: a file that is
    none (8 GB of something else) costs 8 bytes of reading, not 8 GB. */
+/* The header (hlen bytes of JSON) of a file with data_size bytes of data into f's tensors
+   and metadata, checked as st_read checks it: 1, or 0 with why said (f's arrays are freed
+   by st_free either way). st_write_file checks its header with it first. */
+ST_DEF int st_parse_header(st_file *f, const char *header, size_t hlen, size_t data_size, char *why, size_t whysize)
+{
+    st_json j;
+    int i, k, entries, metadata = 0;
+    if (!st_json_tokenize(&j, header, hlen) || j.tok[0].type != ST_JSON_OBJECT) {
+        snprintf(why, whysize, "not a JSON object");
+        free(j.tok);
+        return 0;
+    }
+    entries = j.tok[0].size;
+    f->t = (st_tensor *)calloc((size_t)entries + 1, sizeof(st_tensor));
+    snprintf(why, whysize, "out of memory");
+    for (i = 0, k = 1; f->t && i < entries; i++, k = j.tok[k + 1].next) {
+        char key[96];
+        if (!st_json_string(&j, k, key, sizeof key)) {
+            if (j.tok[k].end - j.tok[k].start < sizeof key)
+                snprintf(why, whysize, "a name with an escape other than \\\" \\\\ \\/ (\\n, \\u...: not in a name here)");
+            else
+                snprintf(why, whysize, "a name longer than %zu bytes", sizeof key - 1);
+            break;
+        }
+        if (strcmp(key, "__metadata__") == 0) { /* string values only, as the format says */
+            const int count = j.tok[k + 1].type == ST_JSON_OBJECT ? j.tok[k + 1].size : -1;
+            int m, e = k + 2, o, twice = 0, sum = 0;
+            if (metadata++) {
+                snprintf(why, whysize, "two __metadata__ objects");
+                break;
+            }
+            for (m = 0; m < count && f->n_meta < 33 && !twice; m++, e = j.tok[e + 1].next, f->n_meta++) {
+                if (!st_json_string(&j, e, f->meta_key[f->n_meta], sizeof f->meta_key[0]) ||
+                    j.tok[e + 1].type != ST_JSON_STRING ||
+                    !st_json_string(&j, e + 1, f->meta_val[f->n_meta], sizeof f->meta_val[0]))
+                    break;
+                sum |= strcmp(f->meta_key[f->n_meta], ST_CHECKSUM) == 0; /* a 33rd key: the checksum of 32 */
+                for (o = 0; o < f->n_meta; o++) twice |= strcmp(f->meta_key[o], f->meta_key[f->n_meta]) == 0;
+            }
+            if (twice) { /* readers differ on which one counts */
+                snprintf(why, whysize, "__metadata__ has the key '%s' twice", f->meta_key[f->n_meta - 1]);
+                break;
+            }
+            if (m < count || count < 0 || f->n_meta > 32 + sum) {
+                snprintf(why, whysize, "__metadata__ is not an object of up to 32 strings (and the checksum), "
+                         "each key below 32 bytes and each value below 128, without escapes other than \\\" \\\\ \\/");
+                break;
+            }
+        } else {
+            st_tensor *t = &f->t[f->n++];
+            snprintf(t->name, sizeof t->name, "%s", key);
+            if (!st_read_tensor(&j, k + 1, t, data_size, why, whysize)) break;
+        }
+    }
+    free(j.tok);
+    if (f->t && i == entries && (!st_unique(f, why, whysize) || !st_tiles(f, data_size, why, whysize))) i = -1;
+    if (!f->t || i < entries) return 0;
+    for (i = 0; i < f->n_meta && strcmp(f->meta_key[i], ST_CHECKSUM) != 0; i++) {
+        int k, bits = strlen(f->meta_key[i]) == sizeof ST_CHECKSUM - 1 ? 0 : 2; /* bits that differ from it */
+        for (k = 0; bits < 2 && f->meta_key[i][k]; k++) {
+            unsigned x = (unsigned char)(f->meta_key[i][k] ^ ST_CHECKSUM[k]);
+            for (; x; x &= x - 1) bits++;
+        }
+        if (bits == 1) {
+            snprintf(why, whysize, "the metadata key '%s' is one bit from '%s'", f->meta_key[i], ST_CHECKSUM);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
 {
     char why[400];
     uint64_t hlen = 0;
     size_t size, data_size;
-    st_json j;
-    int i, k, entries, metadata = 0;
+    int i;
     FILE *in;
     memset(f, 0, sizeof *f);
     if (!(in = st_open(path, &size, err, errsize))) return 0;
@@ -566,74 +637,16 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
     }
     if (!(f->bytes = st_read_more(in, f->bytes, 8, 8 + (size_t)hlen, path, err, errsize))) goto fail;
     data_size = size - 8 - (size_t)hlen;
-    if (!st_json_tokenize(&j, (const char *)f->bytes + 8, (size_t)hlen) || j.tok[0].type != ST_JSON_OBJECT) {
-        snprintf(err, errsize, "%s: corrupt safetensors header (not a JSON object)", path);
-        free(j.tok);
-        goto fail;
-    }
-    entries = j.tok[0].size;
-    f->t = (st_tensor *)calloc((size_t)entries + 1, sizeof(st_tensor));
-    snprintf(why, sizeof why, "out of memory");
-    for (i = 0, k = 1; f->t && i < entries; i++, k = j.tok[k + 1].next) {
-        char key[96];
-        if (!st_json_string(&j, k, key, sizeof key)) {
-            if (j.tok[k].end - j.tok[k].start < sizeof key)
-                snprintf(why, sizeof why, "a name with an escape other than \\\" \\\\ \\/ (\\n, \\u...: not in a name here)");
-            else
-                snprintf(why, sizeof why, "a name longer than %zu bytes", sizeof key - 1);
-            break;
-        }
-        if (strcmp(key, "__metadata__") == 0) { /* string values only, as the format says */
-            const int count = j.tok[k + 1].type == ST_JSON_OBJECT ? j.tok[k + 1].size : -1;
-            int m, e = k + 2, o, twice = 0, sum = 0;
-            if (metadata++) {
-                snprintf(why, sizeof why, "two __metadata__ objects");
-                break;
-            }
-            for (m = 0; m < count && f->n_meta < 33 && !twice; m++, e = j.tok[e + 1].next, f->n_meta++) {
-                if (!st_json_string(&j, e, f->meta_key[f->n_meta], sizeof f->meta_key[0]) ||
-                    j.tok[e + 1].type != ST_JSON_STRING ||
-                    !st_json_string(&j, e + 1, f->meta_val[f->n_meta], sizeof f->meta_val[0]))
-                    break;
-                sum |= strcmp(f->meta_key[f->n_meta], ST_CHECKSUM) == 0; /* a 33rd key: the checksum of 32 */
-                for (o = 0; o < f->n_meta; o++) twice |= strcmp(f->meta_key[o], f->meta_key[f->n_meta]) == 0;
-            }
-            if (twice) { /* readers differ on which one counts */
-                snprintf(why, sizeof why, "__metadata__ has the key '%s' twice", f->meta_key[f->n_meta - 1]);
-                break;
-            }
-            if (m < count || count < 0 || f->n_meta > 32 + sum) {
-                snprintf(why, sizeof why, "__metadata__ is not an object of up to 32 strings (and the checksum), "
-                         "each key below 32 bytes and each value below 128, without escapes other than \\\" \\\\ \\/");
-                break;
-            }
-        } else {
-            st_tensor *t = &f->t[f->n++];
-            snprintf(t->name, sizeof t->name, "%s", key);
-            if (!st_read_tensor(&j, k + 1, t, data_size, why, sizeof why)) break;
-        }
-    }
-    free(j.tok);
-    if (f->t && i == entries && (!st_unique(f, why, sizeof why) || !st_tiles(f, data_size, why, sizeof why))) i = -1;
-    if (!f->t || i < entries) {
-        snprintf(err, errsize, "%s: corrupt safetensors header: %s", path, why);
+    if (!st_parse_header(f, (const char *)f->bytes + 8, (size_t)hlen, data_size, why, sizeof why)) {
+        if (strcmp(why, "not a JSON object") == 0) snprintf(err, errsize, "%s: corrupt safetensors header (%s)", path, why);
+        else snprintf(err, errsize, "%s: corrupt safetensors header: %s", path, why);
         goto fail;
     }
     if (!(f->bytes = st_read_more(in, f->bytes, 8 + (size_t)hlen, size, path, err, errsize))) goto fail;
     fclose(in);
     in = NULL;
-    for (i = 0; i < f->n_meta && strcmp(f->meta_key[i], ST_CHECKSUM) != 0; i++) {
-        int k, bits = strlen(f->meta_key[i]) == sizeof ST_CHECKSUM - 1 ? 0 : 2; /* bits that differ from it */
-        for (k = 0; bits < 2 && f->meta_key[i][k]; k++) {
-            unsigned x = (unsigned char)(f->meta_key[i][k] ^ ST_CHECKSUM[k]);
-            for (; x; x &= x - 1) bits++;
-        }
-        if (bits == 1) {
-            snprintf(err, errsize, "%s: corrupt safetensors header: the metadata key '%s' is one bit from '%s'", path,
-                     f->meta_key[i], ST_CHECKSUM);
-            goto fail;
-        }
-    }
+    for (i = 0; i < f->n_meta && strcmp(f->meta_key[i], ST_CHECKSUM) != 0; i++)
+        ; /* the checksum's key, if the file has one */
     if (i < f->n_meta) { /* written by st_write_file (empty or not): the file must be as written */
         unsigned char *at = st_checksum_at(f->bytes + 8, (size_t)hlen), digits[16];
         char want[17];
@@ -984,6 +997,21 @@ ST_DEF int st_write_file(const char *path, st_text *header, const void *const *a
         return 0;
     }
     memset(at, '0', 16); /* (a header written before holds that write's) */
+    { /* what st_read would refuse is not written (a second __metadata__, a value it cannot take,
+         offsets that do not tile the arrays): the save fails now, not the load later */
+        st_file chk;
+        size_t data = 0;
+        char why[400];
+        for (i = 0; i < n; i++) data += bytes[i];
+        memset(&chk, 0, sizeof chk);
+        ok = header->len <= ST_MAX_HEADER && st_parse_header(&chk, header->s, header->len, data, why, sizeof why);
+        if (header->len > ST_MAX_HEADER) snprintf(why, sizeof why, "longer than the %d bytes allowed", ST_MAX_HEADER);
+        st_free(&chk);
+        if (!ok) {
+            snprintf(err, errsize, "%s: a header st_read would refuse: %s", path, why);
+            return 0;
+        }
+    }
     st_hash_start(&h);
     st_hash_add(&h, len8, 8);
     st_hash_add(&h, header->s, header->len);

@@ -599,7 +599,8 @@ fi
 # examples/safetensors.h's writer, as other programs call it: a header with the 32 metadata
 # keys the reader takes (the checksum made a 33rd, and the reader refused the file it had
 # just written), one st_text written twice (the second write refused the checksum the first
-# had put in it), __metadata__ first with JSON's white space around it (refused as not first)
+# had put in it), __metadata__ first with JSON's white space around it (refused as not first);
+# a header st_read refuses (a second __metadata__, offsets past the arrays) is not written
 cat >stw.c <<'EOF'
 #include "safetensors.h"
 #include <stdio.h>
@@ -650,12 +651,23 @@ int main(void)
     if (st_write_file("last.st", &h, arr, b, 1, err, sizeof err) || !strstr(err, "wants __metadata__ first"))
         ok = 0, printf("last.st: %s\n", err);
     free(h.s);
+    memset(&h, 0, sizeof h); /* what st_read refuses is not written: it was, and the load failed */
+    st_put(&h, "{\"__metadata__\":{\"a\":\"b\"}, \"__metadata__\":{},%s", x1);
+    if (st_write_file("two.st", &h, arr, b, 1, err, sizeof err) ||
+        !strstr(err, "two.st: a header st_read would refuse: two __metadata__ objects"))
+        ok = 0, printf("two.st: %s\n", err);
+    free(h.s);
+    memset(&h, 0, sizeof h);
+    st_put(&h, "{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]}}");
+    if (st_write_file("short.st", &h, arr, b, 1, err, sizeof err) || !strstr(err, "a header st_read would refuse: tensor x"))
+        ok = 0, printf("short.st: %s\n", err);
+    free(h.s);
     return ok ? 0 : 1;
 }
 EOF
 if cc -std=c99 -Wall -Wextra -Werror -I"$OLDPWD/examples" stw.c -o stw 2>stw.txt; then
   ./stw >stw.txt 2>&1 && cmp -s once.st twice.st
-  report "safetensors.h: 32 metadata keys, one header written twice, white space, none: written and read back" $? \
+  report "safetensors.h: 32 metadata keys, one header written twice, white space, none: written and read back; what st_read refuses, not written" $? \
     "$(tr '\n' '|' <stw.txt)"
 else
   report "safetensors.h: the writer's check compiles" 1 "$(head -c 400 stw.txt)"
