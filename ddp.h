@@ -493,6 +493,8 @@ typedef struct ddp_sampler_desc {
     int rank;
 } ddp_sampler_desc;
 
+/* Filled by ddp_sampler_init (ddp_sampler_destroy it before another init: its lists are
+   lost otherwise). */
 typedef struct ddp_sampler {
     size_t dataset_size;  /* N */
     size_t num_samples;   /* positions per rank, the same on every rank */
@@ -588,6 +590,9 @@ typedef struct ddp_grad_desc {
     void *stream;          /* NCCL: the cudaStream_t the backward pass runs on */
 } ddp_grad_desc;
 
+/* Filled by ddp_grad_init; use it by its address, never a copy (a copy used after
+   ddp_grad_destroy reads freed memory). ddp_grad_init starts from nothing: on one still
+   live its buckets are lost, not ended (ddp_grad_destroy it first), as a ddp_ctx's. */
 typedef struct ddp_grad {
     ddp_ctx *ctx;
     void *grads;
