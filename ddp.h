@@ -3236,6 +3236,15 @@ static ddp_result ddp__shm_barrier(ddp_ctx *ctx, const ddp__coll *c)
     return DDP_OK;
 }
 
+/* What two fingerprints that differ are to this rank: its own ddp_destroy while another
+   is in a collective is its failure (the launcher names it), another's is a peer that
+   left, anything else a mismatch on every rank. */
+static ddp_result ddp__fp_code(const ddp__fp *mine, const ddp__fp *theirs)
+{
+    if (mine->kind == DDP__DESTROY && theirs->kind != DDP__DESTROY) return DDP_ERR_ARG;
+    return theirs->kind == DDP__DESTROY && mine->kind != DDP__DESTROY ? DDP_ERR_PEER : DDP_ERR_MISMATCH;
+}
+
 /* The first barrier of a collective: everyone has published its fingerprint, and
    each rank checks all of them before any data is combined. */
 static ddp_result ddp__shm_meet(ddp_ctx *ctx, const ddp__coll *c)
@@ -3255,10 +3264,8 @@ static ddp_result ddp__shm_meet(ddp_ctx *ctx, const ddp__coll *c)
             /* a rank a call behind or ahead wrote the other slot: name the call it is in */
             ddp__fp theirs = f->seq == mine.seq ? *f : h->now[i];
             ddp__fp_diff(why, sizeof why, ctx->rank, &mine, i, &theirs);
-            ddp__fail(ctx, mine.kind == DDP__DESTROY || theirs.kind == DDP__DESTROY ? DDP_ERR_PEER : DDP_ERR_MISMATCH,
-                      "%s", why);
-            return ddp__shm_abort(ctx, mine.kind == DDP__DESTROY || theirs.kind == DDP__DESTROY ? DDP_ERR_PEER
-                                                                                                 : DDP_ERR_MISMATCH);
+            ddp__fail(ctx, ddp__fp_code(&mine, &theirs), "%s", why);
+            return ddp__shm_abort(ctx, ddp__fp_code(&mine, &theirs));
         }
     }
     return DDP_OK;
@@ -4391,8 +4398,7 @@ static ddp_result ddp__mpi_agree(ddp_ctx *ctx, const ddp__coll *c)
             char why[300];
             ddp__fp theirs = all[i];
             ddp__fp_diff(why, sizeof why, ctx->rank, &mine, i, &theirs);
-            r = ddp__fail(ctx, mine.kind == DDP__DESTROY || theirs.kind == DDP__DESTROY ? DDP_ERR_PEER : DDP_ERR_MISMATCH,
-                          "%s", why);
+            r = ddp__fail(ctx, ddp__fp_code(&mine, &theirs), "%s", why);
         }
     if (r == DDP_OK) /* another pair disagrees: name them from here too */
         for (i = 1; i < ctx->world_size; i++)
@@ -5322,8 +5328,7 @@ static ddp_result ddp__store_check(ddp_ctx *ctx, const ddp__coll *c)
         memcpy(&theirs, all_parts[i], sizeof theirs);
         if (memcmp(&theirs, &mine, sizeof mine) != 0) {
             ddp__fp_diff(why, sizeof why, ctx->rank, &mine, i, &theirs);
-            r = ddp__fail(ctx, mine.kind == DDP__DESTROY || theirs.kind == DDP__DESTROY ? DDP_ERR_PEER : DDP_ERR_MISMATCH,
-                          "%s", why);
+            r = ddp__fail(ctx, ddp__fp_code(&mine, &theirs), "%s", why);
         }
     }
     DDP_FREE(all);

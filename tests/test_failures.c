@@ -460,12 +460,13 @@ static int launched_child(const char *mode)
         if (ctx.rank != 1) ddp_destroy(&ctx);
         return 0;
     }
-    if (strcmp(mode, "vanish") == 0 || strcmp(mode, "early_destroy") == 0 || strcmp(mode, "halt") == 0) {
+    if (strcmp(mode, "vanish") == 0 || strcmp(mode, "early_destroy") == 0 || strcmp(mode, "halt") == 0 ||
+        strcmp(mode, "early_destroy_said") == 0) {
         if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
         if (ctx.rank == 1 && mode[0] == 'v') return 0; /* without ddp_destroy */
         if (ctx.rank == 1 && mode[0] == 'e') { /* ddp_destroy while the others are in a collective */
-            ddp_destroy(&ctx);
-            return 0;
+            const ddp_result r = ddp_destroy(&ctx);
+            return mode[13] == '_' ? (r == DDP_ERR_ARG ? 7 : 8) : 0; /* _said: its verdict is its exit status */
         }
         if (ctx.rank == 1) raise(SIGSTOP);
         if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
@@ -624,6 +625,12 @@ static void test_launcher_blame(const char *self)
         else if (!bad[0]) snprintf(bad, sizeof bad, "status %d, rank 1 %s", rc, file_has(out, "after rank 1 (pid ") ? "named" : "not named");
     }
     CHECK("launcher.names_a_rank_that_failed_on_its_own_and_runs_on", named == 2, "%d of 2 runs; the first other: %s", named, bad);
+    /* the same rank exiting with its ddp_destroy's verdict, not 0: it is named, and its status
+       is the job's (a rank it stopped was blamed, with status 1) */
+    rc = launch_to_file(self, "early_destroy_said", 3, out, 0);
+    CHECK("launcher.names_the_rank_that_destroyed_early_and_failed", rc == 7 && file_has(out, "ddp: rank 1 (pid ") &&
+          file_has(out, "exited with status 7"), "status %d, %s", rc,
+          file_has(out, "ddp: rank 1 (pid ") ? "rank 1 named" : "rank 1 not named");
     rc = launch_to_file(self, "early_destroy", 3, out, 0);
     CHECK("launcher.names_the_rank_that_destroyed_early", rc == 1 && file_has(out, "ddp: rank 1 (pid ") &&
           file_has(out, "status 0 while the others still needed it"), "status %d, %s", rc,
