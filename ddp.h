@@ -215,7 +215,10 @@
                       initialised said; the launcher hears what broke each group,
                       and for whom a timeout waited; a ddp_grad whose context was
                       destroyed (or set up again), never set up or NULL said; ddp_wait
-                      in a child of fork() refused
+                      in a child of fork() refused; one call at a time per ddp_grad;
+                      params given on one rank only refused; a rank's ddp_destroy in
+                      the others' collective is its own failure; failures without a
+                      context said on stderr; ddp_log's long lines still end
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
