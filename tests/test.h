@@ -192,6 +192,35 @@ static inline int test_listen(int *port)
     return fd;
 }
 
+/* What a call writes to fd (1 or 2): test_capture, the calls, then test_captured puts fd
+   back and leaves the text in got (cap bytes, cut there); its length, or -1. */
+typedef struct { FILE *f; int fd, saved; } test_capture_t;
+static inline test_capture_t test_capture(int fd)
+{
+    test_capture_t c;
+    c.f = tmpfile();
+    c.fd = fd;
+    fflush(NULL);
+    c.saved = dup(fd);
+    if (c.f) dup2(fileno(c.f), fd);
+    return c;
+}
+static inline int test_captured(test_capture_t c, char *got, size_t cap)
+{
+    int n = -1;
+    fflush(NULL);
+    dup2(c.saved, c.fd);
+    close(c.saved);
+    got[0] = 0;
+    if (c.f) {
+        rewind(c.f);
+        n = (int)fread(got, 1, cap - 1, c.f);
+        got[n > 0 ? n : 0] = 0;
+        fclose(c.f);
+    }
+    return n;
+}
+
 static inline double test_now_s(void)
 {
     struct timespec ts;

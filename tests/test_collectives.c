@@ -319,23 +319,15 @@ int main(int argc, char **argv)
     { /* a call on a context never initialised, destroyed, or NULL: one line on stderr naming
          the call (DDP_ERR_ARG said nothing: a rank exited 1 without a word) */
         ddp_ctx c;
-        char got[600] = "";
+        char got[600];
         float x = 1;
-        FILE *f = tmpfile();
-        int saved = dup(2), ok, n;
+        test_capture_t cap = test_capture(2);
+        int ok;
         memset(&c, 0, sizeof c);
-        fflush(stderr);
-        dup2(fileno(f), 2);
         ok = ddp_all_reduce(&c, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_ERR_ARG && ddp_barrier(NULL) == DDP_ERR_ARG &&
              ddp_agree_on(&c, "a", "b") == DDP_ERR_ARG && ddp_init(NULL, NULL) == DDP_ERR_ARG &&
              ddp_destroy(NULL) == DDP_ERR_ARG && ddp_destroy(&c) == DDP_OK; /* (destroyed twice: no error) */
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
-        rewind(f);
-        n = (int)fread(got, 1, sizeof got - 1, f);
-        got[n > 0 ? n : 0] = 0;
-        fclose(f);
+        test_captured(cap, got, sizeof got);
         ok = ok && strcmp(got, "ddp: error: ddp_all_reduce: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
                                "ddp: error: ddp_barrier: no ddp_ctx (NULL)\n"
                                "ddp: error: ddp_agree_on: this ddp_ctx was destroyed, or never initialised (ddp_init first)\n"
@@ -369,9 +361,9 @@ int main(int argc, char **argv)
         ddp_sampler sm;
         ddp_work w;
         float grads[8] = {0}, x = 1;
-        char got[2000] = "";
-        FILE *f = tmpfile();
-        int saved, ok, n;
+        char got[2000];
+        test_capture_t cap;
+        int ok;
         memset(&d, 0, sizeof d);
         memset(&gd, 0, sizeof gd);
         memset(&never, 0, sizeof never);
@@ -382,9 +374,7 @@ int main(int argc, char **argv)
         gd.dtype = DDP_F32;
         ok = ddp_init(&c, &d) == DDP_OK && ddp_grad_init(&g, &c, &gd) == DDP_OK && ddp_grad_ready(&g, 0, 4) == DDP_OK &&
              ddp_destroy(&c) == DDP_OK;
-        fflush(stderr);
-        saved = dup(2);
-        dup2(fileno(f), 2);
+        cap = test_capture(2);
         ok = ok && ddp_grad_ready(&g, 4, 4) == DDP_ERR_ARG && ddp_grad_finish(&g) == DDP_ERR_ARG &&
              ddp_grad_all_reduce(&g) == DDP_ERR_ARG && ddp_grad_no_sync(&g, 1) == DDP_ERR_ARG &&
              ddp_sampler_init(&sm, &c, NULL) == DDP_ERR_ARG &&
@@ -397,13 +387,7 @@ int main(int argc, char **argv)
         ddp_destroy(&c);
         ok = ok && ddp_grad_ready(&g, 0, 8) == DDP_ERR_ARG && ddp_grad_all_reduce(&never) == DDP_ERR_ARG &&
              ddp_grad_no_sync(NULL, 0) == DDP_ERR_ARG && ddp_grad_finish(NULL) == DDP_ERR_ARG;
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
-        rewind(f);
-        n = (int)fread(got, 1, sizeof got - 1, f);
-        got[n > 0 ? n : 0] = 0;
-        fclose(f);
+        test_captured(cap, got, sizeof got);
         ok = ok && strcmp(got, want) == 0;
         CHECK("collectives.grad_sync_after_ddp_destroy_said", ok, "stderr: '%s'", got);
     }
@@ -439,26 +423,18 @@ int main(int argc, char **argv)
     { /* a line past ddp_log's 1 KB is cut, marked, and still ends (the next was glued to it);
          NULL metrics merge nothing and NULL formats print nothing (they crashed) */
         static char big[1500];
-        char got[3000] = "";
+        char got[3000];
         ddp_metric m[2];
-        FILE *f = tmpfile();
-        int saved, n, ok;
+        test_capture_t cap;
+        int n, ok;
         memset(big, 'x', 1400);
         memset(m, 0, sizeof m);
-        fflush(stdout);
-        saved = dup(1);
-        dup2(fileno(f), 1);
+        cap = test_capture(1);
         ddp_log(NULL, "long %s\n", big);
         ddp_log(NULL, "short\n");
         ddp_print(NULL, NULL);
         ddp_log(NULL, NULL);
-        fflush(stdout);
-        dup2(saved, 1);
-        close(saved);
-        rewind(f);
-        n = (int)fread(got, 1, sizeof got - 1, f);
-        got[n > 0 ? n : 0] = 0;
-        fclose(f);
+        n = test_captured(cap, got, sizeof got);
         ddp_metric_merge(NULL, m, 2);
         ddp_metric_merge(m, NULL, 2);
         ok = n == 1023 + 17 && strncmp(got, "[rank 0/1] long xxx", 19) == 0 && strncmp(got + 1019, "...\n", 4) == 0 &&

@@ -224,20 +224,10 @@ static void arguments(void)
     d.rank = 2;
     CHECK("sampler rank >= world_size is an error", ddp_sampler_init(&s, NULL, &d) == DDP_ERR_ARG, "accepted");
     { /* without a context, said on stderr (there is no ddp_error to read; it said nothing) */
-        char got[400] = "";
-        FILE *f = tmpfile();
-        int saved, n;
-        fflush(stderr);
-        saved = dup(2);
-        dup2(fileno(f), 2);
+        char got[400];
+        test_capture_t cap = test_capture(2);
         (void)ddp_sampler_init(&s, NULL, &d);
-        fflush(stderr);
-        dup2(saved, 2);
-        close(saved);
-        rewind(f);
-        n = (int)fread(got, 1, sizeof got - 1, f);
-        got[n > 0 ? n : 0] = 0;
-        fclose(f);
+        test_captured(cap, got, sizeof got);
         CHECK("sampler errors without a context are said on stderr",
               strcmp(got, "ddp: error: ddp_sampler_init: rank 2 is not a rank of a world of 2\n") == 0, "stderr: '%s'", got);
     }
