@@ -7,8 +7,8 @@
 
    Reading is in two layers, as cgltf keeps its JSON tokenizer apart from the glTF
    interpretation: st_json_tokenize() turns any JSON text into a flat list of tokens,
-   and st_read() (its header through st_parse_header(), which st_write_file() runs on
-   what it is about to write) interprets those tokens as a safetensors header and checks every
+   and st_read() interprets those tokens as a safetensors header (st_parse_header(),
+   which st_write_file() also runs on what it is about to write) and checks every
    tensor against the file (known dtype, shape product without overflow, byte size,
    inside the data), and that the tensors tile the data exactly, as the reference
    library requires: sorted by offset, each begins where the one before ends, the
@@ -538,9 +538,6 @@ ST_DEF int st_tiles(const st_file *f, size_t size, char *why, size_t whysize)
     return i == f->n && at == size;
 }
 
-/* Reads and checks the whole file: the header's syntax and meaning, every tensor
-   inside the data. The length first, then the header, the data last: a file that is
-   none (8 GB of something else) costs 8 bytes of reading, not 8 GB. */
 /* The header (hlen bytes of JSON) of a file with data_size bytes of data into f's tensors
    and metadata, checked as st_read checks it: 1, or 0 with why said (f's arrays are freed
    by st_free either way). st_write_file checks its header with it first. */
@@ -612,6 +609,9 @@ ST_DEF int st_parse_header(st_file *f, const char *header, size_t hlen, size_t d
     return 1;
 }
 
+/* Reads and checks the whole file: the header's syntax and meaning, every tensor
+   inside the data. The length first, then the header, the data last: a file that is
+   none (8 GB of something else) costs 8 bytes of reading, not 8 GB. */
 ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
 {
     char why[400];
