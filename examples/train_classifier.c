@@ -485,14 +485,15 @@ int main(int argc, char **argv)
        another --lr would train apart without a word. ddp_agree_on names it instead. */
     for (i = 0; i < RUN_KEYS; i++)
         if (ddp_agree_on(&ctx, run_keys[i][1], run.v[i]) != DDP_OK) goto done;
+    /* the initial weights, rank 0's as drawn, before a resumed run reads its trained ones
+       over them (--init-out held the trained weights then: the twin would not match) */
+    if (opt.init_out && ddp_is_main(&ctx) && !save_tensors(opt.init_out, "", 8, params, &train, &val)) goto done;
     if (opt.resume_auto) {
         if (ddp_is_main(&ctx)) start = load_checkpoint(opt.out, params, &run, opt.epochs);
         if (ddp_broadcast(&ctx, &start, 1, DDP_I32, 0, NULL) != DDP_OK || start < 0) goto done;
         if (start > 0) ddp_print(&ctx, "resumed from %s after epoch %d\n", opt.out, (int)start - 1);
     }
     if (grad_init(&grad, &ctx, params) != DDP_OK) goto done;
-    if (opt.init_out && ddp_is_main(&ctx) &&
-        !save_tensors(opt.init_out, "", 8, params, &train, &val)) goto done;
 
     /* template: train_sampler = DistributedSampler(train_dataset);
        DataLoader(train_dataset, batch_size=..., sampler=train_sampler).

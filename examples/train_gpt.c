@@ -1122,8 +1122,8 @@ typedef struct options {
     X("schedule", "--lr", float, lr, "3e-3", "", 1e-9, 10, "") \
     X("schedule", "--warmup", int, warmup, "40", "", 0, 100000000, "") \
     X("schedule", "--min-lr-frac", float, min_lr_frac, "0.1", "", 0, 1, "cosine") \
-    X("schedule", "--stop-after", int, stop_after, "", "N", 1, 100000000, "end this run after step N; --resume " \
-      "goes on") \
+    X("schedule", "--stop-after", int, stop_after, "", "N", 1, 100000000, "end this run after step N, saved to " \
+      "--save's file; --resume goes on") \
     X("schedule", "--weight-decay", float, weight_decay, "0.1", "", 0, 10, "") \
     X("schedule", "--clip", float, clip, "1.0", "", 0, 1e9, "0: off") \
     X("schedule", "--seed", seed, seed, "0", "", 0, 0, "") \
@@ -1148,7 +1148,7 @@ typedef struct options {
     X("sync", "--bucket-kb", int, bucket_kb, "", "N", 1, 4194304, "gradient bucket size; default 1024 on the " \
       "CPU, 25600 on GPUs, where NCCL wants few large messages: PyTorch's 25 MiB") \
     X("sync", "--bench-no-sync", on, bench_no_sync, "", "", 0, 0, "benchmark only: no gradient all-reduce; " \
-      "ranks diverge") \
+      "ranks diverge, and nothing is saved") \
     X("device", "--dtype", dtype, bf16, "", "bf16", 0, 0, "the GPU's default: bf16 activations, fp32 master " \
       "weights; or fp32") \
     X("device", "--allreduce", dtype, allreduce_bf16, "fp32", "", 0, 0, "or bf16: the gradients' type on the " \
@@ -1332,6 +1332,14 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
     }
     if (o->save_every && !o->save) {
         snprintf(err, errsize, "--save-every needs --save FILE");
+        return 0;
+    }
+    if (o->stop_after && !o->save) { /* it trained, and threw the steps away */
+        snprintf(err, errsize, "--stop-after ends a run for --resume to go on from: give --save FILE");
+        return 0;
+    }
+    if (o->bench_no_sync && o->save) { /* rank 0's weights alone, which --resume auto took for the run's */
+        snprintf(err, errsize, "--bench-no-sync trains each rank apart (a benchmark): it saves nothing, drop --save");
         return 0;
     }
     if (o->resume && strcmp(o->resume, "auto") == 0) { /* a file named auto: --resume ./auto */
@@ -1982,15 +1990,17 @@ static int ranks_agree(trainer *t, char *err, size_t errsize)
 {
     const options *o = &t->o;
     const config *c = &o->cfg;
-    char model[48], types[32];
+    char model[48], types[32], saves[32];
     ddp_metric m;
     ddp_result r;
     int k;
     snprintf(model, sizeof model, "%d, %d, %d, %d, %d", c->layers, c->heads, c->dim, c->ctx, c->vocab);
     snprintf(types, sizeof types, "%s, %s", o->bf16 < 0 ? "(default)" : o->bf16 ? "bf16" : "fp32",
              o->allreduce_bf16 ? "bf16" : "fp32"); /* NCCL would sum mismatched buffers without a word */
+    snprintf(saves, sizeof saves, "%s, %d", o->save ? "a file" : "none", o->save_every);
     if ((r = ddp_agree_on(&t->ctx, "--layers, --heads, --dim, --ctx, --vocab", model)) != DDP_OK ||
-        (r = ddp_agree_on(&t->ctx, "--dtype, --allreduce", types)) != DDP_OK)
+        (r = ddp_agree_on(&t->ctx, "--dtype, --allreduce", types)) != DDP_OK ||
+        (r = ddp_agree_on(&t->ctx, "--save (rank 0 saves), --save-every", saves)) != DDP_OK)
         return ddp_reason(t, "ddp_agree_on", r, err, errsize);
     for (k = 0; k < RUN_KEYS; k++)
         if ((r = ddp_agree_on(&t->ctx, run_keys[k][1], t->id.v[k])) != DDP_OK)

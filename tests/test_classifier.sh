@@ -81,6 +81,12 @@ rc=$?
   [ -z "$(ls "$tmp"/c.st.tmp.* 2>/dev/null)" ]
 report "classifier: --init-out FILE.tmp of --out FILE stays (the save writes beside it)" $? \
   "exit $rc: $(ls -l "$tmp"/c.st* | tr '\n' ' ')"
+# --init-out of a resumed run: the initial weights, as the run that started saved them (it
+# wrote the trained weights read back, and the PyTorch twin started from those)
+"$bin" --nproc 2 --epochs 2 --out "$tmp/r.st" --save-every 1 --init-out "$tmp/i1.st" >/dev/null 2>&1 &&
+  "$bin" --nproc 2 --epochs 2 --out "$tmp/r.st" --save-every 1 --resume auto --init-out "$tmp/i2.st" \
+    >"$tmp/resumed.txt" 2>&1 && grep -q "resumed from" "$tmp/resumed.txt" && cmp -s "$tmp/i1.st" "$tmp/i2.st"
+report "classifier: --init-out of a resumed run holds the initial weights" $? "$(tr '\n' '|' <"$tmp/resumed.txt")"
 # --resume auto reads the epoch as written (digits only): " +01", "+1" and "01" are not epochs
 if command -v python3 >/dev/null; then
   "$bin" --nproc 1 --epochs 2 --out "$tmp/e.st" >/dev/null 2>&1

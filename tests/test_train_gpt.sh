@@ -234,6 +234,12 @@ one_line_error "bad number" --nproc 2 --lr fast
 one_line_error "zero layers" --layers 0
 one_line_error "dim not a multiple of heads" --dim 32 --heads 3
 one_line_error "--save-every without --save" --save-every 5
+# a run stopped early with nothing saved threw its steps away; a benchmark's unsynced weights
+# (rank 0's alone) were saved, and --resume auto took them for the run's, silently
+one_line_error "--stop-after without --save" $tiny --steps 4 --stop-after 2
+one_line_error "--bench-no-sync with --save" --nproc 2 $tiny --steps 2 --bench-no-sync --save nosync.st
+[ ! -e nosync.st ]
+report "train_gpt: --bench-no-sync saves nothing" $? "nosync.st was written"
 one_line_error "flag without a value" --steps
 one_line_error "bad number after =" --nproc 2 --lr=fast
 grep -q "bad value 'fast' for --lr:" err.txt
@@ -493,6 +499,19 @@ wait "$1"; rc0=$?; wait "$2"; rc1=$?
   grep -q "ranks disagree on --lr" lr1.txt
 report "train_gpt: ranks started with another --lr stop and name it" $? \
   "exit $rc0 and $rc1: $(cat lr0.txt lr1.txt | tr '\n' '|')"
+# one rank given --save (only rank 0 saves): the run ended with no file and exit 0
+pids=""
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=30 timeout 60 "$bin" $tiny --steps 2 \
+    $([ $r = 1 ] && echo --save onlyone.st) >/dev/null 2>"sv$r.txt" &
+  pids="$pids $!"
+done
+set -- $pids
+wait "$1"; rc0=$?; wait "$2"; rc1=$?
+[ "$rc0" = 1 ] && [ "$rc1" = 1 ] && grep -q "ranks disagree on --save (rank 0 saves), --save-every" sv0.txt &&
+  grep -q "ranks disagree on --save" sv1.txt
+report "train_gpt: ranks started with --save on one of them stop and name it" $? \
+  "exit $rc0 and $rc1: $(cat sv0.txt sv1.txt | tr '\n' '|')"
 
 # ---- bad checkpoints, diverged runs ------------------------------------------------------
 if command -v python3 >/dev/null; then
