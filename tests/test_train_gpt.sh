@@ -483,35 +483,28 @@ out=$("$bin" --compare one.st linked.st 2>&1)
 case $out in "max_rel_diff "*" over 84 tensors, worst "[a-z]*.*) true ;; *) false ;; esac
 report "train_gpt --compare of files that differ names the worst tensor" $? "$out"
 
-# two ranks started by hand (each node's own command line) with another --lr: both stop,
-# naming the flag and both values, instead of training apart
+# two ranks started by hand (each node's own command line), rank 0's flags then rank 1's:
+# both must stop, exit 1, and say "ranks disagree on" what (stderr in NAME0.txt, NAME1.txt)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
        echo $((20000 + $$ % 20000)))
-pids=""
-for r in 0 1; do
-  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=30 timeout 60 "$bin" $tiny --steps 2 \
-    --lr "$([ $r = 0 ] && echo 0.001 || echo 0.002)" >/dev/null 2>"lr$r.txt" &
-  pids="$pids $!"
-done
-set -- $pids
-wait "$1"; rc0=$?; wait "$2"; rc1=$?
-[ "$rc0" = 1 ] && [ "$rc1" = 1 ] && grep -q "ranks disagree on --lr: rank 1 has 0.002, rank 0 has 0.001" lr0.txt &&
-  grep -q "ranks disagree on --lr" lr1.txt
-report "train_gpt: ranks started with another --lr stop and name it" $? \
-  "exit $rc0 and $rc1: $(cat lr0.txt lr1.txt | tr '\n' '|')"
-# one rank given --save (only rank 0 saves): the run ended with no file and exit 0
-pids=""
-for r in 0 1; do
-  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=30 timeout 60 "$bin" $tiny --steps 2 \
-    $([ $r = 1 ] && echo --save onlyone.st) >/dev/null 2>"sv$r.txt" &
-  pids="$pids $!"
-done
-set -- $pids
-wait "$1"; rc0=$?; wait "$2"; rc1=$?
-[ "$rc0" = 1 ] && [ "$rc1" = 1 ] && grep -q "ranks disagree on --save (rank 0 saves), --save-every" sv0.txt &&
-  grep -q "ranks disagree on --save" sv1.txt
-report "train_gpt: ranks started with --save on one of them stop and name it" $? \
-  "exit $rc0 and $rc1: $(cat sv0.txt sv1.txt | tr '\n' '|')"
+by_hand() { # name flags0 flags1 what
+  local r pids="" rc0 rc1 flags
+  for r in 0 1; do
+    flags=$2; [ $r = 1 ] && flags=$3
+    RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=30 timeout 60 "$bin" $tiny --steps 2 \
+      $flags >/dev/null 2>"$1$r.txt" &
+    pids="$pids $!"
+  done
+  set -- "$@" $pids
+  wait "$5"; rc0=$?; wait "$6"; rc1=$?
+  [ "$rc0" = 1 ] && [ "$rc1" = 1 ] && grep -q "ranks disagree on $4" "${1}0.txt" && grep -q "ranks disagree on $4" "${1}1.txt"
+}
+# another --lr: named with both values, instead of training apart
+by_hand lr "--lr 0.001" "--lr 0.002" "--lr: rank 1 has 0.002, rank 0 has 0.001"
+report "train_gpt: ranks started with another --lr stop and name it" $? "$(cat lr0.txt lr1.txt | tr '\n' '|')"
+# --save on one rank only (only rank 0 saves): the run ended with no file and exit 0
+by_hand sv "" "--save onlyone.st" "--save (rank 0 saves), --save-every"
+report "train_gpt: ranks started with --save on one of them stop and name it" $? "$(cat sv0.txt sv1.txt | tr '\n' '|')"
 
 # ---- bad checkpoints, diverged runs ------------------------------------------------------
 if command -v python3 >/dev/null; then
