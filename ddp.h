@@ -6493,11 +6493,7 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
         return r;
     }
     memset(s, 0, sizeof *s);
-    if (!desc && (!ctx || !ctx->st)) { /* no log to say it in */
-        if (ctx) return ddp__no_state(ctx, "ddp_sampler_init");
-        fprintf(stderr, "ddp: error: ddp_sampler_init: no desc, and no ddp_ctx (NULL)\n");
-        return DDP_ERR_ARG;
-    }
+    if (!desc && ctx && !ctx->st) return ddp__no_state(ctx, "ddp_sampler_init"); /* (no ctx: ddp__fail says it) */
     if (!desc) { /* with a context, the others may be in the agreement already: meet them */
         ddp_result r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init: no desc");
         if (ctx && ctx->st && ctx->world_size > 1) ddp__sampler_agree(s, ctx, 1);
