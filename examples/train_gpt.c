@@ -2432,10 +2432,41 @@ static int same_run(const run_identity *mine, const run_identity *theirs, const 
     return 1;
 }
 
-/* --compare A B [PREFIX]: the largest difference between same-named F32 tensors (those
-   whose names start with PREFIX), relative to the tensor's largest magnitude in A. The
-   tests use it to show that runs agree, so a NaN or infinity in either file is a
-   difference it reports (and exits 1), never 0. */
+/* Element e of a tensor of any safetensors dtype, as a double (64-bit integers past
+   2^53 round, which only makes a difference look smaller than 1 in 2^53). */
+static double st_value(const st_tensor *t, size_t e)
+{
+    const unsigned char *p = t->data + e * st_dtype_size(t->dtype);
+    const char *d = t->dtype;
+    union { double f64; float f32; int64_t i64; uint64_t u64; int32_t i32; uint32_t u32; int16_t i16; uint16_t u16; } v;
+    memcpy(&v, p, st_dtype_size(d));
+    if (!strcmp(d, "F64")) return v.f64;
+    if (!strcmp(d, "F32")) return v.f32;
+    if (!strcmp(d, "I64")) return (double)v.i64;
+    if (!strcmp(d, "U64")) return (double)v.u64;
+    if (!strcmp(d, "I32")) return v.i32;
+    if (!strcmp(d, "U32")) return v.u32;
+    if (!strcmp(d, "I16")) return v.i16;
+    if (!strcmp(d, "U16")) return v.u16;
+    if (!strcmp(d, "I8")) return (int8_t)*p;
+    if (!strcmp(d, "U8") || !strcmp(d, "BOOL")) return *p;
+    if (!strcmp(d, "BF16")) {
+        uint32_t u = (uint32_t)v.u16 << 16;
+        memcpy(&v.f32, &u, 4);
+        return v.f32;
+    }
+    { /* F16: sign, 5 exponent bits (bias 15), 10 fraction bits */
+        int ex = (v.u16 >> 10) & 31, fr = v.u16 & 1023;
+        double m = ex == 31 ? (fr ? NAN : INFINITY) : ex ? ldexp(1024 + fr, ex - 25) : ldexp(fr, -24);
+        return v.u16 & 0x8000 ? -m : m;
+    }
+}
+
+/* --compare A B [PREFIX]: the largest difference between same-named tensors (those
+   whose names start with PREFIX; each the same dtype and shape in both files),
+   relative to the tensor's largest magnitude in A. The tests use it to show that runs
+   agree, so a NaN or infinity in either file is a difference it reports (and exits 1),
+   never 0. */
 static int compare_checkpoints(const char *a_path, const char *b_path, const char *prefix)
 {
     st_file a, b;
@@ -2456,14 +2487,14 @@ static int compare_checkpoints(const char *a_path, const char *b_path, const cha
         const st_tensor *ta = &a.t[i], *tb = st_find(&b, ta->name);
         double diff = 0.0, scale = 0.0;
         size_t e;
-        int same_shape = tb && ta->ndim == tb->ndim && strcmp(ta->dtype, "F32") == 0 && strcmp(tb->dtype, "F32") == 0;
+        int same_shape = tb && ta->ndim == tb->ndim && strcmp(ta->dtype, tb->dtype) == 0;
         if (strncmp(ta->name, prefix, strlen(prefix)) != 0) continue;
         compared++;
         for (d = 0; same_shape && d < ta->ndim; d++) same_shape = ta->shape[d] == tb->shape[d];
         if (!same_shape) {
             char da[200], db[200];
             if (tb)
-                snprintf(err, sizeof err, "tensor %s is %s in %s but %s in %s (only F32 tensors of one shape compare)",
+                snprintf(err, sizeof err, "tensor %s is %s in %s but %s in %s (tensors compare only with one dtype and shape)",
                          ta->name, st_describe(ta, da, sizeof da), a_path, st_describe(tb, db, sizeof db), b_path);
             else
                 snprintf(err, sizeof err, "tensor %s of %s is missing from %s", ta->name, a_path, b_path);
@@ -2471,14 +2502,12 @@ static int compare_checkpoints(const char *a_path, const char *b_path, const cha
             break;
         }
         for (e = 0; e < ta->numel; e++) {
-            float x, y;
-            memcpy(&x, ta->data + 4 * e, 4);
-            memcpy(&y, tb->data + 4 * e, 4);
+            double x = st_value(ta, e), y = st_value(tb, e);
             if ((!isfinite(x) || !isfinite(y)) && !*nonfinite)
-                snprintf(nonfinite, sizeof nonfinite, "%s element %zu is %g in %s and %g in %s", ta->name, e,
-                         (double)x, a_path, (double)y, b_path);
-            diff = fmax(diff, fabs((double)x - y));
-            scale = fmax(scale, fabs((double)x));
+                snprintf(nonfinite, sizeof nonfinite, "%s element %zu is %g in %s and %g in %s", ta->name, e, x, a_path,
+                         y, b_path);
+            diff = fmax(diff, fabs(x - y));
+            scale = fmax(scale, fabs(x));
         }
         if (diff > 0 && (scale == 0 || diff / scale > worst)) {
             worst = scale > 0 ? diff / scale : INFINITY;

@@ -68,6 +68,34 @@ report "train_gpt --help: every flag, lines of at most 92 columns" $? \
 out=$("$bin" --compare one.st two.st opt.m. 2>&1)
 case $out in "max_rel_diff 0.000e+00 over 28 tensors") true ;; *) false ;; esac
 report "train_gpt --compare A B opt.m.: only the tensors with that prefix" $? "$out"
+# --compare reads every dtype (train_classifier's --init-out holds I32 labels): a file
+# against itself is 0, one integer changed is a difference, another dtype is refused
+python3 - <<'EOF'
+import json, struct
+def write(path, tensors):
+    head, blob = {}, b""
+    for name, (dtype, fmt, values) in tensors.items():
+        data = struct.pack("<%d%s" % (len(values), fmt), *values)
+        head[name] = {"dtype": dtype, "shape": [len(values)], "data_offsets": [len(blob), len(blob) + len(data)]}
+        blob += data
+    h = json.dumps(head).encode()
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + blob)
+t = {"w": ("F32", "f", [1.5, -2.0]), "y": ("I32", "i", [3, -7, 9]), "h": ("F16", "H", [0x3c00, 0xc000]),
+     "b": ("BF16", "H", [0x3f80]), "u": ("U8", "B", [200, 1]), "l": ("I64", "q", [-5])}
+write("dt_a.st", t)
+t["y"] = ("I32", "i", [3, -8, 9])
+write("dt_b.st", t)
+t["y"] = ("F32", "f", [3, -7, 9])
+write("dt_c.st", t)
+EOF
+same=$("$bin" --compare dt_a.st dt_a.st 2>&1); rc_same=$?
+diff=$("$bin" --compare dt_a.st dt_b.st 2>&1); rc_diff=$?
+other=$("$bin" --compare dt_a.st dt_c.st 2>&1); rc_other=$?
+[ $rc_same -eq 0 ] && [ "$same" = "max_rel_diff 0.000e+00 over 6 tensors" ] &&
+  [ $rc_diff -eq 0 ] && [ "$diff" = "max_rel_diff 1.111e-01 over 6 tensors, worst y" ] &&
+  [ $rc_other -eq 1 ] && [ "$other" = "train_gpt: tensor y is I32 [3] in dt_a.st but F32 [3] in dt_c.st (tensors compare only with one dtype and shape)" ]
+report "train_gpt --compare: every dtype, integers too; another dtype is refused" $? \
+  "same: $rc_same '$same'; one I32 changed: $rc_diff '$diff'; I32 against F32: $rc_other '$other'"
 out=$("$bin" --device-info 2>&1); rc=$?
 [ "$rc" -eq 1 ] && [ "$out" = "train_gpt: built without nvcc: no GPU path (examples/train_gpt_gpu has one)" ]
 report "train_gpt --device-info: the CPU build says it has no GPU path" $? "exit $rc: $out"
