@@ -218,7 +218,8 @@
                       in a child of fork() refused; one call at a time per ddp_grad;
                       params given on one rank only refused; a rank's ddp_destroy in
                       the others' collective is its own failure; failures without a
-                      context said on stderr; ddp_log's long lines still end
+                      context said on stderr; ddp_log's long lines still end;
+                      a ddp_trace_save meeting another rank's ddp_trace_start named
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -4949,9 +4950,18 @@ static void ddp__trace_free(struct ddp__state *st)
 
 /* Every rank's worst problem (0 none, 1 this one, 2 that one, ...): the same on every
    rank, so that all of them take the same path through a start or a save. */
-static ddp_result ddp__trace_worst(ddp_ctx *ctx, int64_t *problem)
+/* The worst problem over the ranks (0: none), and whether some rank is in the other
+   call: ddp_trace_start (call 0) and ddp_trace_save (call 1) each send 1 + problem in
+   their own field and 0 in the other's. */
+static ddp_result ddp__trace_worst(ddp_ctx *ctx, int64_t *problem, int call, int *other)
 {
-    return ddp_all_reduce(ctx, problem, problem, 1, DDP_I64, DDP_MAX, NULL);
+    int64_t v[2] = {0, 0};
+    ddp_result r;
+    v[call] = 1 + *problem;
+    if ((r = ddp_all_reduce(ctx, v, v, 2, DDP_I64, DDP_MAX, NULL)) != DDP_OK) return r;
+    *problem = v[call] - 1;
+    *other = v[!call] > 0;
+    return DDP_OK;
 }
 
 ddp_result ddp_trace_start(ddp_ctx *ctx, size_t max_events)
@@ -4959,7 +4969,7 @@ ddp_result ddp_trace_start(ddp_ctx *ctx, size_t max_events)
     struct ddp__trace *t = NULL;
     int64_t problem = 0, own, mine[2], *all = NULL;
     ddp_result r;
-    int i;
+    int i, other = 0;
     if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_trace_start");
     if (!max_events) max_events = 100000;
     if (max_events > ((size_t)1 << 40) / sizeof(ddp__event)) problem = 1;
@@ -4971,8 +4981,10 @@ ddp_result ddp_trace_start(ddp_ctx *ctx, size_t max_events)
     if (!problem && (!t || !t->ev || !all)) problem = 2;
     own = problem;
     /* also the barrier the rows line up at, and the end of every async collective */
-    if ((r = ddp__trace_worst(ctx, &problem)) == DDP_OK && problem)
-        r = problem == 2 ? ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_start: no memory for the events on some rank")
+    if ((r = ddp__trace_worst(ctx, &problem, 0, &other)) == DDP_OK && (problem || other))
+        r = other ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: another rank is in ddp_trace_save (every rank "
+                                                "starts tracing, then every rank saves)")
+            : problem == 2 ? ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_start: no memory for the events on some rank")
             : own == 1   ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: %zu events is too many", max_events)
                          : ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: another rank asked for too many events");
     mine[0] = ctx->node_rank;
@@ -5086,7 +5098,7 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
     FILE *f = NULL;
     ddp_result r;
     size_t i;
-    int k, err = 0, made = 0;
+    int k, err = 0, made = 0, other = 0;
     if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_trace_save");
     /* a rank that never started still takes part, so that nobody waits for it */
     memset(&none, 0, sizeof none);
@@ -5109,8 +5121,10 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
             made = f != NULL;
         }
     }
-    if ((r = ddp__trace_worst(ctx, &problem)) == DDP_OK && problem) {
-        if (problem == 3) r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: tracing was not started on every rank "
+    if ((r = ddp__trace_worst(ctx, &problem, 1, &other)) == DDP_OK && (problem || other)) {
+        if (other) r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: another rank is in ddp_trace_start (every rank "
+                                                   "starts tracing, then every rank saves)");
+        else if (problem == 3) r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: tracing was not started on every rank "
                                                           "(ddp_trace_start, a collective)");
         else if (problem == 2) r = ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_save: out of memory on some rank");
         else if (ctx->rank == 0)
@@ -5125,7 +5139,7 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
         /* every rank sends max events (the same count everywhere), its own first */
         all = DDP__CAST(ddp__event *, DDP_MALLOC(((size_t)ctx->world_size + 1) * (size_t)(max ? max : 1) * sizeof *all));
         problem = !all;
-        if ((r = ddp__trace_worst(ctx, &problem)) == DDP_OK && problem)
+        if ((r = ddp__trace_worst(ctx, &problem, 1, &other)) == DDP_OK && problem)
             r = ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_save: out of memory for %lld events on some rank", (long long)max);
     }
     if (r == DDP_OK) {
@@ -5142,7 +5156,7 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
             f = NULL;
             if (!problem && rename(tmp, path) != 0) problem = 1, err = errno;
         }
-        r = ddp__trace_worst(ctx, &problem);
+        r = ddp__trace_worst(ctx, &problem, 1, &other);
         if (r == DDP_OK && problem)
             r = ctx->rank == 0 ? ddp__fail(ctx, DDP_ERR_SYSTEM, "ddp_trace_save: writing '%s' failed: %s", path, strerror(err))
                                : ddp__fail(ctx, DDP_ERR_SYSTEM, "ddp_trace_save: rank 0 could not write the trace file");

@@ -116,6 +116,14 @@ static int work(int *argc, char **argv)
         k = all_ok(&ctx, k && s == DDP_ERR_ARG && strstr(last_error, "not started on every rank"));
         snprintf(name, sizeof name, "trace W=%d: one rank's failed start fails every rank's start and save", W);
         if (ctx.rank == 0) CHECK(name, k, "got %d '%s' (or another rank did not get the error)", s, last_error);
+        /* the last rank saves while the others start: each is told what the others call */
+        s = ctx.rank == W - 1 ? ddp_trace_save(&ctx, path) : ddp_trace_start(&ctx, 0);
+        k = all_ok(&ctx, s == DDP_ERR_ARG && strstr(last_error, ctx.rank == W - 1 ? "ddp_trace_save: another rank is "
+                                                                                   "in ddp_trace_start"
+                                                                                 : "ddp_trace_start: another rank is "
+                                                                                   "in ddp_trace_save"));
+        snprintf(name, sizeof name, "trace W=%d: a save meeting the others' start names the other call", W);
+        if (ctx.rank == 0) CHECK(name, k, "got %d '%s' (or another rank did not get the error)", s, last_error);
     }
     if (ddp_trace_start(&ctx, 0) != DDP_OK) return 3;
     for (s = 0; s < STEPS; s++) {
