@@ -1098,6 +1098,7 @@ typedef struct options {
     float lr, min_lr_frac, weight_decay, clip, temperature;
     int top_k, stride;
     uint64_t seed;
+    int seed_given; /* --seed was on the command line (an explicit --resume must not contradict it) */
 } options;
 
 /* Every flag, once: X(group in --help ("" hides it), name, kind, field of options,
@@ -1324,6 +1325,7 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
             snprintf(err, errsize, "bad value '%s' for %.*s: %s", v, (int)n, a, range);
             return 0;
         }
+        if (n == 6 && strncmp(a, "--seed", 6) == 0) o->seed_given = 1;
         i += takes && !eq;
     }
     if (o->cfg.dim % o->cfg.heads) {
@@ -1956,7 +1958,13 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
     if (o->resume) {
         if (!load_checkpoint(&t->model, o->resume, &t->seed, &t->start_step, &t->found, err, errsize)) return 0;
         if (o->resume_auto && !same_run(&t->id, &t->found, o->resume, err, errsize)) return 0;
+        if (o->seed_given && t->seed != o->seed) { /* the file's data order goes on: --seed would be ignored */
+            snprintf(err, errsize, "--seed %llu, but %s's run has seed %llu, and --resume goes on with its data order "
+                     "(leave --seed out)", (unsigned long long)o->seed, o->resume, (unsigned long long)t->seed);
+            return 0;
+        }
         snprintf(t->id.v[RUN_SEED], sizeof t->id.v[0], "%llu", (unsigned long long)t->seed); /* the file's order */
+        t->o.seed = t->seed; /* and the sample's generator, as the run that wrote it would seed it */
     }
     if (t->start_step > o->steps) {
         snprintf(err, errsize, "%s was written after step %d, past --steps %d: give its run's --steps to go on",

@@ -109,6 +109,7 @@ report "train_gpt validates and prints a sample" $? "$(tail -n 3 one.txt | tr '\
 
 # ---- resume ------------------------------------------------------------------------------
 run paused --nproc 2 --batch-size 4 --steps 8 --stop-after 4 --save resumed.st --log both.jsonl
+cp resumed.st paused.st
 run resumed --nproc 2 --batch-size 4 --steps 8 --resume resumed.st --save resumed.st --log both.jsonl
 cat paused.txt resumed.txt >both.txt
 cp resumed.st both.st
@@ -119,6 +120,13 @@ report "train_gpt: 4 steps + resume 4 log what 8 steps log" $? "$(diff <(cut -c1
 run regrown --nproc 4 --batch-size 2 --steps 11 --resume two.st
 [ "$(grep -c '^step ' regrown.txt)" -eq 3 ]
 report "train_gpt resumes with another world size" $? "$(grep -c '^step ' regrown.txt) steps after resuming"
+# --resume FILE without --seed goes on with the file's seed: its data order and its sample
+timeout 60 "$bin" ${tiny% --seed 5} --nproc 2 --batch-size 4 --steps 8 --resume paused.st --save noseed.st >noseed.txt 2>&1
+rc=$?
+[ $rc -eq 0 ] && same_params noseed.st two.st && grep -q '^sample' two.txt &&
+  [ "$(sed -n '/^sample/,$p' noseed.txt)" = "$(sed -n '/^sample/,$p' two.txt)" ]
+report "train_gpt: --resume FILE without --seed: the file's run's weights and sample" $? \
+  "exit $rc; $("$bin" --compare noseed.st two.st 2>&1); $(tail -n 2 noseed.txt | tr '\n' '|') vs $(tail -n 2 two.txt | tr '\n' '|')"
 
 # ---- checkpoint and log formats ----------------------------------------------------------
 [ ! -e one.st.tmp ] && head -c 8 one.st | od -An -tu8 | awk '{ exit !($1 % 8 == 0 && $1 > 100) }'
@@ -304,6 +312,10 @@ cp one.st read.st
 one_line_error "--log is the --resume file" $tiny --steps 10 --resume read.st --log read.st
 grep -q "^train_gpt: --log and --resume are one file (read.st)" err.txt && cmp -s one.st read.st
 report "train_gpt: a --log naming the --resume file is refused, the checkpoint stays" $? "$(cat err.txt)"
+one_line_error "--seed other than the --resume file's run" ${tiny% --seed 5} --seed 6 --nproc 2 --batch-size 4 --steps 8 \
+  --resume paused.st
+grep -q "^train_gpt: --seed 6, but paused.st's run has seed 5, and --resume goes on with its data order" err.txt
+report "train_gpt: --seed other than the --resume file's run is refused, named" $? "$(cat err.txt)"
 cp data.txt data2.txt
 one_line_error "--log is the data" $tiny --data data2.txt --log data2.txt
 cmp -s data.txt data2.txt
