@@ -219,7 +219,8 @@
                       params given on one rank only refused; a rank's ddp_destroy in
                       the others' collective is its own failure; failures without a
                       context said on stderr; ddp_log's long lines still end;
-                      a ddp_trace_save meeting another rank's ddp_trace_start named
+                      a ddp_trace_save meeting another rank's ddp_trace_start named;
+                      the launcher says a rank was killed before it called ddp_init
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -6170,8 +6171,10 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             n = h < nproc && !ends[c].signal && (ends[c].caused || ends[c].timed_out)
                     ? snprintf(why, why_size, "rank %d (pid %d) stayed stopped by signal %d (%s) until rank %d exited with "
                                "status %d", h, started[h], halted[h], strsignal(halted[h]), ends[c].rank, ends[c].status)
-                : ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)%s%s", ends[c].rank,
+                : ends[c].signal ? snprintf(why, why_size, "rank %d (pid %d) was killed by signal %d (%s)%s%s%s", ends[c].rank,
                                             ends[c].pid, ends[c].signal, strsignal(ends[c].signal),
+                                            /* (a division by a zeroed ddp_ctx's world_size: ddp_init forgotten) */
+                                            joined[ends[c].rank] ? "" : " before it called ddp_init",
                                             ends[c].signal == SIGKILL ? " (not by this launcher: the kernel's out-of-memory "
                                                                         "killer, or someone's kill -9)" : "", late)
                 : ends[c].early ? snprintf(why, why_size, "rank %d (pid %d) exited with status 0 before ddp_init, while "

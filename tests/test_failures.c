@@ -384,6 +384,7 @@ static int launched_child(const char *mode)
         alarm(20);
         for (;;) pause();
     }
+    if (strcmp(mode, "fpe_before_init") == 0) raise(SIGFPE); /* every rank, as where ddp_init was forgotten */
     if (quiet(&ctx, &d) != DDP_OK) return 10;
     if (strcmp(mode, "exit3") == 0 && ctx.rank == 2) return 3;
     if (strcmp(mode, "segv") == 0 && ctx.rank == 1) raise(SIGSEGV);
@@ -627,6 +628,15 @@ static void test_launcher_blame(const char *self)
     CHECK("launcher.names_a_rank_that_failed_on_its_own_and_runs_on", named == 2, "%d of 2 runs; the first other: %s", named, bad);
     /* the same rank exiting with its ddp_destroy's verdict, not 0: it is named, and its status
        is the job's (a rank it stopped was blamed, with status 1) */
+    /* a rank that dies before ddp_init (a division by a zeroed ddp_ctx's world_size) is said
+       to, and one that dies after it is not */
+    rc = launch_to_file(self, "fpe_before_init", 3, out, 0);
+    CHECK("launcher.says_a_rank_died_before_ddp_init", rc == 128 + SIGFPE &&
+          file_has(out, "was killed by signal 8 (Floating point exception) before it called ddp_init"), "status %d", rc);
+    rc = launch_to_file(self, "segv", 3, out, 0);
+    CHECK("launcher.says_nothing_of_ddp_init_for_a_rank_that_joined", rc == 128 + SIGSEGV &&
+          file_has(out, "ddp: rank 1 (pid ") && file_has(out, "(Segmentation fault); stopped") &&
+          !file_has(out, "before it called ddp_init"), "status %d", rc);
     rc = launch_to_file(self, "early_destroy_said", 3, out, 0);
     CHECK("launcher.names_the_rank_that_destroyed_early_and_failed", rc == 7 && file_has(out, "ddp: rank 1 (pid ") &&
           file_has(out, "exited with status 7"), "status %d, %s", rc,
