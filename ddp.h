@@ -220,7 +220,8 @@
                       the others' collective is its own failure; failures without a
                       context said on stderr; ddp_log's long lines still end;
                       a ddp_trace_save meeting another rank's ddp_trace_start named;
-                      the launcher says a rank was killed before it called ddp_init
+                      the launcher says a rank was killed before it called ddp_init;
+                      ddp_init twice (on a live ddp_ctx, or for a rank held) refused
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -407,7 +408,9 @@ DDPDEF int ddp_restart_count(void);
    process was started with it closed (prog >&-): else the store's sockets or the arena
    take those numbers, and the program's prints land in them. */
 DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc); /* failed: ddp_error(ctx) says why until
-                                                                  ddp_destroy(ctx) frees the rest */
+                                                                  ddp_destroy(ctx) frees the rest; refused on
+                                                                  a ddp_ctx set up and not yet destroyed, and
+                                                                  for a rank this process holds already */
 DDPDEF ddp_result ddp_destroy(ddp_ctx *ctx); /* waits for the others to arrive, then frees; DDP_OK if the
                                               job ended well (else its failure: exit non-zero), and
                                               the same again from a second call */
@@ -1216,7 +1219,50 @@ struct ddp__state {
     uint64_t queued, done;   /* counts; queue holds seqs (done, queued] */
     ddp_result async_err;
     struct ddp__trace *trace; /* NULL unless ddp_trace_start */
+    int rank;                 /* ctx->rank, for ddp__live's check */
+    struct ddp__state *next_live; /* ddp__live's list */
 };
+
+/* The contexts of this process from ddp_init (failed ones too) to ddp_destroy: a second
+   ddp_init on one of them, or one for a rank of a job that a live context holds, is
+   refused by name (else the store refused it as another process claiming the rank, or a
+   world of one leaked the first context silently). A child of fork() has its parent's
+   list, whose contexts are not its own: they count only in the process that made them. */
+static pthread_mutex_t ddp__live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ddp__state *ddp__live;
+
+static void ddp__live_add(struct ddp__state *st)
+{
+    pthread_mutex_lock(&ddp__live_mu);
+    st->next_live = ddp__live;
+    ddp__live = st;
+    pthread_mutex_unlock(&ddp__live_mu);
+}
+
+static void ddp__live_remove(struct ddp__state *st)
+{
+    struct ddp__state **p;
+    pthread_mutex_lock(&ddp__live_mu);
+    for (p = &ddp__live; *p && *p != st; p = &(*p)->next_live) {}
+    if (*p) *p = st->next_live;
+    pthread_mutex_unlock(&ddp__live_mu);
+}
+
+/* The live context of this process that st is (by address alone: ctx->st of a ddp_ctx
+   never initialised may hold anything), or, for a job (job_id, rank >= 0), the one that
+   holds that rank of it other than `self`; NULL if none. */
+static struct ddp__state *ddp__live_find(const void *st, const char *job_id, int rank, const struct ddp__state *self)
+{
+    struct ddp__state *l;
+    const pid_t me = getpid();
+    pthread_mutex_lock(&ddp__live_mu);
+    for (l = ddp__live; l; l = l->next_live)
+        if (l->pid == me && (job_id ? l != self && l->rank == rank && strcmp(l->cfg.job_id, job_id) == 0
+                                    : (const void *)l == st))
+            break;
+    pthread_mutex_unlock(&ddp__live_mu);
+    return l;
+}
 
 static void ddp__default_log(void *user, int level, const char *msg)
 {
@@ -5674,6 +5720,8 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     ddp__settings *cfg;
     ddp_result r;
     if (!ctx) return ddp__no_state(ctx, "ddp_init");
+    if (ddp__live_find(ctx->st, NULL, -1, NULL)) /* (its state is left as it is) */
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_init on a ddp_ctx that ddp_init set up before: ddp_destroy it first");
     ddp__std_fds();
     memset(&none, 0, sizeof none);
     if (!desc) desc = &none;
@@ -5688,6 +5736,8 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     st->log_user = desc->log_user;
     st->store_fd = st->pmi_fd = st->report_fd = st->waited = -1;
     st->pid = getpid();
+    st->rank = -1;
+    ddp__live_add(st);
     {
         static uint64_t contexts;
         st->id = __atomic_add_fetch(&contexts, 1, __ATOMIC_RELAXED);
@@ -5711,7 +5761,11 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     snprintf(cfg->agree, sizeof cfg->agree, "ddp.h=%s backend=%s shm_chunk=%zu mpi_chunk=%zu check=%d", DDP__VERSION,
              ddp_backend_name(ctx->backend), ctx->backend != DDP_BACKEND_NCCL ? cfg->chunk : 0,
              ctx->backend == DDP_BACKEND_MPI ? (cfg->chunk_default ? DDP__MPI_CHAIN_CHUNK : cfg->chunk) : 0, cfg->check);
-    if (st->be->group) r = st->be->group(ctx); /* the backend forms the group itself (MPI) */
+    st->rank = ctx->rank;
+    if (ctx->world_size > 1 && ddp__live_find(NULL, cfg->job_id, ctx->rank, st))
+        r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_init: this process holds rank %d of job '%s' already, in another ddp_ctx "
+                      "(ddp_destroy that one first)", ctx->rank, cfg->job_id);
+    else if (st->be->group) r = st->be->group(ctx); /* the backend forms the group itself (MPI) */
     else if (ctx->world_size > 1 && (r = ddp__resolve_store(ctx, desc, launcher)) == DDP_OK) r = ddp__join(ctx);
     if (r != DDP_OK) {
         st->broken = r;
@@ -5723,6 +5777,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
         ddp__release(ctx);
         return r;
     }
+    st->rank = ctx->rank; /* (the MPI backend's group says it) */
     ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s), "
               "restart %d%s, timeout %.*f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank,
               ctx->local_world_size, ctx->node_rank, ctx->num_nodes, ctx->device,
@@ -5743,6 +5798,7 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
         ctx->st = NULL;
         return DDP_OK;
     }
+    ddp__live_remove(st);
     /* the last meeting: nobody leaves while others still expect it in a collective,
        and those that do expect it learn at once that it left */
     if (!st->broken && st->be && ctx->world_size > 1) r = ddp__post(ctx, DDP__DESTROY, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);

@@ -865,6 +865,36 @@ static int init_again(int rank, void *arg)
     return 0;
 }
 
+/* ddp_init twice: on the same live ddp_ctx, and on another for the rank this process
+   holds already. Both are refused by name (the first was said as two launches on one
+   port, or in a world of one leaked silently), and the live context goes on. */
+static const char *const twice_codes[] = {
+    [10] = "init failed", [11] = "ddp_init on the live ddp_ctx was not refused, named",
+    [12] = "the live context broke", [13] = "a second ddp_ctx for the rank was not refused, named",
+    [14] = "ddp_destroy of the refused ddp_ctx did not return its failure", [15] = "ddp_destroy failed"};
+static int init_twice(int rank, void *arg)
+{
+    ddp_ctx ctx, other;
+    int x = rank;
+    ddp_result r;
+    (void)arg;
+    if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    if (ddp_init(&ctx, NULL) != DDP_ERR_ARG || !strstr(ddp_error(&ctx), "ddp_init on a ddp_ctx that ddp_init set up "
+                                                                       "before: ddp_destroy it first"))
+        return 11;
+    if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_I32, DDP_SUM, NULL) != DDP_OK ||
+        x != ctx.world_size * (ctx.world_size - 1) / 2)
+        return 12;
+    if (ctx.world_size > 1) {
+        char want[64];
+        snprintf(want, sizeof want, "this process holds rank %d of job '", rank);
+        if (ddp_init(&other, NULL) != DDP_ERR_ARG || !strstr(ddp_error(&other), want)) return 13;
+        if ((r = ddp_destroy(&other)) != DDP_ERR_ARG) return 14;
+        if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_I32, DDP_SUM, NULL) != DDP_OK) return 12;
+    }
+    return ddp_destroy(&ctx) == DDP_OK ? 0 : 15;
+}
+
 /* Rank 1 forks a worker that never execs (a data loader's), then dies: the worker
    shares rank 1's lock on the arena, which said rank 1 lived; rank 0 waited DDP_TIMEOUT. */
 static const char *const forked_codes[] = {
@@ -932,6 +962,10 @@ int main(int argc, char **argv)
           TEST_JOB_WHY(&job, forked_codes), job.seconds);
     test_spawn(&job, 3, init_again, NULL);
     CHECK("failures.init_again_after_destroy", job.failed == 0, "%s", TEST_JOB_WHY(&job, again_codes));
+    test_spawn(&job, 1, init_twice, NULL);
+    CHECK("failures.init_twice_refused_world_of_one", job.failed == 0, "%s", TEST_JOB_WHY(&job, twice_codes));
+    test_spawn(&job, 3, init_twice, NULL);
+    CHECK("failures.init_twice_refused", job.failed == 0, "%s", TEST_JOB_WHY(&job, twice_codes));
     setenv("DDP_SHM_CHUNK", "4096", 1); /* several chunks per collective */
     test_spawn(&job, 3, closed_std, (void *)"out");
     CHECK("failures.stdout_closed", job.failed == 0, "%s", TEST_JOB_WHY(&job, closed_std_codes));
