@@ -857,10 +857,23 @@ ST_DEF int st_same_file(const char *a, const char *b)
    place of a device or a FIFO, and opening a FIFO as a log waits for a reader forever.
    A file is made there and removed, under the longest name a save may write first: the
    file system takes the name (NAME_MAX) and the directory a new file. */
+/* Whether this process may replace (rename over) another user's file in a sticky
+   directory: CAP_FOWNER (bit 3 of /proc/self/status's CapEff; root's, unless dropped). */
+ST_DEF int st_owns_any_file(void)
+{
+    char line[256];
+    unsigned long long caps = 0;
+    int found = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && !found && fgets(line, sizeof line, f)) found = sscanf(line, "CapEff: %llx", &caps) == 1;
+    if (f) fclose(f);
+    return found ? (int)((caps >> 3) & 1) : geteuid() == 0;
+}
+
 ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t errsize)
 {
     char dir[1024], probe[1100];
-    struct stat sb;
+    struct stat sb, sd;
     int fd;
     if (!*path || strlen(path) > 1000) {
         snprintf(err, errsize, "%s needs a file name of 1 to 1000 bytes", flag);
@@ -872,6 +885,14 @@ ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t err
     }
     if (access(st_parent(path, dir, sizeof dir), W_OK | X_OK) != 0) {
         snprintf(err, errsize, "%s %s: cannot create files in %s: %s", flag, path, dir, strerror(errno));
+        return 0;
+    }
+    /* a save is a rename over the file, which a sticky directory (/tmp) allows only to the
+       file's owner or its own (else the run would train, then fail at its first save) */
+    if (stat(path, &sb) == 0 && stat(dir, &sd) == 0 && (sd.st_mode & S_ISVTX) && sb.st_uid != geteuid() &&
+        sd.st_uid != geteuid() && !st_owns_any_file()) {
+        snprintf(err, errsize, "%s %s: that file is another user's, in a sticky directory (as /tmp): this run could not "
+                 "replace it; give another name", flag, path);
         return 0;
     }
     if ((fd = st_temp(path, 0, probe, sizeof probe)) < 0) {

@@ -309,6 +309,29 @@ one_line_error "--log is a dangling link to the --save file" $tiny --save linkto
 grep -q "^train_gpt: --save and --log are one file (link.log)" err.txt && [ ! -e linkto.st ]
 report "train_gpt: a --log linked to the --save file (not yet there) is refused, nothing written" $? "$(cat err.txt)"
 cp one.st read.st
+# another user's file in a sticky directory (as /tmp): a save (a rename over it) would
+# fail after training, so --save, --trace and train_classifier's --out are refused at the
+# start; a new name there trains (as root, run as nobody: otherwise skipped)
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  sticky=$(mktemp -d /tmp/ddp-sticky.XXXXXX) && chmod 1777 "$sticky" &&
+    cp "$bin" "$OLDPWD/examples/train_classifier" data.txt "$sticky/" && chmod 755 "$sticky"/train_* &&
+    chmod 644 "$sticky/data.txt" && echo old >"$sticky/x.st" && echo old >"$sticky/t.json"
+  as_nobody() { (cd "$sticky" && timeout 60 setpriv --reuid=65534 --regid=65534 --clear-groups "$@"); }
+  stiny="${tiny/--data data.txt/--data $sticky/data.txt}"
+  said=""
+  for f in "--save $sticky/x.st" "--trace $sticky/t.json"; do
+    out=$(as_nobody ./train_gpt $stiny --steps 2 $f 2>&1); rc=$?
+    [ $rc -eq 1 ] && [ "$out" = "train_gpt: ${f% *} ${f#* }: that file is another user's, in a sticky directory (as /tmp): this run could not replace it; give another name" ] || said+="$f: exit $rc '$out'; "
+  done
+  out=$(as_nobody ./train_classifier --epochs 1 --out "$sticky/x.st" 2>&1); rc=$?
+  case $out in "train_classifier: --out $sticky/x.st: that file is another user's"*) [ $rc -ne 0 ] ;; *) false ;; esac || said+="--out: exit $rc '$out'; "
+  as_nobody ./train_gpt $stiny --steps 2 --save "$sticky/new.st" >/dev/null 2>&1 && [ -s "$sticky/new.st" ] || said+="a new name did not train; "
+  [ -z "$said" ] && [ "$(cat "$sticky/x.st")" = old ]
+  report "train_gpt, train_classifier: another user's file in a sticky directory is refused at the start" $? "$said"
+  rm -rf "$sticky"
+else
+  echo "SKIP train_gpt: another user's file in a sticky directory: needs root and setpriv"
+fi
 one_line_error "--log is the --resume file" $tiny --steps 10 --resume read.st --log read.st
 grep -q "^train_gpt: --log and --resume are one file (read.st)" err.txt && cmp -s one.st read.st
 report "train_gpt: a --log naming the --resume file is refused, the checkpoint stays" $? "$(cat err.txt)"
