@@ -1297,6 +1297,11 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
             o->compare[0] = argv[i + 1];
             o->compare[1] = argv[i + 2];
             o->compare[2] = i + 3 < argc ? argv[i + 3] : "";
+            if (strncmp(o->compare[2], "--", 2) == 0) {
+                snprintf(err, errsize, "--compare A B [PREFIX] takes no flags: '%s' is not a tensor name's prefix",
+                         o->compare[2]);
+                return 0;
+            }
             if (i + 4 < argc) {
                 snprintf(err, errsize, "--compare takes two files and a prefix: '%s' is one too many", argv[i + 4]);
                 return 0;
@@ -2487,9 +2492,15 @@ static int compare_checkpoints(const char *a_path, const char *b_path, const cha
         st_free(&a);
         return fail(err);
     }
-    if (a.n != b.n) {
-        snprintf(err, sizeof err, "%s has %d tensors, %s has %d", a_path, a.n, b_path, b.n);
-        ok = 0;
+    { /* as many named PREFIX... in each (then every one of A's found in B is all of B's) */
+        int na = 0, nb = 0;
+        for (i = 0; i < a.n; i++) na += strncmp(a.t[i].name, prefix, strlen(prefix)) == 0;
+        for (i = 0; i < b.n; i++) nb += strncmp(b.t[i].name, prefix, strlen(prefix)) == 0;
+        if (na != nb) {
+            snprintf(err, sizeof err, "%s has %d tensors%s%s%s, %s has %d", a_path, na,
+                     *prefix ? " whose names start with '" : "", prefix, *prefix ? "'" : "", b_path, nb);
+            ok = 0;
+        }
     }
     for (i = 0; i < a.n && ok; i++) {
         const st_tensor *ta = &a.t[i], *tb = st_find(&b, ta->name);

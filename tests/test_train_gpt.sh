@@ -87,6 +87,8 @@ t["y"] = ("I32", "i", [3, -8, 9])
 write("dt_b.st", t)
 t["y"] = ("F32", "f", [3, -7, 9])
 write("dt_c.st", t)
+t["y"], t["z"] = ("I32", "i", [3, -7, 9]), ("F32", "f", [0.5])
+write("dt_d.st", t)
 EOF
 same=$("$bin" --compare dt_a.st dt_a.st 2>&1); rc_same=$?
 diff=$("$bin" --compare dt_a.st dt_b.st 2>&1); rc_diff=$?
@@ -96,6 +98,15 @@ other=$("$bin" --compare dt_a.st dt_c.st 2>&1); rc_other=$?
   [ $rc_other -eq 1 ] && [ "$other" = "train_gpt: tensor y is I32 [3] in dt_a.st but F32 [3] in dt_c.st (tensors compare only with one dtype and shape)" ]
 report "train_gpt --compare: every dtype, integers too; another dtype is refused" $? \
   "same: $rc_same '$same'; one I32 changed: $rc_diff '$diff'; I32 against F32: $rc_other '$other'"
+# a PREFIX compares the tensors it names, whatever else either file holds; a flag is no prefix
+sub=$("$bin" --compare dt_a.st dt_d.st y 2>&1); rc_sub=$?
+all=$("$bin" --compare dt_a.st dt_d.st 2>&1); rc_all=$?
+flag=$("$bin" --compare dt_a.st dt_d.st --help 2>&1); rc_flag=$?
+[ $rc_sub -eq 0 ] && [ "$sub" = "max_rel_diff 0.000e+00 over 1 tensors" ] &&
+  [ $rc_all -eq 1 ] && [ "$all" = "train_gpt: dt_a.st has 6 tensors, dt_d.st has 7" ] &&
+  [ $rc_flag -eq 2 ] && [ "$flag" = "train_gpt: --compare A B [PREFIX] takes no flags: '--help' is not a tensor name's prefix" ]
+report "train_gpt --compare A B PREFIX: only what PREFIX names counts; a flag is refused" $? \
+  "prefix y: $rc_sub '$sub'; all: $rc_all '$all'; --help: $rc_flag '$flag'"
 out=$("$bin" --device-info 2>&1); rc=$?
 [ "$rc" -eq 1 ] && [ "$out" = "train_gpt: built without nvcc: no GPU path (examples/train_gpt_gpu has one)" ]
 report "train_gpt --device-info: the CPU build says it has no GPU path" $? "exit $rc: $out"
