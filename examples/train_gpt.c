@@ -1337,16 +1337,20 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         snprintf(err, errsize, "--dim %d is not a multiple of --heads %d", o->cfg.dim, o->cfg.heads);
         return 0;
     }
+    /* (first: the checks below would each ask for what this one refuses) */
+    if (o->bench_no_sync && (o->save || o->save_every || o->stop_after || (o->resume && !strcmp(o->resume, "auto")))) {
+        /* rank 0's weights alone, which --resume auto took for the run's */
+        snprintf(err, errsize, "--bench-no-sync trains each rank apart (a benchmark): it saves nothing, so it takes "
+                 "no %s", o->save ? "--save" : o->save_every ? "--save-every" : o->stop_after ? "--stop-after"
+                                                                                       : "--resume auto");
+        return 0;
+    }
     if (o->save_every && !o->save) {
         snprintf(err, errsize, "--save-every needs --save FILE");
         return 0;
     }
     if (o->stop_after && !o->save) { /* it trained, and threw the steps away */
         snprintf(err, errsize, "--stop-after ends a run for --resume to go on from: give --save FILE");
-        return 0;
-    }
-    if (o->bench_no_sync && o->save) { /* rank 0's weights alone, which --resume auto took for the run's */
-        snprintf(err, errsize, "--bench-no-sync trains each rank apart (a benchmark): it saves nothing, drop --save");
         return 0;
     }
     if (o->resume && strcmp(o->resume, "auto") == 0) { /* a file named auto: --resume ./auto */

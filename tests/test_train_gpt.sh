@@ -287,6 +287,16 @@ one_line_error "--stop-after without --save" $tiny --steps 4 --stop-after 2
 one_line_error "--bench-no-sync with --save" --nproc 2 $tiny --steps 2 --bench-no-sync --save nosync.st
 [ ! -e nosync.st ]
 report "train_gpt: --bench-no-sync saves nothing" $? "nosync.st was written"
+# and each flag that would go with a save is named as what it refuses (the messages for
+# --save-every, --stop-after and --resume auto alone asked for the --save it refuses)
+said=""
+for f in "--save-every 1" "--stop-after 1" "--resume auto"; do
+  "$bin" $tiny --steps 2 --bench-no-sync $f >/dev/null 2>err.txt
+  [ "$(cat err.txt)" = "train_gpt: --bench-no-sync trains each rank apart (a benchmark): it saves nothing, so it takes no ${f% 1}" ] ||
+    said+="$f: $(cat err.txt); "
+done
+[ -z "$said" ]
+report "train_gpt: --bench-no-sync names each flag of a save it refuses" $? "$said"
 one_line_error "flag without a value" --steps
 one_line_error "bad number after =" --nproc 2 --lr=fast
 grep -q "bad value 'fast' for --lr:" err.txt
