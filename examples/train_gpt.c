@@ -1112,7 +1112,7 @@ typedef struct options {
     X("model", "--dim", int, cfg.dim, "128", "", 1, 8192, "") \
     X("model", "--ctx", int, cfg.ctx, "64", "", 1, 8192, "") \
     X("model", "--vocab", int, cfg.vocab, "256", "", 2, 65536, "") \
-    X("data", "--data", text, data, "", "FILE", 0, 0, "an llm.c token shard by its header, nanoGPT " \
+    X("data", "--data", path, data, "", "FILE", 0, 0, "an llm.c token shard by its header, nanoGPT " \
       "uint16 tokens by a name ending .bin in any case, else text as bytes; default: examples/train_gpt.txt, a " \
       "short story in plain words") \
     X("data", "--stride", int, stride, "", "S", 0, 8192, "training windows start every S tokens; default 1 for " \
@@ -1129,12 +1129,12 @@ typedef struct options {
     X("schedule", "--clip", float, clip, "1.0", "", 0, 1e9, "0: off") \
     X("schedule", "--seed", seed, seed, "0", "", 0, 0, "") \
     X("output", "--val-every", int, val_every, "50", "", 0, 100000000, "0: off") \
-    X("output", "--log", text, log, "", "FILE.jsonl", 0, 0, "") \
-    X("output", "--save", text, save, "", "FILE.safetensors", 0, 0, "") \
+    X("output", "--log", path, log, "", "FILE.jsonl", 0, 0, "") \
+    X("output", "--save", path, save, "", "FILE.safetensors", 0, 0, "") \
     X("output", "--save-every", int, save_every, "", "K", 1, 100000000, "") \
-    X("output", "--resume", text, resume, "", "FILE.safetensors", 0, 0, "or --resume auto: continue --save's " \
+    X("output", "--resume", path, resume, "", "FILE.safetensors", 0, 0, "or --resume auto: continue --save's " \
       "file when it exists and belongs to this run: model, data, seed, batch, schedule") \
-    X("output", "--trace", text, trace, "", "FILE.json", 0, 0, "where the time goes, per rank: open it in " \
+    X("output", "--trace", path, trace, "", "FILE.json", 0, 0, "where the time goes, per rank: open it in " \
       "ui.perfetto.dev") \
     X("restarts", "--max-restarts", text, launcher, "", "N", 0, 0, "with --nproc: start the job again after a " \
       "failure, up to N times; with --save-every and --resume auto it goes on where it was saved") \
@@ -1199,6 +1199,14 @@ static int text_flag(const char *v, int lo, int hi, const char **out)
     (void)lo, (void)hi;
     *out = v;
     return 1;
+}
+#define path_takes 1
+#define path_range(lo, hi) "a file name, not empty"
+static int path_flag(const char *v, int lo, int hi, const char **out)
+{
+    (void)lo, (void)hi;
+    *out = v;
+    return *v != 0;
 }
 
 #define dtype_takes 1

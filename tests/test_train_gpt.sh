@@ -298,6 +298,13 @@ done
 [ -z "$said" ]
 report "train_gpt: --bench-no-sync names each flag of a save it refuses" $? "$said"
 one_line_error "flag without a value" --steps
+said=""
+for f in --data --log --save --resume --trace; do
+  "$bin" $f= >/dev/null 2>err.txt
+  [ "$(cat err.txt)" = "train_gpt: bad value '' for $f: a file name, not empty" ] || said+="$f: $(cat err.txt); "
+done
+[ -z "$said" ]
+report "train_gpt: an empty file name is refused by its flag" $? "$said"
 one_line_error "bad number after =" --nproc 2 --lr=fast
 grep -q "bad value 'fast' for --lr:" err.txt
 report "train_gpt: --lr=fast names the flag and the value" $? "$(cat err.txt)"
