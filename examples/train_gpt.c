@@ -1133,7 +1133,7 @@ typedef struct options {
     X("output", "--save", path, save, "", "FILE.safetensors", 0, 0, "") \
     X("output", "--save-every", int, save_every, "", "K", 1, 100000000, "") \
     X("output", "--resume", path, resume, "", "FILE.safetensors", 0, 0, "or --resume auto: continue --save's " \
-      "file when it exists and belongs to this run: model, data, seed, batch, schedule") \
+      "file when it exists and belongs to this run: model, data, seed, batch, schedule, precision") \
     X("output", "--trace", path, trace, "", "FILE.json", 0, 0, "where the time goes, per rank: open it in " \
       "ui.perfetto.dev") \
     X("restarts", "--max-restarts", text, launcher, "", "N", 0, 0, "with --nproc: start the job again after a " \
@@ -1509,12 +1509,14 @@ static float learning_rate(const options *o, int step)
    global batch counts, not how it is split (1 rank x 8 and 2 x 4 train the same
    weights). As text, the way the checkpoint's metadata holds it; "" where not known. */
 enum {
-    RUN_SEED, RUN_DATA, RUN_BATCH, RUN_STEPS, RUN_LR, RUN_WARMUP, RUN_MIN_LR, RUN_DECAY, RUN_CLIP, RUN_STRIDE, RUN_KEYS
+    RUN_SEED, RUN_DATA, RUN_BATCH, RUN_STEPS, RUN_LR, RUN_WARMUP, RUN_MIN_LR, RUN_DECAY, RUN_CLIP, RUN_STRIDE,
+    RUN_PRECISION, RUN_KEYS
 };
 static const char *const run_keys[RUN_KEYS][2] = { /* metadata key, how a run sets it */
     {"seed", "--seed"}, {"data", "--data"}, {"global_batch", "global batch (--batch-size x ranks x --grad-accum)"},
     {"steps", "--steps"}, {"lr", "--lr"}, {"warmup", "--warmup"}, {"min_lr_frac", "--min-lr-frac"},
-    {"weight_decay", "--weight-decay"}, {"clip", "--clip"}, {"stride", "--stride"}};
+    {"weight_decay", "--weight-decay"}, {"clip", "--clip"}, {"stride", "--stride"},
+    {"precision", "precision (--dtype, --allreduce; bf16 by default on a GPU, fp32 on the CPU)"}};
 typedef struct run_identity {
     char v[RUN_KEYS][48];
 } run_identity;
@@ -2075,6 +2077,11 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
         return 0;
     }
     snprintf(t->id.v[RUN_BATCH], sizeof t->id.v[0], "%zu", t->global_batch);
+    { /* known once the backend is: the GPU path (NCCL) trains in --dtype, the CPU in fp32 */
+        const int gpu_path = t->ctx.backend == DDP_BACKEND_NCCL;
+        snprintf(t->id.v[RUN_PRECISION], sizeof t->id.v[0], "%s, all-reduce %s", gpu_path && o->bf16 ? "bf16" : "fp32",
+                 gpu_path && o->allreduce_bf16 ? "bf16" : "fp32");
+    }
     if (o->resume_auto && o->resume && !same_run(&t->id, &t->found, o->resume, err, errsize)) return refuse(t, err);
     if (!ranks_agree(t, err, errsize)) return 0;
     if (t->stop <= t->start_step) { /* --resume auto found this run done */
@@ -2447,8 +2454,8 @@ fail:
 static int same_run(const run_identity *mine, const run_identity *theirs, const char *path, char *err, size_t errsize)
 {
     int k;
-    for (k = 0; k < RUN_KEYS; k++)
-        if (*mine->v[k] && strcmp(mine->v[k], theirs->v[k]) != 0) {
+    for (k = 0; k < RUN_KEYS; k++) /* (a file from before precision was recorded: any) */
+        if (*mine->v[k] && strcmp(mine->v[k], theirs->v[k]) != 0 && (k != RUN_PRECISION || *theirs->v[k])) {
             snprintf(err, errsize, "%s belongs to another run: its %s is %s, this run's is %s (--resume auto goes on "
                      "with its own run only: give another --save, or remove the file)", path, run_keys[k][1],
                      *theirs->v[k] ? theirs->v[k] : "not recorded", mine->v[k]);

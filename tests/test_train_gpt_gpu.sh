@@ -116,4 +116,14 @@ for run in "bf16:" "bf16_allreduce:--allreduce bf16"; do
   close_tensors "train_gpt_gpu $tag" "$tag" opt.m. 1e-2
   close_tensors "train_gpt_gpu $tag" "$tag" opt.v. 1.5e-2
 done
+
+# the precision is the run's: --resume auto refuses a bf16 run's file to an fp32 run, and
+# goes on with it in bf16
+timeout 120 "$gpu" $tiny --resume init.st --stop-after 3 --save half.st >half.txt 2>&1 &&
+  timeout 120 "$gpu" $tiny --dtype fp32 --resume auto --save half.st >half_fp32.txt 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "^train_gpt: half.st belongs to another run: its precision .* is bf16, all-reduce fp32, this run's is fp32, all-reduce fp32" half_fp32.txt &&
+  timeout 120 "$gpu" $tiny --resume auto --save half.st >half_bf16.txt 2>&1 && grep -q "^resumed from half.st after step 3" half_bf16.txt
+report "train_gpt_gpu --resume auto: another precision is another run" $? \
+  "exit $rc: $(tail -n 2 half_fp32.txt | tr '\n' '|'); $(grep -m1 -e '^resumed' -e 'train_gpt:' half_bf16.txt)"
 exit $fail
