@@ -2182,6 +2182,16 @@ static void print_setup(const trainer *t)
               t->global_batch, o->batch_size, ctx->world_size, o->grad_accum, t->global_batch * o->cfg.ctx,
               t->steps_per_epoch);
     if (o->resume) ddp_print(ctx, "resumed from %s after step %d\n", o->resume, t->start_step);
+    if (o->resume && !o->resume_auto) { /* a run of its own from there: what it changes is said (auto refuses it) */
+        char changed[1200] = "";
+        size_t n = 0;
+        int k;
+        for (k = 0; k < RUN_KEYS && n < sizeof changed; k++)
+            if (*t->id.v[k] && *t->found.v[k] && strcmp(t->id.v[k], t->found.v[k]) != 0)
+                n += (size_t)snprintf(changed + n, sizeof changed - n, "%s%s %s -> %s", n ? "; " : "", run_keys[k][1],
+                                      t->found.v[k], t->id.v[k]);
+        if (*changed) ddp_print(ctx, "note: this run changes %s's: %s\n", o->resume, changed);
+    }
     if (ddp_restart_count() > 0) /* ddp's launcher or torchrun started the job again */
         ddp_print(ctx, "restart %d of the job: %s\n", ddp_restart_count(),
                   o->resume ? "going on from the checkpoint" : o->resume_auto ? "no checkpoint yet, from step 0" :

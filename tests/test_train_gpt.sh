@@ -138,6 +138,12 @@ rc=$?
   [ "$(sed -n '/^sample/,$p' noseed.txt)" = "$(sed -n '/^sample/,$p' two.txt)" ]
 report "train_gpt: --resume FILE without --seed: the file's run's weights and sample" $? \
   "exit $rc; $("$bin" --compare noseed.st two.st 2>&1); $(tail -n 2 noseed.txt | tr '\n' '|') vs $(tail -n 2 two.txt | tr '\n' '|')"
+# a run of its own from a checkpoint (explicit --resume) says what it changes of the file's run
+timeout 60 "$bin" $tiny --nproc 2 --batch-size 2 --steps 8 --lr 0.01 --resume paused.st >changed.txt 2>&1
+grep -qx "note: this run changes paused.st's: global batch (--batch-size x ranks x --grad-accum) 8 -> 4; --lr 0.003 -> 0.01" changed.txt &&
+  ! grep -q "^note: this run changes" noseed.txt
+report "train_gpt: --resume FILE says which of its run's values this run changes, and only then" $? \
+  "$(grep '^note' changed.txt noseed.txt | tr '\n' '|')"
 
 # ---- checkpoint and log formats ----------------------------------------------------------
 [ ! -e one.st.tmp ] && head -c 8 one.st | od -An -tu8 | awk '{ exit !($1 % 8 == 0 && $1 > 100) }'
