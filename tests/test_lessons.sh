@@ -186,6 +186,9 @@ wrong_answer 04_gradsync "two layers to a bucket" \
 wrong_answer 04_gradsync "each layer marks another layer's elements" \
   's|ddp_grad_ready(sync, (size_t)layer \* P, P)|ddp_grad_ready(sync, (size_t)(LAYERS - 1 - layer) * P, P)|' \
   "^wrong: the weights are right, but layer 0's gradient was marked ready in layer 3's layer_done"
+wrong_answer 04_gradsync "odd ranks mark the layers in forward order (the verdict is the job's)" \
+  's|{ return ddp_grad_ready(sync, (size_t)layer \* P, P); }|{ static int k; int l = getenv("RANK") \&\& atoi(getenv("RANK")) % 2 ? k % LAYERS : LAYERS - 1 - k % LAYERS; k++; (void)layer; return ddp_grad_ready(sync, (size_t)l * P, P); }|' \
+  "^wrong: the weights are right, but layer 0's gradient was marked ready in layer 3's layer_done"
 wrong_answer 05_metrics "every rank computes the saved weights instead of reading them" \
   's|return ddp_broadcast(ctx, w, P, DDP_F32, 0, NULL);|{ int j; for (j = 0; j < P; j++) w[j] = 0.25f * (float)j - 0.5f; } return DDP_OK;|' \
   "^wrong: these ranks' weights differ from the checkpoint's: rank 0 by"
@@ -198,8 +201,8 @@ resume_from() { # bytes (printf escapes) ranks: runs --resume in $tmp, output in
   printf "$1" >"$tmp/checkpoint.bin"
   (cd "$tmp" && timeout 60 "$ckpt" --nproc "$2" --resume >"$tmp/out" 2>&1)
 }
-for case in "a negative epoch|\373\377\377\377\000\000\200\077\000\000\200\077|epoch -5," \
-            "epoch 2^31-1|\377\377\377\177\000\000\200\077\000\000\200\077|epoch 2147483647," \
+for case in "a negative epoch|\373\377\377\377\000\000\200\077\000\000\200\077|says -5 epochs were done," \
+            "epoch 2^31-1|\377\377\377\177\000\000\200\077\000\000\200\077|says 2147483647 epochs were done," \
             "a NaN weight|\001\000\000\000\000\000\300\177\000\000\200\077|w nan" \
             "a truncated file|\001\000\000\000\000\000|shorter than"; do
   IFS='|' read -r what bytes want <<<"$case"

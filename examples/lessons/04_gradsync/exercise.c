@@ -158,6 +158,14 @@ int main(int argc, char **argv)
     if (ddp_broadcast(&ctx, w0, D, DDP_F32, 0, NULL) != DDP_OK) return 1;
     for (j = 0; j < D; j++) apart = fmaxf(apart, fabsf(w[j] - w0[j]));
     if (ddp_all_reduce(&ctx, &apart, &apart, 1, DDP_F32, DDP_MAX, NULL) != DDP_OK) return 1;
+    { /* a layer marked out of turn on any rank is the job's: the first such rank's */
+        int mine[2], *all = (int *)malloc(sizeof mine * (size_t)ctx.world_size);
+        mine[0] = late, mine[1] = late_in;
+        if (!all || ddp_all_gather(&ctx, mine, all, 2, DDP_I32, NULL) != DDP_OK) return 1;
+        for (r = 0; r < ctx.world_size && all[2 * r] < 0; r++) {}
+        if (r < ctx.world_size) late = all[2 * r], late_in = all[2 * r + 1];
+        free(all);
+    }
     ok = same && sync.num_buckets == LAYERS && late < 0; /* one problem at a time, the most basic first */
     if (ok) {
         ddp_print(&ctx, TR("correct: after %d steps all %d ranks hold the weights of one process on the global "

@@ -48,7 +48,7 @@ static int load(float *wb, int32_t *epoch, int32_t epochs, char *why, size_t n)
     memcpy(epoch, buf, 4);
     memcpy(wb, buf + 4, 8);
     if (*epoch < 0 || *epoch > epochs) {
-        snprintf(why, n, "written after epoch %d, not one of 0..%d (--epochs)", (int)*epoch, (int)epochs);
+        snprintf(why, n, "says %d epochs were done, not 0 to %d (--epochs)", (int)*epoch, (int)epochs);
         return 0;
     }
     if (!isfinite(wb[0]) || !isfinite(wb[1])) {

@@ -48,18 +48,18 @@ int main(int argc, char **argv)
 
     /* the first step's samples over all ranks: at least GLOBAL, and when GLOBAL does not
        divide by the number of ranks, at most world_size - 1 more */
-    global = sd.batch_size * (size_t)ctx.world_size;
+    global = sampler.batch_size * (size_t)ctx.world_size; /* (the sampler's: 0 means 1) */
     ok = global >= GLOBAL && global < GLOBAL + (size_t)ctx.world_size;
     if (ok) {
         ddp_print(&ctx, TR("correct: %d ranks x %zu samples = a global batch of %zu, %zu steps per epoch\n",
                            "正确：%d 个 rank x %zu 个样本 = %zu 个样本的全局 batch，每个 epoch %zu 步\n"),
-                  ctx.world_size, sd.batch_size, global, sampler.num_batches);
+                  ctx.world_size, sampler.batch_size, global, sampler.num_batches);
     } else {
         ddp_print(&ctx, TR("wrong: %d ranks x %zu samples = a global batch of %zu, want %d; %zu steps per epoch, "
                            "1 rank takes %d\n",
                            "错误：%d 个 rank x %zu 个样本 = %zu 个样本的全局 batch，应为 %d 个；每个 epoch %zu 步，"
                            "1 个 rank 时是 %d 步\n"),
-                  ctx.world_size, sd.batch_size, global, GLOBAL, sampler.num_batches, STEPS);
+                  ctx.world_size, sampler.batch_size, global, GLOBAL, sampler.num_batches, STEPS);
         lesson_hints(&ctx, 6,
                      TR("per_rank_batch() gives the sampler's batch_size, which is per rank (note 4): together "
                         "the ranks must take at least 192 samples per step, and fewer than 192 + world_size.",
