@@ -1172,7 +1172,7 @@ static int int_flag(const char *v, long lo, long hi, int *out)
 }
 
 #define float_takes 1
-#define float_range(lo, hi) "a number from " #lo " to " #hi
+#define float_range(lo, hi) "a number from " #lo " to " #hi ", not so near 0 that fp32 rounds it to 0"
 static int float_flag(const char *v, float lo, float hi, float *out)
 {
     char *end;

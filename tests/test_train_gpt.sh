@@ -401,6 +401,8 @@ report "train_gpt: a save past ulimit -f leaves no file" $? "$(ls big.st* 2>&1)"
 one_line_error "an empty --trace=" $tiny --trace=
 one_line_error "a --seed with a space and a sign" $tiny --seed ' -1'
 one_line_error "a --clip that is 0 in fp32" $tiny --clip 1e-50
+grep -qx "train_gpt: bad value '1e-50' for --clip: a number from 0 to 1e9, not so near 0 that fp32 rounds it to 0" err.txt
+report "train_gpt: a --clip that is 0 in fp32 is said to be" $? "$(cat err.txt)"
 one_line_error "--compare with one file too many" --compare one.st one.st opt.m. extra
 one_line_error "resume with another model shape" --nproc 2 $tiny --dim 64 --resume one.st
 one_line_error "resume from a truncated checkpoint" --nproc 2 $tiny --resume truncated.st
