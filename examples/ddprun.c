@@ -55,6 +55,15 @@ int main(int argc, char **argv)
         if ((v = option(argc, argv, &i, counts)) != NULL) twice = count_flag, count = v, count_flag = flag;
         else if ((v = option(argc, argv, &i, restarts)) != NULL) twice = max_flag, max = v, max_flag = flag;
         else {
+            const char *const *known = counts;
+            int k;
+            for (k = 0; k < 2; k++, known = restarts)
+                for (; *known; known++)
+                    if (strcmp(flag, *known) == 0) { /* the last argument: its value is missing */
+                        fprintf(stderr, "ddprun: %s needs a value (usage: ddprun -n N [--max-restarts M] [--] program "
+                                "[args...])\n", flag);
+                        return 2;
+                    }
             fprintf(stderr, "ddprun: unknown option '%s' before the program (usage: ddprun -n N [--max-restarts M] "
                     "[--] program [args...])\n", flag);
             return 2;

@@ -36,6 +36,12 @@ for twice in "-n 2 -n 3" "--nproc 2 --nproc_per_node=3" "-n 2 --max-restarts 1 -
   if [ $rc -eq 2 ] && ! grep -q 'my sum' <<<"$out" && grep -q 'given twice' <<<"$out"; then echo "PASS $name"
   else echo "FAIL $name: 'ddprun $twice' status $rc, want 2 naming the flag given twice (the last one won): $(head -c 300 <<<"$out" | tr '\n' ' ')"; fail=1; fi
 done
+for last in "-n" "-n 2 --max-restarts"; do # a known option as the last argument: its value is missing
+  out=$(timeout -k 5 60 examples/ddprun $last 2>&1); rc=$?
+  if [ $rc -eq 2 ] && [ "$out" = "ddprun: ${last##* } needs a value (usage: ddprun -n N [--max-restarts M] [--] program [args...])" ]; then
+    echo "PASS ddprun.names_a_missing_value: $last"
+  else echo "FAIL ddprun.names_a_missing_value: $last: 'ddprun $last' status $rc: $(head -c 300 <<<"$out" | tr '\n' ' ')"; fail=1; fi
+done
 # OMP_NUM_THREADS: each rank gets cores / ranks (at least 1) unless the variable holds a
 # thread count; empty counts as unset, malformed is ignored with a warning; the note
 # about it comes once per job, and not where OpenMP would take 1 thread anyway.
