@@ -221,7 +221,8 @@
                       context said on stderr; ddp_log's long lines still end;
                       a ddp_trace_save meeting another rank's ddp_trace_start named;
                       the launcher says a rank was killed before it called ddp_init;
-                      ddp_init twice (on a live ddp_ctx, or for a rank held) refused
+                      ddp_init twice (on a live ddp_ctx, or for a rank held) refused;
+                      ddp_trace_save says when events were dropped
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -639,7 +640,7 @@ DDPDEF ddp_result ddp_grad_no_sync(ddp_grad *g, int on);
    ddp_trace_start is collective (every rank calls it) and clears what was recorded;
    ranks on one host share its clock, so their rows line up exactly (other hosts' at
    the start's barrier). Up to max_events are kept per rank (0: 100000, about
-   6 MB); later ones are counted as dropped. Spans nest; names are cut at 43 bytes.
+   6 MB); later ones are counted as dropped (ddp_trace_save's warning says so). Spans nest; names are cut at 43 bytes.
    Call begin/end from the thread that calls the collectives; they do nothing when
    tracing is off, so they can stay in the code. ddp_trace_save is collective: every
    rank's events go to rank 0, which writes `path` (every rank returns the same result)
@@ -5207,6 +5208,17 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
         if (r == DDP_OK && problem)
             r = ctx->rank == 0 ? ddp__fail(ctx, DDP_ERR_SYSTEM, "ddp_trace_save: writing '%s' failed: %s", path, strerror(err))
                                : ddp__fail(ctx, DDP_ERR_SYSTEM, "ddp_trace_save: rank 0 could not write the trace file");
+    }
+    if (r == DDP_OK && ctx->rank == 0) { /* a trace that ends before the run did is said (its metadata holds it too) */
+        int most = 0;
+        for (k = 1; k < ctx->world_size; k++)
+            if (counts[2 * k + 1] > counts[2 * most + 1]) most = k;
+        if (counts[2 * most + 1] > 0) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "warning: ddp_trace_save: '%.200s' ends early: rank %d dropped %lld events past "
+                     "ddp_trace_start's max_events", path, most, (long long)counts[2 * most + 1]);
+            ddp__say(ctx, DDP_LOG_INFO, msg);
+        }
     }
     if (f) fclose(f);
     if (made && r != DDP_OK) remove(tmp);

@@ -2053,6 +2053,7 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     ddp_grad_desc gd;
     ddp_sampler_desc sd;
     ddp_result r;
+    double max_events;
     memset(&desc, 0, sizeof desc);
     desc.argc = argc;
     desc.argv = argv;
@@ -2149,8 +2150,12 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
     if ((r = ddp_sampler_init(&t->val, &t->ctx, &sd)) != DDP_OK)
         return ddp_reason(t, "ddp_sampler_init", r, err, errsize);
 
-    /* --trace: from here on; ddp.h adds its collectives (buckets on their own row) */
-    if (o->trace && (r = ddp_trace_start(&t->ctx, 0)) != DDP_OK)
+    /* --trace: from here on; ddp.h adds its collectives (buckets on their own row). Room
+       for the whole run (a micro-step records about 10 + --layers events, validation a
+       few), at most 1M events per rank (60 MB): past them ddp_trace_save says the trace
+       ends early. */
+    max_events = 1000.0 + (double)(t->stop - t->start_step) * o->grad_accum * (20 + 2 * o->cfg.layers);
+    if (o->trace && (r = ddp_trace_start(&t->ctx, (size_t)fmin(1e6, max_events))) != DDP_OK)
         return ddp_reason(t, "ddp_trace_start", r, err, errsize);
     /* progress in place only where the user watches: stdout is this process's own
        terminal (Open MPI gives every rank a pty, even when mpirun writes to a file) */

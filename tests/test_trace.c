@@ -73,11 +73,12 @@ static int all_ok(ddp_ctx *ctx, int ok)
     return !bad;
 }
 
-static char last_error[400];
+static char last_error[400], last_info[400];
 static void capture(void *user, int level, const char *msg)
 {
     (void)user;
     if (level == DDP_LOG_ERROR) snprintf(last_error, sizeof last_error, "%s", msg);
+    else snprintf(last_info, sizeof last_info, "%s", msg);
 }
 
 static int work(int *argc, char **argv)
@@ -151,10 +152,13 @@ static int work(int *argc, char **argv)
                           "\xe5\x90\x8c\xe6\xad\xa5\xe7\x9a\x84\xe9\x87\x8d\xe5\x8f\xa0\xe9\x83\xa8\xe5\x88\x86"); /* Chinese, 50 bytes */
     ddp_trace_end(&ctx);
     ddp_trace_begin(&ctx, "left open: ends at the save");
+    last_info[0] = 0;
     if (!all_ok(&ctx, ddp_trace_save(&ctx, path) == DDP_OK)) {
         if (ctx.rank == 0) CHECK("trace: save", 0, "%s", last_error);
         return 6;
     }
+    snprintf(name, sizeof name, "trace W=%d: a whole trace's save says nothing", W);
+    if (ctx.rank == 0) CHECK(name, !last_info[0], "said '%s'", last_info);
     if (ctx.rank == 0) {
         int per_rank_steps[8] = {0}, buckets[8] = {0}, extra[8] = {0}, seen[8][LAYERS] = {{0}}, nested = 1, causal = 1;
         int escaped = 0, open_end = 0;
@@ -218,11 +222,17 @@ static int work(int *argc, char **argv)
         ddp_trace_begin(&ctx, "many");
         ddp_trace_end(&ctx);
     }
+    last_info[0] = 0;
     if (!all_ok(&ctx, ddp_trace_save(&ctx, path) == DDP_OK)) return 8;
     if (ctx.rank == 0) {
+        char said[600];
         n = read_trace(path, ev, TEST_COUNT(ev), dropped, &ranks);
         snprintf(name, sizeof name, "trace W=%d: past max_events, events are dropped and counted", W);
         CHECK(name, n == 5 * W && dropped[0] == 15 && dropped[W - 1] == 15, "%d events, dropped %lld", n, dropped[0]);
+        snprintf(said, sizeof said, "warning: ddp_trace_save: '%s' ends early: rank 0 dropped 15 events past "
+                 "ddp_trace_start's max_events", path);
+        snprintf(name, sizeof name, "trace W=%d: a trace that ends early is said to, on rank 0", W);
+        CHECK(name, strcmp(last_info, said) == 0, "said '%s'", last_info);
     }
 
     /* rank 0 cannot write: every rank gets the error, and the group goes on */

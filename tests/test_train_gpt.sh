@@ -177,6 +177,14 @@ report "train_gpt --trace: a Chrome trace with a row per rank, layer spans and b
   "$(tail -n 3 trace.txt | tr '\n' ' ')"
 grep -q '^trace: trace.json' traced.txt
 report "train_gpt --trace says where the trace went" $? "$(tail -n 3 traced.txt | tr '\n' ' ')"
+# a long run's trace holds all of it (it ended at a fixed 100000 events, unsaid: step 9091
+# of 15000 here)
+timeout 120 "$bin" --layers 1 --dim 8 --heads 1 --ctx 8 --batch-size 1 --sample-len 0 --val-every 0 --steps 15000 \
+  --nproc 2 --data data.txt --trace long.json >long.txt 2>&1 &&
+  [ "$(python3 -c 'import json, sys; ev = json.load(open(sys.argv[1]))["traceEvents"]
+print(sum(e.get("name") == "forward" for e in ev), [e["args"]["events"] for e in ev if e.get("name") == "dropped"])' long.json)" = "30000 [[0, 0]]" ] &&
+  ! grep -q "ends early" long.txt
+report "train_gpt --trace: a run of 15000 steps traced whole" $? "$(tail -n 2 long.txt | tr '\n' ' ')"
 if python3 -c 'import safetensors.numpy' 2>/dev/null; then
   python3 - one.st <<'EOF' >py.txt 2>&1
 import sys, json, struct
