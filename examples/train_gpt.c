@@ -2511,7 +2511,8 @@ static double st_value(const st_tensor *t, size_t e)
 
 /* --compare A B [PREFIX]: the largest difference between same-named tensors (those
    whose names start with PREFIX; each the same dtype and shape in both files),
-   relative to the tensor's largest magnitude in A. The tests use it to show that runs
+   relative to the tensor's largest magnitude in either file (all zeros in A is no
+   infinite difference). The tests use it to show that runs
    agree, so a NaN or infinity in either file is a difference it reports (and exits 1),
    never 0. */
 static int compare_checkpoints(const char *a_path, const char *b_path, const char *prefix)
@@ -2560,10 +2561,10 @@ static int compare_checkpoints(const char *a_path, const char *b_path, const cha
                 snprintf(nonfinite, sizeof nonfinite, "%s element %zu is %g in %s and %g in %s", ta->name, e, x, a_path,
                          y, b_path);
             diff = fmax(diff, fabs(x - y));
-            scale = fmax(scale, fabs(x));
+            scale = fmax(scale, fmax(fabs(x), fabs(y)));
         }
-        if (diff > 0 && (scale == 0 || diff / scale > worst)) {
-            worst = scale > 0 ? diff / scale : INFINITY;
+        if (diff > 0 && diff / scale > worst) { /* (diff > 0: scale > 0) */
+            worst = diff / scale;
             snprintf(worst_name, sizeof worst_name, "%s", ta->name);
         }
     }

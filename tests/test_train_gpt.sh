@@ -89,6 +89,8 @@ t["y"] = ("F32", "f", [3, -7, 9])
 write("dt_c.st", t)
 t["y"], t["z"] = ("I32", "i", [3, -7, 9]), ("F32", "f", [0.5])
 write("dt_d.st", t)
+write("dt_zero.st", {"w": ("F32", "f", [0.0, 0.0])})
+write("dt_tiny.st", {"w": ("F32", "f", [0.0, 1e-30])})
 EOF
 same=$("$bin" --compare dt_a.st dt_a.st 2>&1); rc_same=$?
 diff=$("$bin" --compare dt_a.st dt_b.st 2>&1); rc_diff=$?
@@ -107,6 +109,9 @@ flag=$("$bin" --compare dt_a.st dt_d.st --help 2>&1); rc_flag=$?
   [ $rc_flag -eq 2 ] && [ "$flag" = "train_gpt: --compare A B [PREFIX] takes no flags: '--help' is not a tensor name's prefix" ]
 report "train_gpt --compare A B PREFIX: only what PREFIX names counts; a flag is refused" $? \
   "prefix y: $rc_sub '$sub'; all: $rc_all '$all'; --help: $rc_flag '$flag'"
+zero=$("$bin" --compare dt_zero.st dt_tiny.st 2>&1); rc_zero=$?
+[ $rc_zero -eq 0 ] && [ "$zero" = "max_rel_diff 1.000e+00 over 1 tensors, worst w" ]
+report "train_gpt --compare: a tensor of zeros in A against one that is not differs by 1, not inf" $? "$rc_zero '$zero'"
 out=$("$bin" --device-info 2>&1); rc=$?
 [ "$rc" -eq 1 ] && [ "$out" = "train_gpt: built without nvcc: no GPU path (examples/train_gpt_gpu has one)" ]
 report "train_gpt --device-info: the CPU build says it has no GPU path" $? "exit $rc: $out"
