@@ -222,7 +222,8 @@
                       a ddp_trace_save meeting another rank's ddp_trace_start named;
                       the launcher says a rank was killed before it called ddp_init;
                       ddp_init twice (on a live ddp_ctx, or for a rank held) refused;
-                      ddp_trace_save says when events were dropped
+                      ddp_trace_save says when events were dropped; ddp_grad_init on
+                      a live ddp_grad refused
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -356,8 +357,8 @@ typedef struct ddp_desc {
 } ddp_desc;
 
 /* Filled by ddp_init; keep it at one address until ddp_destroy (a CPU worker thread
-   refers to it). ddp_init starts from nothing: on a context still live it cannot tell,
-   and the first group is lost, not ended (ddp_destroy it first). */
+   refers to it). ddp_init on a context still live, or for a rank that another live
+   context of this process holds, is refused (ddp_destroy that one first). */
 typedef struct ddp_ctx {
     int rank, world_size;
     int local_rank, local_world_size;
@@ -409,9 +410,7 @@ DDPDEF int ddp_restart_count(void);
    process was started with it closed (prog >&-): else the store's sockets or the arena
    take those numbers, and the program's prints land in them. */
 DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc); /* failed: ddp_error(ctx) says why until
-                                                                  ddp_destroy(ctx) frees the rest; refused on
-                                                                  a ddp_ctx set up and not yet destroyed, and
-                                                                  for a rank this process holds already */
+                                                                  ddp_destroy(ctx) frees the rest */
 DDPDEF ddp_result ddp_destroy(ddp_ctx *ctx); /* waits for the others to arrive, then frees; DDP_OK if the
                                               job ended well (else its failure: exit non-zero), and
                                               the same again from a second call */
@@ -600,8 +599,8 @@ typedef struct ddp_grad_desc {
 } ddp_grad_desc;
 
 /* Filled by ddp_grad_init; use it by its address, never a copy (a copy used after
-   ddp_grad_destroy reads freed memory). ddp_grad_init starts from nothing: on one still
-   live its buckets are lost, not ended (ddp_grad_destroy it first), as a ddp_ctx's. */
+   ddp_grad_destroy reads freed memory). ddp_grad_init on one still live is refused
+   (ddp_grad_destroy it first), as ddp_init on a live ddp_ctx is. */
 typedef struct ddp_grad {
     ddp_ctx *ctx;
     void *grads;
@@ -1186,7 +1185,22 @@ typedef struct ddp__settings {
     char agree[256];
 } ddp__settings;
 
+/* The objects of this process from their init to their destroy (failed inits too): a
+   ddp_ctx's state, a ddp_grad's. An init on one of them, or a ddp_init for a rank of a
+   job that a live context holds, is refused by name (else the store refused it as another
+   process claiming the rank, or the first object leaked silently). Each object's state
+   starts with its node; objects are found by address alone (a ddp_ctx never initialised
+   may hold anything). A child of fork() has its parent's list, whose objects are not
+   its own: they count only in the process that made them. */
+typedef struct ddp__held {
+    struct ddp__held *next;
+    pid_t pid;
+    int kind; /* DDP__HELD_CTX, DDP__HELD_GRAD */
+} ddp__held;
+enum { DDP__HELD_CTX = 1, DDP__HELD_GRAD };
+
 struct ddp__state {
+    ddp__held held;           /* first: the list's node is the state */
     char err[400];
     void (*log)(void *user, int level, const char *msg);
     void *log_user;
@@ -1220,49 +1234,55 @@ struct ddp__state {
     uint64_t queued, done;   /* counts; queue holds seqs (done, queued] */
     ddp_result async_err;
     struct ddp__trace *trace; /* NULL unless ddp_trace_start */
-    int rank;                 /* ctx->rank, for ddp__live's check */
-    struct ddp__state *next_live; /* ddp__live's list */
+    int rank;                 /* ctx->rank, for ddp__held_rank */
 };
 
-/* The contexts of this process from ddp_init (failed ones too) to ddp_destroy: a second
-   ddp_init on one of them, or one for a rank of a job that a live context holds, is
-   refused by name (else the store refused it as another process claiming the rank, or a
-   world of one leaked the first context silently). A child of fork() has its parent's
-   list, whose contexts are not its own: they count only in the process that made them. */
-static pthread_mutex_t ddp__live_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct ddp__state *ddp__live;
+static pthread_mutex_t ddp__held_mu = PTHREAD_MUTEX_INITIALIZER;
+static ddp__held *ddp__held_list;
 
-static void ddp__live_add(struct ddp__state *st)
+static void ddp__hold(ddp__held *h, int kind)
 {
-    pthread_mutex_lock(&ddp__live_mu);
-    st->next_live = ddp__live;
-    ddp__live = st;
-    pthread_mutex_unlock(&ddp__live_mu);
+    h->pid = getpid();
+    h->kind = kind;
+    pthread_mutex_lock(&ddp__held_mu);
+    h->next = ddp__held_list;
+    ddp__held_list = h;
+    pthread_mutex_unlock(&ddp__held_mu);
 }
 
-static void ddp__live_remove(struct ddp__state *st)
+static void ddp__unhold(ddp__held *h)
 {
-    struct ddp__state **p;
-    pthread_mutex_lock(&ddp__live_mu);
-    for (p = &ddp__live; *p && *p != st; p = &(*p)->next_live) {}
-    if (*p) *p = st->next_live;
-    pthread_mutex_unlock(&ddp__live_mu);
+    ddp__held **p;
+    pthread_mutex_lock(&ddp__held_mu);
+    for (p = &ddp__held_list; *p && *p != h; p = &(*p)->next) {}
+    if (*p) *p = h->next;
+    pthread_mutex_unlock(&ddp__held_mu);
 }
 
-/* The live context of this process that st is (by address alone: ctx->st of a ddp_ctx
-   never initialised may hold anything), or, for a job (job_id, rank >= 0), the one that
-   holds that rank of it other than `self`; NULL if none. */
-static struct ddp__state *ddp__live_find(const void *st, const char *job_id, int rank, const struct ddp__state *self)
+/* Whether p (any pointer, never read) is a live object of this process of that kind. */
+static int ddp__is_held(const void *p, int kind)
 {
-    struct ddp__state *l;
+    const ddp__held *h;
     const pid_t me = getpid();
-    pthread_mutex_lock(&ddp__live_mu);
-    for (l = ddp__live; l; l = l->next_live)
-        if (l->pid == me && (job_id ? l != self && l->rank == rank && strcmp(l->cfg.job_id, job_id) == 0
-                                    : (const void *)l == st))
+    pthread_mutex_lock(&ddp__held_mu);
+    for (h = ddp__held_list; h && !((const void *)h == p && h->pid == me && h->kind == kind); h = h->next) {}
+    pthread_mutex_unlock(&ddp__held_mu);
+    return h != NULL;
+}
+
+/* Whether a live context of this process other than `self` holds that rank of that job. */
+static int ddp__held_rank(const char *job_id, int rank, const struct ddp__state *self)
+{
+    const ddp__held *h;
+    const pid_t me = getpid();
+    pthread_mutex_lock(&ddp__held_mu);
+    for (h = ddp__held_list; h; h = h->next) {
+        const struct ddp__state *st = (const struct ddp__state *)h;
+        if (h->pid == me && h->kind == DDP__HELD_CTX && st != self && st->rank == rank && !strcmp(st->cfg.job_id, job_id))
             break;
-    pthread_mutex_unlock(&ddp__live_mu);
-    return l;
+    }
+    pthread_mutex_unlock(&ddp__held_mu);
+    return h != NULL;
 }
 
 static void ddp__default_log(void *user, int level, const char *msg)
@@ -5732,7 +5752,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     ddp__settings *cfg;
     ddp_result r;
     if (!ctx) return ddp__no_state(ctx, "ddp_init");
-    if (ddp__live_find(ctx->st, NULL, -1, NULL)) /* (its state is left as it is) */
+    if (ddp__is_held(ctx->st, DDP__HELD_CTX)) /* (its state is left as it is) */
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_init on a ddp_ctx that ddp_init set up before: ddp_destroy it first");
     ddp__std_fds();
     memset(&none, 0, sizeof none);
@@ -5749,7 +5769,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     st->store_fd = st->pmi_fd = st->report_fd = st->waited = -1;
     st->pid = getpid();
     st->rank = -1;
-    ddp__live_add(st);
+    ddp__hold(&st->held, DDP__HELD_CTX);
     {
         static uint64_t contexts;
         st->id = __atomic_add_fetch(&contexts, 1, __ATOMIC_RELAXED);
@@ -5774,7 +5794,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
              ddp_backend_name(ctx->backend), ctx->backend != DDP_BACKEND_NCCL ? cfg->chunk : 0,
              ctx->backend == DDP_BACKEND_MPI ? (cfg->chunk_default ? DDP__MPI_CHAIN_CHUNK : cfg->chunk) : 0, cfg->check);
     st->rank = ctx->rank;
-    if (ctx->world_size > 1 && ddp__live_find(NULL, cfg->job_id, ctx->rank, st))
+    if (ctx->world_size > 1 && ddp__held_rank(cfg->job_id, ctx->rank, st))
         r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_init: this process holds rank %d of job '%s' already, in another ddp_ctx "
                       "(ddp_destroy that one first)", ctx->rank, cfg->job_id);
     else if (st->be->group) r = st->be->group(ctx); /* the backend forms the group itself (MPI) */
@@ -5810,7 +5830,7 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
         ctx->st = NULL;
         return DDP_OK;
     }
-    ddp__live_remove(st);
+    ddp__unhold(&st->held);
     /* the last meeting: nobody leaves while others still expect it in a collective,
        and those that do expect it learn at once that it left */
     if (!st->broken && st->be && ctx->world_size > 1) r = ddp__post(ctx, DDP__DESTROY, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);
@@ -6819,6 +6839,7 @@ typedef struct ddp__grad_bucket {
 } ddp__grad_bucket;
 
 struct ddp__grad_state {
+    ddp__held held;            /* first: the list's node is the state */
     ddp__grad_bucket *buckets;
     size_t launched, waited;   /* buckets started / finished this step, from the last one down */
     size_t marked;             /* elements marked this step */
@@ -6940,6 +6961,7 @@ static ddp_result ddp__grad_layout(ddp_grad *g, const ddp_grad_desc *desc)
     g->st = (struct ddp__grad_state *)DDP_MALLOC(sizeof *g->st);
     if (g->st) {
         memset(g->st, 0, sizeof *g->st);
+        ddp__hold(&g->st->held, DDP__HELD_GRAD);
         g->st->ctx_id = ctx->st->id;
         g->st->buckets = (ddp__grad_bucket *)DDP_MALLOC((g->num_buckets ? g->num_buckets : 1) * sizeof(ddp__grad_bucket));
     }
@@ -6958,12 +6980,14 @@ static ddp_result ddp__grad_layout(ddp_grad *g, const ddp_grad_desc *desc)
 ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
 {
     ddp_result r;
-    if (!g) { /* with a context, the others may be in the agreement already: meet them */
+    if (!g || ddp__is_held(g->st, DDP__HELD_GRAD)) { /* the others may be in the agreement already: meet them */
         ddp_grad none;
         if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_grad_init");
         memset(&none, 0, sizeof none);
         none.ctx = ctx;
-        r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_grad_init: no ddp_grad to set up (NULL)");
+        r = ddp__fail(ctx, DDP_ERR_ARG, g ? "ddp_grad_init on a ddp_grad that ddp_grad_init set up before: "
+                                            "ddp_grad_destroy it first"
+                                          : "ddp_grad_init: no ddp_grad to set up (NULL)");
         ddp__grad_agree(&none, 1, -1, -1);
         return r;
     }
@@ -7011,6 +7035,7 @@ void ddp_grad_destroy(ddp_grad *g)
         if (g->st->buckets && ddp__grad_live(g)) (void)ddp__grad_wait(g, 0); /* (ddp_destroy ended what was in flight) */
         if (g->st->buckets) DDP_FREE(g->st->buckets);
         if (g->st->regions) DDP_FREE(g->st->regions);
+        ddp__unhold(&g->st->held);
         DDP_FREE(g->st);
     }
     memset(g, 0, sizeof *g);

@@ -871,14 +871,34 @@ static int init_again(int rank, void *arg)
 static const char *const twice_codes[] = {
     [10] = "init failed", [11] = "ddp_init on the live ddp_ctx was not refused, named",
     [12] = "the live context broke", [13] = "a second ddp_ctx for the rank was not refused, named",
-    [14] = "ddp_destroy of the refused ddp_ctx did not return its failure", [15] = "ddp_destroy failed"};
+    [14] = "ddp_destroy of the refused ddp_ctx did not return its failure", [15] = "ddp_destroy failed",
+    [16] = "ddp_grad_init failed", [17] = "ddp_grad_init on the live ddp_grad was not refused, named",
+    [18] = "the live ddp_grad broke", [19] = "ddp_grad_init after ddp_grad_destroy failed"};
 static int init_twice(int rank, void *arg)
 {
     ddp_ctx ctx, other;
+    ddp_grad g;
+    ddp_grad_desc gd;
+    float grads[8] = {0};
     int x = rank;
     ddp_result r;
     (void)arg;
     if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
+    memset(&gd, 0, sizeof gd);
+    gd.grads = grads;
+    gd.count = 8;
+    if (ddp_grad_init(&g, &ctx, &gd) != DDP_OK) return 16;
+    if (ddp_grad_init(&g, &ctx, &gd) != DDP_ERR_ARG ||
+        !strstr(ddp_error(&ctx), "ddp_grad_init on a ddp_grad that ddp_grad_init set up before: ddp_grad_destroy it "
+                                 "first"))
+        return 17;
+    grads[3] = (float)rank;
+    if (ddp_grad_ready(&g, 0, 8) != DDP_OK || ddp_grad_finish(&g) != DDP_OK ||
+        grads[3] != (float)(ctx.world_size * (ctx.world_size - 1) / 2) / (float)ctx.world_size)
+        return 18;
+    ddp_grad_destroy(&g);
+    if (ddp_grad_init(&g, &ctx, &gd) != DDP_OK) return 19;
+    ddp_grad_destroy(&g);
     if (ddp_init(&ctx, NULL) != DDP_ERR_ARG || !strstr(ddp_error(&ctx), "ddp_init on a ddp_ctx that ddp_init set up "
                                                                        "before: ddp_destroy it first"))
         return 11;
