@@ -1098,7 +1098,8 @@ typedef struct options {
     float lr, min_lr_frac, weight_decay, clip, temperature;
     int top_k, stride;
     uint64_t seed;
-    int seed_given; /* --seed was on the command line (an explicit --resume must not contradict it) */
+    int seed_given;   /* --seed was on the command line (an explicit --resume must not contradict it) */
+    int warmup_given; /* --warmup was (else it is at most --steps - 1) */
 } options;
 
 /* Every flag, once: X(group in --help ("" hides it), name, kind, field of options,
@@ -1121,7 +1122,7 @@ typedef struct options {
     X("batch", "--grad-accum", int, grad_accum, "1", "", 1, 65536, "micro-steps per step") \
     X("schedule", "--steps", int, steps, "150", "", 1, 100000000, "") \
     X("schedule", "--lr", float, lr, "3e-3", "", 1e-9, 10, "") \
-    X("schedule", "--warmup", int, warmup, "40", "", 0, 100000000, "") \
+    X("schedule", "--warmup", int, warmup, "40", "", 0, 100000000, "steps; at most --steps - 1") \
     X("schedule", "--min-lr-frac", float, min_lr_frac, "0.1", "", 0, 1, "cosine") \
     X("schedule", "--stop-after", int, stop_after, "", "N", 1, 100000000, "end this run after step N, saved to " \
       "--save's file; --resume goes on") \
@@ -1339,6 +1340,7 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
             return 0;
         }
         if (n == 6 && strncmp(a, "--seed", 6) == 0) o->seed_given = 1;
+        if (n == 8 && strncmp(a, "--warmup", 8) == 0) o->warmup_given = 1;
         i += takes && !eq;
     }
     if (o->cfg.dim % o->cfg.heads) {
@@ -1352,6 +1354,16 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
                  "no %s", o->save ? "--save" : o->save_every ? "--save-every" : o->stop_after ? "--stop-after"
                                                                                        : "--resume auto");
         return 0;
+    }
+    /* the learning rate reaches --lr within the run: a short run's default warmup is
+       shorter (--steps 3 trained at 3/40 of --lr), and a --warmup as long is refused */
+    if (o->warmup >= o->steps) {
+        if (o->warmup_given) {
+            snprintf(err, errsize, "--warmup %d is not shorter than --steps %d: the learning rate would never reach "
+                     "--lr", o->warmup, o->steps);
+            return 0;
+        }
+        o->warmup = o->steps - 1;
     }
     if (o->save_every && !o->save) {
         snprintf(err, errsize, "--save-every needs --save FILE");

@@ -413,6 +413,14 @@ report "train_gpt: trains on threads of 128 KiB of stack" $? "$(tail -c 300 stac
 report "train_gpt: a save past ulimit -f leaves no file" $? "$(ls big.st* 2>&1)"
 one_line_error "an empty --trace=" $tiny --trace=
 one_line_error "a --seed with a space and a sign" $tiny --seed ' -1'
+# the learning rate reaches --lr within the run: a short run's default warmup is --steps - 1
+# (--steps 3 trained at 3/40 of --lr), and a --warmup as long as the run is refused
+one_line_error "--warmup as long as --steps" $tiny --steps 3 --warmup 3
+grep -qx "train_gpt: --warmup 3 is not shorter than --steps 3: the learning rate would never reach --lr" err.txt
+report "train_gpt: a --warmup as long as the run is refused, named" $? "$(cat err.txt)"
+timeout 60 "$bin" $tiny --steps 3 --lr 0.002 >short.txt 2>&1
+[ "$(grep '^step ' short.txt | sed 's/.*| lr \([^ ]*\) .*/\1/' | tr '\n' ' ')" = "1.00e-03 2.00e-03 2.00e-04 " ]
+report "train_gpt --steps 3: the default warmup reaches --lr, then the cosine" $? "$(grep '^step ' short.txt | tr '\n' '|')"
 one_line_error "a --clip that is 0 in fp32" $tiny --clip 1e-50
 grep -qx "train_gpt: bad value '1e-50' for --clip: a number from 0 to 1e9, not so near 0 that fp32 rounds it to 0" err.txt
 report "train_gpt: a --clip that is 0 in fp32 is said to be" $? "$(cat err.txt)"
