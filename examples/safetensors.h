@@ -850,16 +850,9 @@ ST_DEF int st_same_file(const char *a, const char *b)
     return same;
 }
 
-/* A file that a run writes later (a checkpoint, a log) can be made now: a name, not a
-   directory, in a directory this process may create files in. 0 with the reason in err
-   (flag: the option that named it), so that a run refuses at its start, not after hours.
-   What is there already must be a regular file: a save's rename would put a file in the
-   place of a device or a FIFO, and opening a FIFO as a log waits for a reader forever.
-   A file is made there and removed, under the longest name a save may write first: the
-   file system takes the name (NAME_MAX) and the directory a new file. */
-/* Whether this process may replace (rename over) another user's file in a sticky
-   directory: CAP_FOWNER (bit 3 of /proc/self/status's CapEff; root's, unless dropped). */
-ST_DEF int st_owns_any_file(void)
+/* Whether this process may rename over another user's file in a sticky directory:
+   CAP_FOWNER (bit 3 of /proc/self/status's CapEff; root's, unless dropped). */
+ST_DEF int st_has_cap_fowner(void)
 {
     char line[256];
     unsigned long long caps = 0;
@@ -870,7 +863,18 @@ ST_DEF int st_owns_any_file(void)
     return found ? (int)((caps >> 3) & 1) : geteuid() == 0;
 }
 
-ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t errsize)
+/* A file that a run writes later (a checkpoint, a log) can be written now: a name, not a
+   directory, in a directory this process may create files in. 0 with the reason in err
+   (flag: the option that named it), so that a run refuses at its start, not after hours.
+   What is there already must be a regular file: a save's rename would put a file in the
+   place of a device or a FIFO, and opening a FIFO as a log waits for a reader forever.
+   renamed: written to a file beside it, then renamed over it (a save): that file is made
+   and removed now, under the longest name a save may write first (the file system takes
+   the name, the directory a new file), and the name there must be one this process may
+   replace (in a sticky directory such as /tmp: its own, or the directory's). Else (a log)
+   it is opened in place, as the log will be: a file there stays as it is, a new one is
+   made and removed. */
+ST_DEF int st_writable(const char *flag, const char *path, int renamed, char *err, size_t errsize)
 {
     char dir[1024], probe[1100];
     struct stat sb, sd;
@@ -883,15 +887,33 @@ ST_DEF int st_writable(const char *flag, const char *path, char *err, size_t err
         snprintf(err, errsize, "%s %s %s, not a regular file: give a file name", flag, path, st_not_regular(sb.st_mode));
         return 0;
     }
+    if (!renamed && access(path, F_OK) == 0) { /* opened in place, as the log will be: it stays as it is */
+        if ((fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666)) < 0) {
+            snprintf(err, errsize, "%s %s: cannot write it: %s", flag, path, strerror(errno));
+            return 0;
+        }
+        close(fd);
+        return 1;
+    }
     if (access(st_parent(path, dir, sizeof dir), W_OK | X_OK) != 0) {
         snprintf(err, errsize, "%s %s: cannot create files in %s: %s", flag, path, dir, strerror(errno));
         return 0;
     }
-    /* a save is a rename over the file, which a sticky directory (/tmp) allows only to the
-       file's owner or its own (else the run would train, then fail at its first save) */
-    if (stat(path, &sb) == 0 && stat(dir, &sd) == 0 && (sd.st_mode & S_ISVTX) && sb.st_uid != geteuid() &&
-        sd.st_uid != geteuid() && !st_owns_any_file()) {
-        snprintf(err, errsize, "%s %s: that file is another user's, in a sticky directory (as /tmp): this run could not "
+    if (!renamed) { /* a new file: the directory takes one (above), and its name */
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        const long most = pathconf(dir, _PC_NAME_MAX);
+        if (most > 0 && (long)strlen(base) > most) {
+            snprintf(err, errsize, "%s %s: the name is too long for the file system there (%ld bytes at most)", flag,
+                     path, most);
+            return 0;
+        }
+        return 1;
+    }
+    /* the rename replaces the name (a link, not what it points to): in a sticky directory
+       only the name's owner or the directory's may (else the run trains, then fails) */
+    if (renamed && lstat(path, &sb) == 0 && stat(dir, &sd) == 0 && (sd.st_mode & S_ISVTX) && sb.st_uid != geteuid() &&
+        sd.st_uid != geteuid() && !st_has_cap_fowner()) {
+        snprintf(err, errsize, "%s %s: that name is another user's, in a sticky directory (as /tmp): this run could not "
                  "replace it; give another name", flag, path);
         return 0;
     }

@@ -407,8 +407,8 @@ static int parse_options(int argc, char **argv, options *o)
         }
         i += !eq;
     }
-    if (!st_writable("--out", o->out, err, sizeof err) || (o->init_out && !st_writable("--init-out", o->init_out, err,
-                                                                                        sizeof err))) {
+    if (!st_writable("--out", o->out, 1, err, sizeof err) ||
+        (o->init_out && !st_writable("--init-out", o->init_out, 1, err, sizeof err))) {
         fprintf(stderr, "train_classifier: %s\n", err);
         return 0;
     }

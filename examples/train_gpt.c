@@ -1901,7 +1901,8 @@ static int check_outputs(const options *o, const char *data, char *err, size_t e
                               {"--resume", o->resume}};
     const int outputs = 3, all = 5, save = 0, resume = 4;
     for (int i = 0; i < outputs; i++) {
-        if (files[i][1] && !st_writable(files[i][0], files[i][1], err, errsize)) return 0;
+        if (files[i][1] && !st_writable(files[i][0], files[i][1], i != 1 /* the log is opened in place */, err, errsize))
+            return 0;
         for (int j = i + 1; j < all; j++)
             if (!(i == save && j == resume) && st_same_file(files[i][1], files[j][1])) {
                 snprintf(err, errsize, "%s and %s are one file (%s): give each its own", files[i][0], files[j][0],

@@ -368,11 +368,21 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
   said=""
   for f in "--save $sticky/x.st" "--trace $sticky/t.json"; do
     out=$(as_nobody ./train_gpt $stiny --steps 2 $f 2>&1); rc=$?
-    [ $rc -eq 1 ] && [ "$out" = "train_gpt: ${f% *} ${f#* }: that file is another user's, in a sticky directory (as /tmp): this run could not replace it; give another name" ] || said+="$f: exit $rc '$out'; "
+    [ $rc -eq 1 ] && [ "$out" = "train_gpt: ${f% *} ${f#* }: that name is another user's, in a sticky directory (as /tmp): this run could not replace it; give another name" ] || said+="$f: exit $rc '$out'; "
   done
   out=$(as_nobody ./train_classifier --epochs 1 --out "$sticky/x.st" 2>&1); rc=$?
-  case $out in "train_classifier: --out $sticky/x.st: that file is another user's"*) [ $rc -ne 0 ] ;; *) false ;; esac || said+="--out: exit $rc '$out'; "
+  case $out in "train_classifier: --out $sticky/x.st: that name is another user's"*) [ $rc -ne 0 ] ;; *) false ;; esac || said+="--out: exit $rc '$out'; "
   as_nobody ./train_gpt $stiny --steps 2 --save "$sticky/new.st" >/dev/null 2>&1 && [ -s "$sticky/new.st" ] || said+="a new name did not train; "
+  # the name counts, not what a link there points to; a log is written in place, so
+  # another user's file that anyone may write takes it
+  as_nobody sh -c "echo y >'$sticky/theirs.st' && ln -s '$sticky/x.st' '$sticky/their_link.st'" && ln -s "$sticky/theirs.st" "$sticky/root_link.st"
+  out=$(as_nobody ./train_gpt $stiny --steps 2 --save "$sticky/root_link.st" 2>&1); rc=$?
+  case $out in *"root_link.st: that name is another user's"*) [ $rc -eq 1 ] ;; *) false ;; esac || said+="root's link: exit $rc '$out'; "
+  as_nobody ./train_gpt $stiny --steps 2 --save "$sticky/their_link.st" >/dev/null 2>&1 && [ -s "$sticky/their_link.st" ] &&
+    [ ! -L "$sticky/their_link.st" ] || said+="nobody's link was not replaced; "
+  echo >"$sticky/shared.jsonl" && chmod 666 "$sticky/shared.jsonl"
+  as_nobody ./train_gpt $stiny --steps 2 --log "$sticky/shared.jsonl" >/dev/null 2>&1 && [ "$(grep -c step "$sticky/shared.jsonl")" -eq 2 ] ||
+    said+="root's world-writable log was not written; "
   [ -z "$said" ] && [ "$(cat "$sticky/x.st")" = old ]
   report "train_gpt, train_classifier: another user's file in a sticky directory is refused at the start" $? "$said"
   rm -rf "$sticky"
