@@ -1189,13 +1189,16 @@ typedef struct ddp__settings {
    ddp_ctx's state, a ddp_grad's. An init on one of them, or a ddp_init for a rank of a
    job that a live context holds, is refused by name (else the store refused it as another
    process claiming the rank, or the first object leaked silently). Each object's state
-   starts with its node; objects are found by address alone (a ddp_ctx never initialised
-   may hold anything). A child of fork() has its parent's list, whose objects are not
-   its own: they count only in the process that made them. */
+   starts with its node, which names the object by its address (what a ddp_ctx never
+   initialised holds is never read). A child of fork() has its parent's list, whose
+   objects are not its own: they count only in the process that made them. */
 typedef struct ddp__held {
     struct ddp__held *next;
+    const void *owner; /* the ddp_ctx, the ddp_grad */
     pid_t pid;
-    int kind; /* DDP__HELD_CTX, DDP__HELD_GRAD */
+    int kind;          /* DDP__HELD_CTX, DDP__HELD_GRAD */
+    int ready;         /* a context: its ddp_init succeeded, and rank is its own */
+    int rank;
 } ddp__held;
 enum { DDP__HELD_CTX = 1, DDP__HELD_GRAD };
 
@@ -1234,16 +1237,17 @@ struct ddp__state {
     uint64_t queued, done;   /* counts; queue holds seqs (done, queued] */
     ddp_result async_err;
     struct ddp__trace *trace; /* NULL unless ddp_trace_start */
-    int rank;                 /* ctx->rank, for ddp__held_rank */
 };
 
 static pthread_mutex_t ddp__held_mu = PTHREAD_MUTEX_INITIALIZER;
 static ddp__held *ddp__held_list;
 
-static void ddp__hold(ddp__held *h, int kind)
+static void ddp__hold(ddp__held *h, int kind, const void *owner)
 {
+    h->owner = owner;
     h->pid = getpid();
     h->kind = kind;
+    h->ready = 0;
     pthread_mutex_lock(&ddp__held_mu);
     h->next = ddp__held_list;
     ddp__held_list = h;
@@ -1259,28 +1263,36 @@ static void ddp__unhold(ddp__held *h)
     pthread_mutex_unlock(&ddp__held_mu);
 }
 
-/* Whether p (any pointer, never read) is a live object of this process of that kind. */
-static int ddp__is_held(const void *p, int kind)
+/* The live object of this process of that kind that owner is, or NULL. */
+static ddp__held *ddp__held_by(const void *owner, int kind)
 {
-    const ddp__held *h;
+    ddp__held *h;
     const pid_t me = getpid();
     pthread_mutex_lock(&ddp__held_mu);
-    for (h = ddp__held_list; h && !((const void *)h == p && h->pid == me && h->kind == kind); h = h->next) {}
+    for (h = ddp__held_list; h && !(h->owner == owner && h->pid == me && h->kind == kind); h = h->next) {}
     pthread_mutex_unlock(&ddp__held_mu);
-    return h != NULL;
+    return h;
 }
 
-/* Whether a live context of this process other than `self` holds that rank of that job. */
-static int ddp__held_rank(const char *job_id, int rank, const struct ddp__state *self)
+/* A context's ddp_init succeeded: from now on it holds its rank. */
+static void ddp__held_ready(ddp__held *h, int rank)
+{
+    pthread_mutex_lock(&ddp__held_mu);
+    h->rank = rank;
+    h->ready = 1;
+    pthread_mutex_unlock(&ddp__held_mu);
+}
+
+/* Whether a ready context of this process holds that rank of that job. */
+static int ddp__held_rank(const char *job_id, int rank)
 {
     const ddp__held *h;
     const pid_t me = getpid();
     pthread_mutex_lock(&ddp__held_mu);
-    for (h = ddp__held_list; h; h = h->next) {
-        const struct ddp__state *st = (const struct ddp__state *)h;
-        if (h->pid == me && h->kind == DDP__HELD_CTX && st != self && st->rank == rank && !strcmp(st->cfg.job_id, job_id))
+    for (h = ddp__held_list; h; h = h->next)
+        if (h->pid == me && h->kind == DDP__HELD_CTX && h->ready && h->rank == rank &&
+            !strcmp(((const struct ddp__state *)h)->cfg.job_id, job_id))
             break;
-    }
     pthread_mutex_unlock(&ddp__held_mu);
     return h != NULL;
 }
@@ -1864,19 +1876,6 @@ static ddp_result ddp__resolve(ddp_ctx *ctx, const ddp_desc *d, const struct ddp
                              check < 0 ? "DDP_CHECK" : "DDP_DEBUG", getenv(check < 0 ? "DDP_CHECK" : "DDP_DEBUG"));
         s->check = d->check ? d->check != 0 : check;
         s->debug = debug;
-    }
-    { /* the built-in launcher's report pipe, "fd:inode" (checked: an inherited name may mean another file) */
-        struct stat sb;
-        unsigned long ino = 0;
-        int fd = -1;
-        if ((v = getenv("DDP_LAUNCHER")) && sscanf(v, "%d:%lu", &fd, &ino) == 2 && fstat(fd, &sb) == 0 &&
-            S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino) {
-            char msg[32];
-            int n = snprintf(msg, sizeof msg, "\n%d %d\n", (int)getpid(), DDP__JOINING);
-            fcntl(fd, F_SETFD, FD_CLOEXEC); /* the rank's own children are not ranks */
-            ctx->st->report_fd = fd;
-            if (write(fd, msg, (size_t)n) < 0) {} /* this rank uses ddp.h: it ending before the others is a failure */
-        }
     }
     s->backend = d->backend;
     s->backend_why = "ddp_desc.backend";
@@ -5744,6 +5743,25 @@ static void ddp__warn_nproc(ddp_ctx *ctx, const ddp_desc *d)
         }
 }
 
+/* The built-in launcher's report pipe, "fd:inode" (checked: an inherited name may mean
+   another file), first thing in ddp_init: a rank that dies from here on is one that
+   called it, and its failures are told. */
+static void ddp__launcher_pipe(ddp_ctx *ctx)
+{
+    struct stat sb;
+    unsigned long ino = 0;
+    int fd = -1;
+    const char *v = getenv("DDP_LAUNCHER");
+    if (v && sscanf(v, "%d:%lu", &fd, &ino) == 2 && fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode) &&
+        (unsigned long)sb.st_ino == ino) {
+        char msg[32];
+        int n = snprintf(msg, sizeof msg, "\n%d %d\n", (int)getpid(), DDP__JOINING);
+        fcntl(fd, F_SETFD, FD_CLOEXEC); /* the rank's own children are not ranks */
+        ctx->st->report_fd = fd;
+        if (write(fd, msg, (size_t)n) < 0) {} /* this rank uses ddp.h: it ending before the others is a failure */
+    }
+}
+
 ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
 {
     struct ddp__state *st;
@@ -5752,8 +5770,17 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     ddp__settings *cfg;
     ddp_result r;
     if (!ctx) return ddp__no_state(ctx, "ddp_init");
-    if (ddp__is_held(ctx->st, DDP__HELD_CTX)) /* (its state is left as it is) */
-        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_init on a ddp_ctx that ddp_init set up before: ddp_destroy it first");
+    {
+        ddp__held *old = ddp__held_by(ctx, DDP__HELD_CTX);
+        if (old && old->ready) { /* (its state is left as it is) */
+            ctx->st = (struct ddp__state *)old;
+            return ddp__fail(ctx, DDP_ERR_ARG, "ddp_init on a ddp_ctx that ddp_init set up before: ddp_destroy it first");
+        }
+        if (old) { /* a failed ddp_init's state (a retry waiting for rank 0, say): freed, as ddp_destroy would */
+            ctx->st = (struct ddp__state *)old;
+            (void)ddp_destroy(ctx);
+        }
+    }
     ddp__std_fds();
     memset(&none, 0, sizeof none);
     if (!desc) desc = &none;
@@ -5768,8 +5795,8 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     st->log_user = desc->log_user;
     st->store_fd = st->pmi_fd = st->report_fd = st->waited = -1;
     st->pid = getpid();
-    st->rank = -1;
-    ddp__hold(&st->held, DDP__HELD_CTX);
+    ddp__hold(&st->held, DDP__HELD_CTX, ctx);
+    ddp__launcher_pipe(ctx);
     {
         static uint64_t contexts;
         st->id = __atomic_add_fetch(&contexts, 1, __ATOMIC_RELAXED);
@@ -5793,10 +5820,13 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     snprintf(cfg->agree, sizeof cfg->agree, "ddp.h=%s backend=%s shm_chunk=%zu mpi_chunk=%zu check=%d", DDP__VERSION,
              ddp_backend_name(ctx->backend), ctx->backend != DDP_BACKEND_NCCL ? cfg->chunk : 0,
              ctx->backend == DDP_BACKEND_MPI ? (cfg->chunk_default ? DDP__MPI_CHAIN_CHUNK : cfg->chunk) : 0, cfg->check);
-    st->rank = ctx->rank;
-    if (ctx->world_size > 1 && ddp__held_rank(cfg->job_id, ctx->rank, st))
-        r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_init: this process holds rank %d of job '%s' already, in another ddp_ctx "
-                      "(ddp_destroy that one first)", ctx->rank, cfg->job_id);
+    if (ctx->world_size > 1 && ddp__held_rank(cfg->job_id, ctx->rank))
+        r = strcmp(cfg->job_from, "default") == 0
+                ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_init: this process holds rank %d of job '%s' already, in another "
+                            "ddp_ctx: two jobs in one process need a job id each (ddp_desc.job_id or DDP_JOB_ID)",
+                            ctx->rank, cfg->job_id)
+                : ddp__fail(ctx, DDP_ERR_ARG, "ddp_init: this process holds rank %d of job '%s' already, in another "
+                            "ddp_ctx (ddp_destroy that one first)", ctx->rank, cfg->job_id);
     else if (st->be->group) r = st->be->group(ctx); /* the backend forms the group itself (MPI) */
     else if (ctx->world_size > 1 && (r = ddp__resolve_store(ctx, desc, launcher)) == DDP_OK) r = ddp__join(ctx);
     if (r != DDP_OK) {
@@ -5809,7 +5839,7 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
         ddp__release(ctx);
         return r;
     }
-    st->rank = ctx->rank; /* (the MPI backend's group says it) */
+    ddp__held_ready(&st->held, ctx->rank);
     ddp__info(ctx, "backend %s (%s), local rank %d/%d, node %d/%d, device %d, store %s:%d, job '%s' (from %s), "
               "restart %d%s, timeout %.*f s%s", ddp_backend_name(ctx->backend), cfg->backend_why, ctx->local_rank,
               ctx->local_world_size, ctx->node_rank, ctx->num_nodes, ctx->device,
@@ -6961,7 +6991,7 @@ static ddp_result ddp__grad_layout(ddp_grad *g, const ddp_grad_desc *desc)
     g->st = (struct ddp__grad_state *)DDP_MALLOC(sizeof *g->st);
     if (g->st) {
         memset(g->st, 0, sizeof *g->st);
-        ddp__hold(&g->st->held, DDP__HELD_GRAD);
+        ddp__hold(&g->st->held, DDP__HELD_GRAD, g);
         g->st->ctx_id = ctx->st->id;
         g->st->buckets = (ddp__grad_bucket *)DDP_MALLOC((g->num_buckets ? g->num_buckets : 1) * sizeof(ddp__grad_bucket));
     }
@@ -6979,8 +7009,10 @@ static ddp_result ddp__grad_layout(ddp_grad *g, const ddp_grad_desc *desc)
 
 ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
 {
+    ddp__held *live = g ? ddp__held_by(g, DDP__HELD_GRAD) : NULL;
     ddp_result r;
-    if (!g || ddp__is_held(g->st, DDP__HELD_GRAD)) { /* the others may be in the agreement already: meet them */
+    if (live) g->st = (struct ddp__grad_state *)live; /* (ddp_grad_destroy frees it, however g was overwritten) */
+    if (!g || live) { /* the others may be in the agreement already: meet them */
         ddp_grad none;
         if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_grad_init");
         memset(&none, 0, sizeof none);

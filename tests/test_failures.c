@@ -385,6 +385,11 @@ static int launched_child(const char *mode)
         for (;;) pause();
     }
     if (strcmp(mode, "fpe_before_init") == 0) raise(SIGFPE); /* every rank, as where ddp_init was forgotten */
+    if (strcmp(mode, "segv_after_failed_init") == 0) { /* it called ddp_init, which failed at once */
+        setenv("DDP_TIMEOUT", "bogus", 1);
+        if (quiet(&ctx, &d) != DDP_OK) raise(SIGSEGV);
+        return 10;
+    }
     if (quiet(&ctx, &d) != DDP_OK) return 10;
     if (strcmp(mode, "exit3") == 0 && ctx.rank == 2) return 3;
     if (strcmp(mode, "segv") == 0 && ctx.rank == 1) raise(SIGSEGV);
@@ -637,6 +642,9 @@ static void test_launcher_blame(const char *self)
     CHECK("launcher.says_nothing_of_ddp_init_for_a_rank_that_joined", rc == 128 + SIGSEGV &&
           file_has(out, "ddp: rank 1 (pid ") && file_has(out, "(Segmentation fault); stopped") &&
           !file_has(out, "before it called ddp_init"), "status %d", rc);
+    rc = launch_to_file(self, "segv_after_failed_init", 2, out, 0);
+    CHECK("launcher.says_nothing_of_ddp_init_for_a_rank_whose_ddp_init_failed", rc == 128 + SIGSEGV &&
+          file_has(out, "(Segmentation fault)") && !file_has(out, "before it called ddp_init"), "status %d", rc);
     rc = launch_to_file(self, "early_destroy_said", 3, out, 0);
     CHECK("launcher.names_the_rank_that_destroyed_early_and_failed", rc == 7 && file_has(out, "ddp: rank 1 (pid ") &&
           file_has(out, "exited with status 7"), "status %d, %s", rc,
@@ -915,6 +923,46 @@ static int init_twice(int rank, void *arg)
     return ddp_destroy(&ctx) == DDP_OK ? 0 : 15;
 }
 
+/* ddp_init again on the ddp_ctx of a failed ddp_init, without ddp_destroy (a loop that
+   waits for rank 0 to come up): each try tries again and says why it failed, where the
+   first failure's state was taken for a live context's and refused for good. */
+static void test_init_retry(void)
+{
+    int fds[2], st = 0, n = 0;
+    char said[2][400] = {"", ""};
+    pid_t pid;
+    if (pipe(fds) != 0 || (pid = fork()) < 0) {
+        CHECK("failures.init_retry_after_a_failed_init", 0, "pipe or fork failed");
+        return;
+    }
+    if (pid == 0) {
+        ddp_ctx ctx;
+        ddp_desc d;
+        int k;
+        char port[16];
+        close(fds[0]);
+        snprintf(port, sizeof port, "%d", 20000 + (int)(getpid() % 20000));
+        setenv("RANK", "1", 1), setenv("WORLD_SIZE", "2", 1), setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", port, 1), setenv("DDP_TIMEOUT", "0.3", 1);
+        unsetenv("DDP_LAUNCHER");
+        for (k = 0; k < 2; k++) {
+            ddp_result r = quiet(&ctx, &d);
+            dprintf(fds[1], "%d %s\n", (int)r, ddp_error(&ctx));
+        }
+        _exit(ddp_destroy(&ctx) == DDP_OK ? 0 : 3);
+    }
+    close(fds[1]);
+    {
+        FILE *f = fdopen(fds[0], "r");
+        while (f && n < 2 && fgets(said[n], sizeof said[n], f)) n++;
+        if (f) fclose(f);
+    }
+    waitpid(pid, &st, 0);
+    CHECK("failures.init_retry_after_a_failed_init", n == 2 && atoi(said[0]) == DDP_ERR_TIMEOUT &&
+          atoi(said[1]) == DDP_ERR_TIMEOUT && strstr(said[1], "rank 0's store") && WIFEXITED(st) && WEXITSTATUS(st) == 3,
+          "tries said '%s' and '%s', status %d", said[0], said[1], st);
+}
+
 /* Rank 1 forks a worker that never execs (a data loader's), then dies: the worker
    shares rank 1's lock on the arena, which said rank 1 lived; rank 0 waited DDP_TIMEOUT. */
 static const char *const forked_codes[] = {
@@ -982,6 +1030,7 @@ int main(int argc, char **argv)
           TEST_JOB_WHY(&job, forked_codes), job.seconds);
     test_spawn(&job, 3, init_again, NULL);
     CHECK("failures.init_again_after_destroy", job.failed == 0, "%s", TEST_JOB_WHY(&job, again_codes));
+    test_init_retry();
     test_spawn(&job, 1, init_twice, NULL);
     CHECK("failures.init_twice_refused_world_of_one", job.failed == 0, "%s", TEST_JOB_WHY(&job, twice_codes));
     test_spawn(&job, 3, init_twice, NULL);
