@@ -1098,8 +1098,8 @@ typedef struct options {
     float lr, min_lr_frac, weight_decay, clip, temperature;
     int top_k, stride;
     uint64_t seed;
-    int seed_given;   /* --seed was on the command line (an explicit --resume must not contradict it) */
-    int warmup_given; /* --warmup was (else it is at most --steps - 1) */
+    const char *given[64]; /* the flags on the command line (their names), for given() */
+    int n_given;
 } options;
 
 /* Every flag, once: X(group in --help ("" hides it), name, kind, field of options,
@@ -1276,6 +1276,14 @@ static void print_usage(void)
     }
 }
 
+/* Whether the flag was on the command line (the defaults cannot tell). */
+static int given(const options *o, const char *flag)
+{
+    int i;
+    for (i = 0; i < o->n_given && strcmp(o->given[i], flag) != 0; i++) {}
+    return i < o->n_given;
+}
+
 /* Returns 1 if the flags are good, 0 with the reason in err, -1 for --help. */
 static int parse_options(int argc, char **argv, options *o, char *err, size_t errsize)
 {
@@ -1299,6 +1307,10 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
             return 0;
         }
         if (n == 9 && strncmp(a, "--compare", 9) == 0) {
+            if (o->n_given) { /* read, and then not used */
+                snprintf(err, errsize, "--compare A B [PREFIX] takes no other flags: %s before it", o->given[0]);
+                return 0;
+            }
             if (eq || i + 2 >= argc) {
                 snprintf(err, errsize, "--compare needs two files after it: --compare A.safetensors B.safetensors");
                 return 0;
@@ -1319,6 +1331,7 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         }
 #define PARSE(group, name, kind, field, def, meta, lo, hi, help) \
         else if (n == sizeof name - 1 && strncmp(a, name, n) == 0) { \
+            if (o->n_given < (int)(sizeof o->given / sizeof o->given[0])) o->given[o->n_given++] = name; \
             takes = kind##_takes; \
             range = kind##_range(lo, hi); \
             ok = takes && !v ? -1 : !takes && eq ? -2 : kind##_flag(v, lo, hi, &o->field); \
@@ -1339,9 +1352,21 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
             snprintf(err, errsize, "bad value '%s' for %.*s: %s", v, (int)n, a, range);
             return 0;
         }
-        if (n == 6 && strncmp(a, "--seed", 6) == 0) o->seed_given = 1;
-        if (n == 8 && strncmp(a, "--warmup", 8) == 0) o->warmup_given = 1;
         i += takes && !eq;
+    }
+    if (o->bench_matmul || o->device_info) { /* they train nothing: a flag of a run would be dropped unsaid */
+        static const char *const shapes[] = {"--bench-matmul", "--layers", "--heads", "--dim", "--ctx", "--vocab",
+                                             "--batch-size"};
+        int k, j, n_ok = o->bench_matmul ? (int)(sizeof shapes / sizeof shapes[0]) : 0;
+        for (k = 0; k < o->n_given; k++) {
+            for (j = 0; j < n_ok && strcmp(o->given[k], shapes[j]) != 0; j++) {}
+            if (j == n_ok && strcmp(o->given[k], o->bench_matmul ? "--bench-matmul" : "--device-info") != 0) {
+                snprintf(err, errsize, "%s trains nothing, so it takes no %s%s", o->bench_matmul ? "--bench-matmul" :
+                         "--device-info", o->given[k], o->bench_matmul ? " (only the model's shape: --dim, --ctx, "
+                         "--vocab, --batch-size, --heads, --layers)" : "");
+                return 0;
+            }
+        }
     }
     if (o->cfg.dim % o->cfg.heads) {
         snprintf(err, errsize, "--dim %d is not a multiple of --heads %d", o->cfg.dim, o->cfg.heads);
@@ -1358,7 +1383,7 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
     /* the learning rate reaches --lr within the run: a short run's default warmup is
        shorter (--steps 3 trained at 3/40 of --lr), and a --warmup as long is refused */
     if (o->warmup >= o->steps) {
-        if (o->warmup_given) {
+        if (given(o, "--warmup")) {
             snprintf(err, errsize, "--warmup %d is not shorter than --steps %d: the learning rate would never reach "
                      "--lr", o->warmup, o->steps);
             return 0;
@@ -1433,6 +1458,21 @@ static int torch_matmul(const options *o, int threads, double rate[5][3], char *
     return 1;
 }
 
+/* The bytes this machine has free (MemAvailable and SwapFree), 0 if unknown. */
+static double memory_free(void)
+{
+    char line[256];
+    double avail = 0, swap = 0, v;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %lf kB", &v) == 1) avail = v * 1024;
+        if (sscanf(line, "SwapFree: %lf kB", &v) == 1) swap = v * 1024;
+    }
+    fclose(f);
+    return avail > 0 ? avail + swap : 0;
+}
+
 /* --bench-matmul: each weight's forward and backward products (the model's matmul
    shapes, --batch-size x --ctx rows) on the CPU with all threads, as training runs them
    (the weight gradient per sequence, summed in double), beside PyTorch's sgemm
@@ -1445,17 +1485,27 @@ static int bench_matmul(const options *o)
         {3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}, {o->cfg.vocab, C}}; /* (out, in): qkv, proj, fc, proj, lm_head */
     static const char *names[5] = {"attn qkv", "attn proj", "mlp fc", "mlp proj", "lm_head"};
     const size_t M = (size_t)B * T, most = (size_t)4 * C > (size_t)o->cfg.vocab ? (size_t)4 * C : (size_t)o->cfg.vocab;
-    float *x = (float *)calloc(3 * M * most + most * C, sizeof(float)); /* then y, dx, w */
-    float *y = x + M * most, *dx = y + M * most, *w = dx + M * most;
-    double *dw = (double *)calloc(most * C, sizeof(double)), ours[5][3], theirs[5][3], flops = 0, mine = 0, torch = 0;
+    const double need = (double)(3 * M * most + most * C) * sizeof(float) + (double)most * C * sizeof(double),
+                 have = memory_free(); /* (calloc may promise what the first touch cannot have) */
+    float *x, *y, *dx, *w;
+    double *dw, ours[5][3], theirs[5][3], flops = 0, mine = 0, torch = 0;
     char version[256];
     int k, p, round, threads = 1, have_torch;
+    if (have > 0 && need > have) {
+        fprintf(stderr, PROG ": --bench-matmul at these shapes needs %.1f GiB, more than the %.1f GiB this machine has "
+                "free: a smaller --batch-size, --ctx, --dim or --vocab\n", need / (1024.0 * 1024 * 1024),
+                have / (1024.0 * 1024 * 1024));
+        return 1;
+    }
+    x = (float *)calloc(3 * M * most + most * C, sizeof(float)); /* then y, dx, w */
+    dw = (double *)calloc(most * C, sizeof(double));
     if (!x || !dw) {
         free(x);
         free(dw);
         fprintf(stderr, PROG ": out of memory for --bench-matmul\n");
         return 1;
     }
+    y = x + M * most, dx = y + M * most, w = dx + M * most;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
@@ -1934,20 +1984,12 @@ static int fits_in_memory(const trainer *t, int ranks, char *err, size_t errsize
     const double each = (double)P * (3 * sizeof(float) + sizeof(float) + sizeof(double)) +
                         (double)layout_activations(NULL, NULL, t->o.cfg, (size_t)t->o.batch_size) +
                         (double)t->data.n * sizeof(int);
-    char line[256];
-    double avail = 0, swap = 0, v;
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 1;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemAvailable: %lf kB", &v) == 1) avail = v * 1024;
-        if (sscanf(line, "SwapFree: %lf kB", &v) == 1) swap = v * 1024;
-    }
-    fclose(f);
-    if (avail > 0 && each * ranks > avail + swap) {
+    const double have = memory_free();
+    if (have > 0 && each * ranks > have) {
         snprintf(err, errsize, "%d rank%s of this model need %.1f GiB (%.2f GiB each: weights, AdamW moments, gradients, "
                  "the activations of --batch-size %d, the data), more than the %.1f GiB this machine has free "
                  "(MemAvailable and SwapFree): a smaller --batch-size, --dim or --nproc", ranks, ranks > 1 ? "s" : "",
-                 each * ranks / gib, each / gib, t->o.batch_size, (avail + swap) / gib);
+                 each * ranks / gib, each / gib, t->o.batch_size, have / gib);
         return 0;
     }
 #else
@@ -1990,7 +2032,7 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
     if (o->resume) {
         if (!load_checkpoint(&t->model, o->resume, &t->seed, &t->start_step, &t->found, err, errsize)) return 0;
         if (o->resume_auto && !same_run(&t->id, &t->found, o->resume, err, errsize)) return 0;
-        if (o->seed_given && t->seed != o->seed) { /* the file's data order goes on: --seed would be ignored */
+        if (given(o, "--seed") && t->seed != o->seed) { /* the file's data order goes on: --seed would be ignored */
             snprintf(err, errsize, "--seed %llu, but %s's run has seed %llu, and --resume goes on with its data order "
                      "(leave --seed out)", (unsigned long long)o->seed, o->resume, (unsigned long long)t->seed);
             return 0;

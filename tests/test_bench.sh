@@ -19,6 +19,21 @@ report "train_gpt --bench-matmul prints GFLOP/s per weight, ours and PyTorch's" 
 out=$(PATH=/nonexistent "$bin" --bench-matmul --dim 32 --ctx 16 --batch-size 4 2>&1)
 grep -q '^matmul: PyTorch not measured (.*python3.*)$' <<<"$out"
 report "train_gpt --bench-matmul without python3 says why PyTorch is missing" $? "$out"
+# a flag of a training run with --bench-matmul (or --device-info, or before --compare) would
+# be dropped unsaid: refused, named; and shapes past the free memory are refused, not
+# allocated for the out-of-memory killer
+said=""
+for args in "--bench-matmul --steps 5|--bench-matmul trains nothing, so it takes no --steps (only the model's shape" \
+            "--bench-matmul --data x.txt --save y.st|--bench-matmul trains nothing, so it takes no --data (only" \
+            "--device-info --nproc 2|--device-info trains nothing, so it takes no --nproc" \
+            "--steps 5 --compare a.st b.st|--compare A B [PREFIX] takes no other flags: --steps before it" \
+            "--bench-matmul --batch-size 65536 --ctx 8192 --vocab 65536|--bench-matmul at these shapes needs "; do
+  out=$("$bin" ${args%%|*} 2>&1); rc=$?
+  case $out in "train_gpt: ${args#*|}"*) [ $rc -ne 0 ] && [ "$(wc -l <<<"$out")" -eq 1 ] ;; *) false ;; esac ||
+    said+="${args%%|*}: exit $rc '$out'; "
+done
+[ -z "$said" ]
+report "train_gpt --bench-matmul, --device-info, --compare: a run's flags with them are refused, named" $? "$said"
 timeout 300 python3 "$OLDPWD/examples/bench_train_gpt.py" --forms ddp2,ddp1 --rounds 1 --steps 3 --warmup 1 >bench.txt 2>&1
 rc=$?
 [ "$rc" -eq 0 ] && grep -q '^| train_gpt --nproc 2 --batch-size 8 | [0-9]* ([0-9]*-[0-9]*) | [0-9]*% |$' bench.txt &&
