@@ -638,9 +638,10 @@ DDPDEF ddp_result ddp_grad_no_sync(ddp_grad *g, int on);
    NCCL the GPU runs them and the row shows only their queueing).
    ddp_trace_start is collective (every rank calls it) and clears what was recorded;
    ranks on one host share its clock, so their rows line up exactly (other hosts' at
-   the start's barrier). Up to max_events are kept per rank (0: 100000, about
-   6 MB); later ones are counted as dropped (ddp_trace_save's warning says so). Spans nest; names are cut at 43 bytes.
-   Call begin/end from the thread that calls the collectives; they do nothing when
+   the start's barrier). Up to max_events are kept per rank (0: 100000, about 6 MB;
+   the save holds world size + 1 times as many on every rank); later ones are counted
+   as dropped (ddp_trace_save's warning says so). Spans nest; names are cut at 43
+   bytes. Call begin/end from the thread that calls the collectives; they do nothing when
    tracing is off, so they can stay in the code. ddp_trace_save is collective: every
    rank's events go to rank 0, which writes `path` (every rank returns the same result)
    and recording stops. */
@@ -5016,10 +5017,9 @@ static void ddp__trace_free(struct ddp__state *st)
 }
 
 /* Every rank's worst problem (0 none, 1 this one, 2 that one, ...): the same on every
-   rank, so that all of them take the same path through a start or a save. */
-/* The worst problem over the ranks (0: none), and whether some rank is in the other
-   call: ddp_trace_start (call 0) and ddp_trace_save (call 1) each send 1 + problem in
-   their own field and 0 in the other's. */
+   rank, so that all of them take the same path through a start or a save; and whether
+   some rank is in the other call: ddp_trace_start (call 0) and ddp_trace_save (call 1)
+   each send 1 + problem in their own field and 0 in the other's. */
 static ddp_result ddp__trace_worst(ddp_ctx *ctx, int64_t *problem, int call, int *other)
 {
     int64_t v[2] = {0, 0};

@@ -1173,13 +1173,23 @@ static int int_flag(const char *v, long lo, long hi, int *out)
 }
 
 #define float_takes 1
-#define float_range(lo, hi) "a number from " #lo " to " #hi ", not so near 0 that fp32 rounds it to 0"
+#define float_range(lo, hi) float_range_text(#lo, #hi, (lo) <= 0)
+static const char *float_range_text(const char *lo, const char *hi, int zero_in_range)
+{
+    static char text[160];
+    snprintf(text, sizeof text, "a number from %s to %s%s", lo, hi,
+             zero_in_range ? ", not so near 0 that fp32 rounds it to 0" : "");
+    return text;
+}
 static int float_flag(const char *v, float lo, float hi, float *out)
 {
     char *end;
     float x = strtof(v, &end);
-    *out = x; /* a value that rounds to 0 in fp32 (--clip 1e-50) would turn a setting off unsaid */
-    return end != v && !*end && x >= lo && x <= hi && (x != 0 || strtod(v, NULL) == 0);
+    double d;
+    *out = x; /* a value that rounds to 0 in fp32 (--clip 1e-50, 1e-400) would turn a setting off unsaid */
+    errno = 0;
+    d = strtod(v, NULL);
+    return end != v && !*end && x >= lo && x <= hi && (x != 0 || (d == 0 && errno != ERANGE));
 }
 
 #define seed_takes 1
@@ -2207,10 +2217,10 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
 
     /* --trace: from here on; ddp.h adds its collectives (buckets on their own row). Room
        for the whole run (a micro-step records about 10 + --layers events, validation a
-       few), at most 1M events per rank (60 MB): past them ddp_trace_save says the trace
-       ends early. */
+       few), at most 300000 events per rank (19 MB; the save gathers all ranks' on every
+       rank): past them ddp_trace_save says the trace ends early. */
     max_events = 1000.0 + (double)(t->stop - t->start_step) * o->grad_accum * (20 + 2 * o->cfg.layers);
-    if (o->trace && (r = ddp_trace_start(&t->ctx, (size_t)fmin(1e6, max_events))) != DDP_OK)
+    if (o->trace && (r = ddp_trace_start(&t->ctx, (size_t)fmin(3e5, max_events))) != DDP_OK)
         return ddp_reason(t, "ddp_trace_start", r, err, errsize);
     /* progress in place only where the user watches: stdout is this process's own
        terminal (Open MPI gives every rank a pty, even when mpirun writes to a file) */

@@ -434,6 +434,9 @@ report "train_gpt --steps 3: the default warmup reaches --lr, then the cosine" $
 one_line_error "a --clip that is 0 in fp32" $tiny --clip 1e-50
 grep -qx "train_gpt: bad value '1e-50' for --clip: a number from 0 to 1e9, not so near 0 that fp32 rounds it to 0" err.txt
 report "train_gpt: a --clip that is 0 in fp32 is said to be" $? "$(cat err.txt)"
+one_line_error "a --clip that is 0 in double too (underflow)" $tiny --clip 1e-400
+grep -qx "train_gpt: bad value '1e-400' for --clip: a number from 0 to 1e9, not so near 0 that fp32 rounds it to 0" err.txt
+report "train_gpt: a --clip that underflows is refused, not taken for 0" $? "$(cat err.txt)"
 one_line_error "--compare with one file too many" --compare one.st one.st opt.m. extra
 one_line_error "resume with another model shape" --nproc 2 $tiny --dim 64 --resume one.st
 one_line_error "resume from a truncated checkpoint" --nproc 2 $tiny --resume truncated.st
