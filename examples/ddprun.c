@@ -17,10 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define USAGE "ddprun -n N [--max-restarts M] [--] program [args...]"
+
 /* the usage to f, and the status to exit with */
 static int usage(FILE *f, int status)
 {
-    fprintf(f, "usage: ddprun -n N [--max-restarts M] [--] program [args...]   (or --nproc N, --nproc_per_node N,\n"
+    fprintf(f, "usage: " USAGE "   (or --nproc N, --nproc_per_node N,\n"
                "       --nproc_per_node=N; --max_restarts M, --max-restarts=M)\n");
     return status;
 }
@@ -60,12 +62,10 @@ int main(int argc, char **argv)
             for (k = 0; k < 2; k++, known = restarts)
                 for (; *known; known++)
                     if (strcmp(flag, *known) == 0) { /* the last argument: its value is missing */
-                        fprintf(stderr, "ddprun: %s needs a value (usage: ddprun -n N [--max-restarts M] [--] program "
-                                "[args...])\n", flag);
+                        fprintf(stderr, "ddprun: %s needs a value (usage: " USAGE ")\n", flag);
                         return 2;
                     }
-            fprintf(stderr, "ddprun: unknown option '%s' before the program (usage: ddprun -n N [--max-restarts M] "
-                    "[--] program [args...])\n", flag);
+            fprintf(stderr, "ddprun: unknown option '%s' before the program (usage: " USAGE ")\n", flag);
             return 2;
         }
         if (twice) { /* as the built-in launcher: which one was meant? */
