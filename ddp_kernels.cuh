@@ -2927,7 +2927,7 @@ static inline cudaError_t ddp_residual_backward_gpu(ddp_kernels_ctx *ctx, typena
 
 // >>crossentropy gpu
 /* ---- fused softmax + cross-entropy -------------------------------------- */
-static __global__ void ddp__count_valid_kernel(int *n_valid, const int *targets, int BT, int ignore_index)
+static __global__ void __launch_bounds__(1024) ddp__count_valid_kernel(int *n_valid, const int *targets, int BT, int ignore_index)
 {
     int c = 0;
     for (int i = threadIdx.x; i < BT; i += blockDim.x) c += targets[i] != ignore_index;
@@ -2937,7 +2937,7 @@ static __global__ void ddp__count_valid_kernel(int *n_valid, const int *targets,
 
 /* One block per row: max, then sum of exponentials, then loss and dlogits. */
 template <typename F>
-static __global__ void ddp__crossentropy_kernel(float *losses, F *dlogits, const F *logits, const int *targets,
+static __global__ void __launch_bounds__(512) ddp__crossentropy_kernel(float *losses, F *dlogits, const F *logits, const int *targets,
                                                 const int *n_valid, int V, int ignore_index, float dloss, bool vec)
 {
     constexpr int n = ddp__pack<F>::n;
@@ -2980,7 +2980,7 @@ static __global__ void ddp__crossentropy_kernel(float *losses, F *dlogits, const
     }
 }
 
-static __global__ void ddp__mean_loss_kernel(float *loss, const float *losses, const int *n_valid, int BT)
+static __global__ void __launch_bounds__(1024) ddp__mean_loss_kernel(float *loss, const float *losses, const int *n_valid, int BT)
 {
     float s = 0.0f;
     for (int i = threadIdx.x; i < BT; i += blockDim.x) s += losses[i];
@@ -3065,7 +3065,7 @@ static __global__ void ddp__sumsq_kernel(float *part, const F *a, long N, bool v
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-static __global__ void ddp__norm_finish_kernel(float *norm, const float *part, int nparts)
+static __global__ void __launch_bounds__(1024) ddp__norm_finish_kernel(float *norm, const float *part, int nparts)
 {
     float s = 0.0f;
     for (int i = threadIdx.x; i < nparts; i += blockDim.x) s += part[i];

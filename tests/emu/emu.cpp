@@ -402,7 +402,6 @@ static void check_slack(const void *p, const kernel_site &site)
                    site.name, site.file, site.line, (long long)(q - x->base), x->id, x->size);
 }
 
-void poison_shared(void *p, size_t bytes) { memset(p, 0xff, bytes); }
 
 /* ---- fibers ----------------------------------------------------------------------- */
 #if defined(__SANITIZE_THREAD__)
@@ -632,6 +631,20 @@ void misaligned(const char *file, int line, const void *p, size_t align)
     if (!in_kernel) return; /* host code: the CPU's own rules */
     kernel_report("%s: a %zu-byte vector access to %p at %s:%d, not %zu-byte aligned (cudaErrorMisalignedAddress on a GPU)",
                   tname(blk->current), align, p, file, line, align);
+}
+
+/* Every static __shared__ array a block reaches counts against the 48 KB a kernel may
+   declare (ptxas refuses more: "uses too much shared data"); then it is poisoned. */
+void poison_shared(void *p, size_t bytes)
+{
+    static unsigned long long serial;
+    static size_t total;
+    if (serial != block_serial) serial = block_serial, total = 0;
+    total += bytes;
+    if (total > 48 * 1024 && blk)
+        kernel_report("%zu bytes of static shared memory: more than the 48 KB a kernel may declare (ptxas: uses too "
+                      "much shared data)", total);
+    memset(p, 0xff, bytes);
 }
 
 void launch_bounds(const char *file, int line, unsigned max)

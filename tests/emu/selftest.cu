@@ -99,6 +99,15 @@ __global__ void two_sums_unguarded(float *out)
 __global__ void vector_misaligned_cpp(float *p) { p[0] = reinterpret_cast<const float4 *>(p + 1)->x; }
 __global__ void vector_misaligned_c(float *p) { p[0] = ((const float4 *)(p + 1))->x; }
 __global__ void __launch_bounds__(32) bounded_to_32(float *p) { p[threadIdx.x] = 2.0f; }
+/* two arrays of 32 KB: past the 48 KB of static shared memory a kernel may declare */
+__global__ void too_much_shared(float *p)
+{
+    __shared__ float a[8192], b[8192];
+    a[threadIdx.x] = p[threadIdx.x];
+    b[threadIdx.x] = a[threadIdx.x];
+    __syncthreads();
+    p[threadIdx.x] = b[threadIdx.x];
+}
 __global__ void write_at(float *p, long i) { p[i] = 1.0f; }
 __global__ void read_shared_first(float *out)
 {
@@ -150,6 +159,7 @@ static int c_vector_misaligned_cpp(void) { return launch_one(vector_misaligned_c
 static int c_vector_misaligned_c(void) { return launch_one(vector_misaligned_c, 1); }
 static int c_past_launch_bounds(void) { return launch_one(bounded_to_32, 64); }
 static int c_within_launch_bounds(void) { return launch_one(bounded_to_32, 32); }
+static int c_too_much_shared(void) { return launch_one(too_much_shared, 32); }
 
 /* a correct warp reduction gives every lane the sum */
 static int c_shuffle_ok(void)
@@ -518,7 +528,7 @@ static const struct { const char *name; case_fn fn; } cases[] = {
     CASE(pageable_and_pinned), CASE(second_device), CASE(lt_declines), CASE(lt_misaligned),
     CASE(cub_temp_too_small), CASE(nccl_use_after_abort), CASE(nccl_two_threads), CASE(nccl_in_progress),
     CASE(nccl_injected_error), CASE(nccl_mismatch), CASE(fork_after_cuda), CASE(vector_misaligned_cpp),
-    CASE(vector_misaligned_c), CASE(past_launch_bounds), CASE(within_launch_bounds), CASE(warps_run_ahead),
+    CASE(vector_misaligned_c), CASE(past_launch_bounds), CASE(within_launch_bounds), CASE(too_much_shared), CASE(warps_run_ahead),
 #undef CASE
 };
 

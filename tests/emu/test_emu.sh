@@ -45,6 +45,7 @@ reports vector_misaligned_cpp 'a 16-byte vector access to .* not 16-byte aligned
 reports vector_misaligned_c 'a 16-byte vector access to .* not 16-byte aligned'
 reports past_launch_bounds 'blocks of 64 threads, but the kernel at .* is declared __launch_bounds__(32)'
 behaves within_launch_bounds
+reports too_much_shared '65536 bytes of static shared memory: more than the 48 KB a kernel may declare'
 behaves warps_run_ahead
 behaves shared_poisoned
 behaves blocks_shuffled
