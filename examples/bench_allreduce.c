@@ -69,11 +69,20 @@ static void parse_args(int argc, char **argv, long long value[3])
     }
 }
 
+#ifdef __CUDACC__
+/* A CUDA call's error, said: 1 if it worked. */
+static int cuda_ok(cudaError_t e, const char *what, size_t bytes)
+{
+    if (e != cudaSuccess) fprintf(stderr, "bench_allreduce: %s (%zu bytes): %s\n", what, bytes, cudaGetErrorString(e));
+    return e == cudaSuccess;
+}
+#endif
+
 int main(int argc, char **argv)
 {
     ddp_ctx ctx;
     ddp_desc desc = {0};
-    float *send, *recv, *host;
+    float *send = NULL, *recv = NULL, *host;
     size_t bytes, maxb, i;
     long long value[3] = {20, 4096, 64LL << 20}; /* --iters, --min-bytes, --max-bytes */
     int iters, it, status, gpu = 0;
@@ -92,8 +101,9 @@ int main(int argc, char **argv)
 #ifdef __CUDACC__
     gpu = ctx.backend == DDP_BACKEND_NCCL;
     if (gpu) {
-        cudaMalloc((void **)&send, maxb);
-        cudaMalloc((void **)&recv, maxb);
+        if (!cuda_ok(cudaMalloc((void **)&send, maxb), "cudaMalloc", maxb) ||
+            !cuda_ok(cudaMalloc((void **)&recv, maxb), "cudaMalloc", maxb))
+            return 1;
     } else
 #endif
     {
@@ -115,14 +125,17 @@ int main(int argc, char **argv)
         /* check: rank r contributes r + 1 + (i mod 7); small integers add exactly */
         for (i = 0; i < count; i++) host[i] = (float)(ctx.rank + 1 + (int)(i % 7));
 #ifdef __CUDACC__
-        if (gpu) cudaMemcpy(send, host, bytes, cudaMemcpyHostToDevice);
-        else
+        if (gpu) {
+            if (!cuda_ok(cudaMemcpy(send, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the GPU", bytes)) return 1;
+        } else
 #endif
             memcpy(send, host, bytes);
         if (ddp_all_reduce(&ctx, send, recv, count, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
 #ifdef __CUDACC__
-        if (gpu) cudaMemcpy(host, recv, bytes, cudaMemcpyDeviceToHost);
-        else
+        if (gpu) {
+            if (!cuda_ok(cudaMemcpy(host, recv, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the GPU", bytes))
+                return 1;
+        } else
 #endif
             memcpy(host, recv, bytes);
         for (i = 0; i < count; i++) {
@@ -133,14 +146,15 @@ int main(int argc, char **argv)
         /* timed: warm up, line up, run */
         for (it = 0; it < 2; it++) ddp_all_reduce(&ctx, send, recv, count, DDP_F32, DDP_SUM, NULL);
 #ifdef __CUDACC__
-        if (gpu) cudaDeviceSynchronize(); /* NCCL's calls return once queued; ddp_barrier meets on the host */
+        /* NCCL's calls return once queued; ddp_barrier meets on the host */
+        if (gpu && !cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize", bytes)) return 1;
 #endif
         ddp_barrier(&ctx);
         t0 = now_s();
         for (it = 0; it < iters; it++)
             if (ddp_all_reduce(&ctx, send, recv, count, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
 #ifdef __CUDACC__
-        if (gpu) cudaDeviceSynchronize();
+        if (gpu && !cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize", bytes)) return 1;
 #endif
         dt = (now_s() - t0) / iters;
         if (ddp_all_reduce(&ctx, &dt, &worst, 1, DDP_F64, DDP_MAX, NULL) != DDP_OK) return 1;
