@@ -15,10 +15,11 @@
 # machine has that many GPUs: the sum over ranks is another order, within fp32 rounding.
 # --dtype bf16 (the GPU's default: bf16 activations, fp32 masters), alone and with
 # --allreduce bf16: bf16 keeps 8 bits, ~4e-3 relative per rounding, yet the errors do
-# not compound over these steps: under the CUDA emulator (tests/emu, which rounds as the
-# GPU does) the losses stay within 8e-5 relative of the CPU's and AdamW's moments within
-# 3e-3 (first) and 5e-3 (second). Checked with margins of about 5x and 3x, against a GPU's
-# other summation orders: losses <= 4e-4, opt.m.* <= 1e-2, opt.v.* <= 1.5e-2.
+# not compound over these steps: under the CUDA emulator (tests/emu, which rounds to bf16
+# as the GPU does, but without its fused multiply-adds and with glibc's math functions)
+# the losses stay within 8e-5 relative of the CPU's and AdamW's moments within 3e-3
+# (first) and 5e-3 (second). Checked with margins of about 5x and 3x, against a GPU's
+# other summation orders and roundings: losses <= 4e-4, opt.m.* <= 1e-2, opt.v.* <= 1.5e-2.
 # The fp32 runs end with a 60-byte sample: the same text (the device's forward, the one
 # row of logits that comes back to the host, the same random draws).
 # Not the parameters element by element: AdamW's step is about lr * sign(gradient) for
