@@ -7011,7 +7011,10 @@ ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc)
 {
     ddp__held *live = g ? ddp__held_by(g, DDP__HELD_GRAD) : NULL;
     ddp_result r;
-    if (live) g->st = (struct ddp__grad_state *)live; /* (ddp_grad_destroy frees it, however g was overwritten) */
+    if (live && (ddp__held *)g->st != live) { /* another ddp_grad where one was left undestroyed (a function's */
+        ddp__unhold(live);                    /* stack): that one is lost, as before; its buckets end on their own */
+        live = NULL;
+    }
     if (!g || live) { /* the others may be in the agreement already: meet them */
         ddp_grad none;
         if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_grad_init");

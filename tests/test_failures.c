@@ -881,7 +881,8 @@ static const char *const twice_codes[] = {
     [12] = "the live context broke", [13] = "a second ddp_ctx for the rank was not refused, named",
     [14] = "ddp_destroy of the refused ddp_ctx did not return its failure", [15] = "ddp_destroy failed",
     [16] = "ddp_grad_init failed", [17] = "ddp_grad_init on the live ddp_grad was not refused, named",
-    [18] = "the live ddp_grad broke", [19] = "ddp_grad_init after ddp_grad_destroy failed"};
+    [18] = "the live ddp_grad broke", [19] = "ddp_grad_init after ddp_grad_destroy failed",
+    [20] = "ddp_grad_init of another ddp_grad where one was left undestroyed failed"};
 static int init_twice(int rank, void *arg)
 {
     ddp_ctx ctx, other;
@@ -906,6 +907,8 @@ static int init_twice(int rank, void *arg)
         return 18;
     ddp_grad_destroy(&g);
     if (ddp_grad_init(&g, &ctx, &gd) != DDP_OK) return 19;
+    memset(&g, 0, sizeof g); /* as another function's ddp_grad where a returned one was left (leaked) */
+    if (ddp_grad_init(&g, &ctx, &gd) != DDP_OK) return 20;
     ddp_grad_destroy(&g);
     if (ddp_init(&ctx, NULL) != DDP_ERR_ARG || !strstr(ddp_error(&ctx), "ddp_init on a ddp_ctx that ddp_init set up "
                                                                        "before: ddp_destroy it first"))
