@@ -223,7 +223,8 @@
                       the launcher says a rank was killed before it called ddp_init;
                       ddp_init twice (on a live ddp_ctx, or for a rank held) refused;
                       ddp_trace_save says when events were dropped; ddp_grad_init on
-                      a live ddp_grad refused
+                      a live ddp_grad refused; the launcher warns when no rank
+                      called ddp_destroy
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
@@ -6318,6 +6319,13 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     }
 
     if (pipefd[0] >= 0) close(pipefd[0]);
+    if (!stopped && status == 0) { /* every rank ended well, and no rank that joined left with ddp_destroy */
+        int in = 0, left = 0;
+        for (i = 0; i < nproc; i++) in += joined[i] == 1, left += joined[i] == 2;
+        if (in > 0 && left == 0)
+            fprintf(stderr, "ddp: warning: no rank called ddp_destroy before it exited (each rank calls it last: "
+                    "then a rank that ends early fails the job, rather than passing for done)\n");
+    }
     if (stopped) { /* the ranks' ends were the stop's, even an exit 0 of a rank that caught it */
         status = 128 + stopped;
         snprintf(why, why_size, "stopped by signal %d (%s)%s", stopped, strsignal(stopped),

@@ -461,6 +461,8 @@ static int launched_child(const char *mode)
         return 0;
     }
     /* rank 1 leaves (or stops) between two collectives */
+    if (strcmp(mode, "all_without_destroy") == 0) /* every rank ends well, none with ddp_destroy */
+        return ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) == DDP_OK ? 0 : 1;
     if (strcmp(mode, "last_without_destroy") == 0) { /* the others' ddp_destroy loses rank 1, and they exit 0 */
         if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK) return 1;
         if (ctx.rank != 1) ddp_destroy(&ctx);
@@ -645,6 +647,14 @@ static void test_launcher_blame(const char *self)
     rc = launch_to_file(self, "segv_after_failed_init", 2, out, 0);
     CHECK("launcher.says_nothing_of_ddp_init_for_a_rank_whose_ddp_init_failed", rc == 128 + SIGSEGV &&
           file_has(out, "(Segmentation fault)") && !file_has(out, "before it called ddp_init"), "status %d", rc);
+    /* no rank calls ddp_destroy: the job ends well (each did its part), with a warning; a
+       job whose ranks all do has none */
+    rc = launch_to_file(self, "all_without_destroy", 3, out, 0);
+    CHECK("launcher.warns_when_no_rank_called_ddp_destroy", rc == 0 &&
+          file_has(out, "ddp: warning: no rank called ddp_destroy before it exited"), "status %d", rc);
+    rc = launch_to_file(self, "exit0", 3, out, 0);
+    CHECK("launcher.no_warning_when_every_rank_called_ddp_destroy", rc == 0 && !file_has(out, "warning"), "status %d",
+          rc);
     rc = launch_to_file(self, "early_destroy_said", 3, out, 0);
     CHECK("launcher.names_the_rank_that_destroyed_early_and_failed", rc == 7 && file_has(out, "ddp: rank 1 (pid ") &&
           file_has(out, "exited with status 7"), "status %d, %s", rc,
