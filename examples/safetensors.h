@@ -872,8 +872,8 @@ ST_DEF int st_has_cap_fowner(void)
    and removed now, under the longest name a save may write first (the file system takes
    the name, the directory a new file), and the name there must be one this process may
    replace (in a sticky directory such as /tmp: its own, or the directory's). Else (a log)
-   it is opened in place, as the log will be: a file there stays as it is, a new one is
-   made and removed. */
+   a file there is opened for writing, as the log will be, and stays as it is; a new
+   one's name must fit the file system's NAME_MAX. */
 ST_DEF int st_writable(const char *flag, const char *path, int renamed, char *err, size_t errsize)
 {
     char dir[1024], probe[1100];
@@ -911,7 +911,7 @@ ST_DEF int st_writable(const char *flag, const char *path, int renamed, char *er
     }
     /* the rename replaces the name (a link, not what it points to): in a sticky directory
        only the name's owner or the directory's may (else the run trains, then fails) */
-    if (renamed && lstat(path, &sb) == 0 && stat(dir, &sd) == 0 && (sd.st_mode & S_ISVTX) && sb.st_uid != geteuid() &&
+    if (lstat(path, &sb) == 0 && stat(dir, &sd) == 0 && (sd.st_mode & S_ISVTX) && sb.st_uid != geteuid() &&
         sd.st_uid != geteuid() && !st_has_cap_fowner()) {
         snprintf(err, errsize, "%s %s: that name is another user's, in a sticky directory (as /tmp): this run could not "
                  "replace it; give another name", flag, path);
