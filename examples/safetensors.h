@@ -472,8 +472,8 @@ ST_DEF int st_meta_int(const st_file *f, const char *key, int lo, int hi, int *o
     const char *v = st_meta(f, key);
     int x = 0;
     if (!*v || (v[0] == '0' && v[1])) return 0;
-    for (; *v; v++) {
-        if (*v < '0' || *v > '9' || x > (hi - (*v - '0')) / 10) return 0;
+    for (; *v; v++) { /* (x > hi / 10 first: 10 x + d cannot overflow after it) */
+        if (*v < '0' || *v > '9' || x > hi / 10 || 10 * x > hi - (*v - '0')) return 0;
         x = 10 * x + (*v - '0');
     }
     *out = x;

@@ -87,10 +87,11 @@ report "classifier: --init-out FILE.tmp of --out FILE stays (the save writes bes
   "$bin" --nproc 2 --epochs 2 --out "$tmp/r.st" --save-every 1 --resume auto --init-out "$tmp/i2.st" \
     >"$tmp/resumed.txt" 2>&1 && grep -q "resumed from" "$tmp/resumed.txt" && cmp -s "$tmp/i1.st" "$tmp/i2.st"
 report "classifier: --init-out of a resumed run holds the initial weights" $? "$(tr '\n' '|' <"$tmp/resumed.txt")"
-# --resume auto reads the epoch as written (digits only): " +01", "+1" and "01" are not epochs
+# --resume auto reads the epoch as written (digits only): " +01", "+1" and "01" are not epochs,
+# and one past --epochs is none (a single digit past it passed: 9 of --epochs 2 resumed)
 if command -v python3 >/dev/null; then
   "$bin" --nproc 1 --epochs 2 --out "$tmp/e.st" >/dev/null 2>&1
-  for v in ' +01' '+1' '01'; do
+  for v in ' +01' '+1' '01' '3' '9'; do
     python3 - "$tmp/e.st" "$tmp/bad_epoch.st" "$v" <<'EOF'
 import json, struct, sys
 b = open(sys.argv[1], 'rb').read()
