@@ -559,7 +559,8 @@ ST_DEF int st_parse_header(st_file *f, const char *header, size_t hlen, size_t d
             if (j.tok[k].end - j.tok[k].start < sizeof key)
                 snprintf(why, whysize, "a name with an escape other than \\\" \\\\ \\/ (\\n, \\u...: not in a name here)");
             else
-                snprintf(why, whysize, "a name longer than %zu bytes", sizeof key - 1);
+                snprintf(why, whysize, "a name longer than %zu bytes: past this reader's limits "
+                         "(examples/safetensors.h), though the format allows it", sizeof key - 1);
             break;
         }
         if (strcmp(key, "__metadata__") == 0) { /* string values only, as the format says */
@@ -569,11 +570,15 @@ ST_DEF int st_parse_header(st_file *f, const char *header, size_t hlen, size_t d
                 snprintf(why, whysize, "two __metadata__ objects");
                 break;
             }
-            for (m = 0; m < count && f->n_meta < 33 && !twice; m++, e = j.tok[e + 1].next, f->n_meta++) {
-                if (!st_json_string(&j, e, f->meta_key[f->n_meta], sizeof f->meta_key[0]) ||
-                    j.tok[e + 1].type != ST_JSON_STRING ||
-                    !st_json_string(&j, e + 1, f->meta_val[f->n_meta], sizeof f->meta_val[0]))
-                    break;
+            const char *bad = count < 0 ? "is not an object" : NULL;
+            for (m = 0; m < count && f->n_meta < 33 && !twice && !bad; m++, e = j.tok[e + 1].next, f->n_meta++) {
+                if (!st_json_string(&j, e, f->meta_key[f->n_meta], sizeof f->meta_key[0]))
+                    bad = "has a key of 32 bytes or more, or with an escape other than \\\" \\\\ \\/";
+                else if (j.tok[e + 1].type != ST_JSON_STRING)
+                    bad = "has a value that is not a string (the format's metadata maps strings to strings)";
+                else if (!st_json_string(&j, e + 1, f->meta_val[f->n_meta], sizeof f->meta_val[0]))
+                    bad = "has a value of 128 bytes or more, or with an escape other than \\\" \\\\ \\/";
+                if (bad) break;
                 sum |= strcmp(f->meta_key[f->n_meta], ST_CHECKSUM) == 0; /* a 33rd key: the checksum of 32 */
                 for (o = 0; o < f->n_meta; o++) twice |= strcmp(f->meta_key[o], f->meta_key[f->n_meta]) == 0;
             }
@@ -581,9 +586,10 @@ ST_DEF int st_parse_header(st_file *f, const char *header, size_t hlen, size_t d
                 snprintf(why, whysize, "__metadata__ has the key '%s' twice", f->meta_key[f->n_meta - 1]);
                 break;
             }
-            if (m < count || count < 0 || f->n_meta > 32 + sum) {
-                snprintf(why, whysize, "__metadata__ is not an object of up to 32 strings (and the checksum), "
-                         "each key below 32 bytes and each value below 128, without escapes other than \\\" \\\\ \\/");
+            if (!bad && (m < count || f->n_meta > 32 + sum)) bad = "has more than 32 keys (and the checksum)";
+            if (bad) { /* (the keys and values past these bounds are this reader's limits, not the format's) */
+                snprintf(why, whysize, "__metadata__ %s%s", bad, count < 0 || strstr(bad, "not a string") ? "" :
+                         ": past this reader's limits (examples/safetensors.h), though the format allows it");
                 break;
             }
         } else {
@@ -639,7 +645,8 @@ ST_DEF int st_read(st_file *f, const char *path, char *err, size_t errsize)
     data_size = size - 8 - (size_t)hlen;
     if (!st_parse_header(f, (const char *)f->bytes + 8, (size_t)hlen, data_size, why, sizeof why)) {
         if (strcmp(why, "not a JSON object") == 0) snprintf(err, errsize, "%s: corrupt safetensors header (%s)", path, why);
-        else snprintf(err, errsize, "%s: corrupt safetensors header: %s", path, why);
+        else snprintf(err, errsize, "%s: %s safetensors header: %s", path, strstr(why, "this reader's limits") ?
+                      "unsupported" : "corrupt", why);
         goto fail;
     }
     if (!(f->bytes = st_read_more(in, f->bytes, 8 + (size_t)hlen, size, path, err, errsize))) goto fail;

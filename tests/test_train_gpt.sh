@@ -519,6 +519,7 @@ write("twometa.st", head[:-1] + ',"__metadata__":{"format":"pt"}}')         # tw
 write("bigseed.st", re.sub(r'"seed":"\d+"', '"seed":"99999999999999999999"', head))
 write("zeros.st", re.sub(r'"shape":\[(\d)', r'"shape":[0\1', head, count=1))  # JSON has no 08
 write("escaped.st", head.replace('"wte.weight"', '"wte\\u002eweight"', 1))
+write("longmeta.st", head.replace('"__metadata__":{', '"__metadata__":{"note":"' + 'x' * 128 + '",', 1))
 v = re.search(r'"opt\.v\.wte\.weight":\{[^}]*"data_offsets":\[(\d+),', head)
 at = int(v.group(1))
 write("negv.st", head, data[:at] + struct.pack("<4f", -1, -1, -1, -1) + data[at + 16:])
@@ -538,6 +539,10 @@ one_line_error "a checkpoint's shape with a leading zero" $tiny --resume zeros.s
 one_line_error "a checkpoint's name with a \\u escape" $tiny --resume escaped.st
 grep -q 'a name with an escape' err.txt
 report "train_gpt: an escaped name is named as such (not 'longer than 95 bytes')" $? "$(cat err.txt)"
+# a metadata value of 128 bytes is valid safetensors past this reader's limits: said so, not "corrupt"
+one_line_error "a metadata value of 128 bytes" $tiny --resume longmeta.st
+grep -q "longmeta.st: unsupported safetensors header: __metadata__ has a value of 128 bytes or more.*: past this reader's limits" err.txt
+report "train_gpt: a metadata value past the reader's limit is unsupported, not corrupt" $? "$(cat err.txt)"
 one_line_error "a negative Adam second moment" $tiny --resume negv.st --save negv_out.st --steps 9
 grep -q "opt.v.wte.weight holds -1 at element 0 (Adam's second moment is never negative)" err.txt && [ ! -e negv_out.st ]
 report "train_gpt: a negative second moment is refused, nothing saved" $? "$(cat err.txt)"
