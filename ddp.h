@@ -2887,7 +2887,8 @@ static ddp_result ddp__store_req(ddp_ctx *ctx, uint32_t op, const char *key, con
 
 /* HELLO (and with a secret, the challenge both ways) on a fresh connection.
    1: admitted; 0: the connection broke (try again); -1: refused, -2: the answer is not
-   a ddp store's (why in `why`). Rank 0 says hello with its store's own nonce. */
+   a ddp store's, -3: no answer before the deadline (why in `why`). Rank 0 says hello
+   with its store's own nonce. */
 static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline, char *why, size_t whysize)
 {
     ddp__settings *cfg = &ctx->st->cfg;
@@ -2900,6 +2901,12 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline, char *why, s
     if (ctx->st->server) ddp__copy(nonce, sizeof nonce, ctx->st->server->own);
     snprintf(hello, sizeof hello, "%d %d %s", ctx->rank, ctx->world_size, nonce);
     if (ddp__store_io(fd, DDP__HELLO, cfg->job_id, hello, (uint32_t)strlen(hello), deadline, &status, &reply, NULL) != 0) {
+        if (errno == ETIMEDOUT) { /* it took the connection and never answered (an HTTP server waits for a line) */
+            snprintf(why, whysize, "cannot reach rank 0's store at %.100s:%d within %.*f s: what listens there took the "
+                     "connection but never answered the hello (another program on MASTER_PORT?)", cfg->master_addr,
+                     cfg->master_port, DDP__SECONDS(cfg->timeout_ms));
+            return -3;
+        }
         if (errno != EPROTO) return 0;
         snprintf(why, whysize, "%.100s:%d answers, but not as a ddp store (another program listens on MASTER_PORT?)",
                  cfg->master_addr, cfg->master_port);
@@ -3020,7 +3027,10 @@ static ddp_result ddp__store_connect(ddp_ctx *ctx)
             admitted = ddp__store_hello(ctx, fd, deadline, why, sizeof why);
             if (admitted > 0) { ctx->st->store_fd = fd; return DDP_OK; }
             close(fd);
-            if (admitted < 0) return ddp__fail(ctx, admitted == -2 ? DDP_ERR_PROTOCOL : DDP_ERR_REFUSED, "%s", why);
+            if (admitted == -3) ctx->st->waited = 0; /* rank 0 hosts the store */
+            if (admitted < 0)
+                return ddp__fail(ctx, admitted == -3 ? DDP_ERR_TIMEOUT : admitted == -2 ? DDP_ERR_PROTOCOL : DDP_ERR_REFUSED,
+                                 "%s", why);
             err = ECONNRESET;
         }
         if (ddp__now_ms() + backoff > deadline) {

@@ -212,16 +212,18 @@ static int misjoin(int rank, void *arg)
 /* A program that is not a ddp store answers on MASTER_PORT (an HTTP server's 400, an
    echo service): a rank says so at once instead of retrying until the timeout, and a
    rank 0 that finds it there says what holds the port. (The echo of a HELLO was read as
-   the store's refusal, its op as a status.) */
+   the store's refusal, its op as a status.) One that takes the connection and never
+   answers (an HTTP server waiting for the request's end) holds rank 1 until its timeout,
+   which then says so (it said "Connection reset by peer"). */
 static void test_not_a_store(void)
 {
-    int port, lfd = test_listen(&port), rank, echo;
+    int port, lfd = test_listen(&port), rank, echo, held[8], n_held = 0;
     if (lfd < 0) {
         test_skip("failures.not_a_store", "cannot listen on 127.0.0.1");
         return;
     }
-    for (echo = 0; echo < 2; echo++)
-    for (rank = 1; rank >= 0; rank--) {
+    for (echo = 0; echo < 3; echo++) /* 2: silent */
+    for (rank = 1; rank >= (echo == 2); rank--) {
         char name[64], err[300] = "";
         int fds[2], st = 0, conns = 0;
         double t0 = now_s(), dt;
@@ -237,7 +239,7 @@ static void test_not_a_store(void)
             d.master_addr = "127.0.0.1";
             d.master_port = port;
             d.job_id = "not-a-store";
-            d.timeout_ms = 20000;
+            d.timeout_ms = echo == 2 ? 2000 : 20000;
             close(fds[0]);
             if (ddp_init(&ctx, &d) == DDP_OK) _exit(1);
             if (write(fds[1], ddp_error(&ctx), strlen(ddp_error(&ctx))) < 0) {}
@@ -253,6 +255,12 @@ static void test_not_a_store(void)
                 ssize_t got = 0;
                 struct pollfd in = {c, POLLIN, 0};
                 if (c < 0) continue;
+                if (echo == 2) { /* takes it, says nothing, keeps it open */
+                    if (n_held < 8) held[n_held++] = c;
+                    else close(c);
+                    conns++;
+                    continue;
+                }
                 if (poll(&in, 1, 1000) == 1 && (got = read(c, req, sizeof req)) < 0) got = 0;
                 if (echo ? write(c, req, (size_t)got) < 0 : write(c, http, strlen(http)) < 0) {}
                 close(c);
@@ -262,6 +270,13 @@ static void test_not_a_store(void)
         dt = now_s() - t0;
         if (read(fds[0], err, sizeof err - 1) < 0) err[0] = 0;
         close(fds[0]);
+        while (n_held > 0) close(held[--n_held]);
+        if (echo == 2) {
+            CHECK("failures.not_a_store.silent.rank1_says_so_at_its_timeout", WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
+                  dt < 6 && strstr(err, "took the connection but never answered the hello"),
+                  "after %.1f s and %d connections: '%s'", dt, conns, err);
+            continue;
+        }
         snprintf(name, sizeof name, "failures.not_a_store%s.rank%d_says_so_at_once", echo ? ".echo" : "", rank);
         CHECK(name, WIFEXITED(st) && WEXITSTATUS(st) == 0 && dt < 3 && conns <= 1 && strstr(err, "not as a ddp store"),
               "after %.1f s and %d connections: '%s'", dt, conns, err);
