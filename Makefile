@@ -25,7 +25,8 @@ CC      ?= cc
 NVCC    ?= nvcc
 PREFIX  ?= /usr/local
 NPROC   ?= 2
-VERSION  = 0.1
+# ddp.h's version, for ddp.pc and CMake's version file
+VERSION := $(shell sed -n 's/^\#define DDP__VERSION "\(.*\)"$$/\1/p' ddp.h)
 WARN     = -std=c99 -Wall -Wextra -Wpedantic -Werror
 CFLAGS  ?= -O3 -march=native -fno-math-errno
 LDLIBS   = -lpthread -lm

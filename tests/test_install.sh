@@ -15,6 +15,7 @@ log() { head -c 400 "$tmp/log" | tr '\n' ' '; }
 err() { [ -s "$tmp/err" ] && echo "stderr: $(head -c 300 "$tmp/err" | tr '\n' ' ')"; }
 want_files="bin/ddprun include/ddp.h include/ddp_kernels.cuh share/cmake/ddp/ddpConfig.cmake share/cmake/ddp/ddpConfigVersion.cmake share/pkgconfig/ddp.pc"
 
+version=$(sed -n 's/^#define DDP__VERSION "\(.*\)"$/\1/p' ddp.h) # what ddp.pc and CMake must say
 mkdir -p "$tmp/src"
 cat > "$tmp/src/consumer.c" <<'C'
 #define DDP_IMPLEMENTATION
@@ -37,10 +38,10 @@ int main(int argc, char **argv)
     return 0;
 }
 C
-cat > "$tmp/src/CMakeLists.txt" <<'CM'
+cat > "$tmp/src/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.13)
 project(consumer C)
-find_package(ddp 0.1 CONFIG REQUIRED)
+find_package(ddp $version CONFIG REQUIRED)
 add_executable(consumer consumer.c)
 target_link_libraries(consumer PRIVATE ddp::ddp)
 CM
@@ -77,7 +78,7 @@ else
   flags=$(pkg-config --cflags --libs ddp 2>"$tmp/log")
   if [ -n "$flags" ] && cc -O2 "$tmp/src/consumer.c" -o "$tmp/pc" $flags >>"$tmp/log" 2>&1; then
     out=$("$tmp/pc" --nproc 3 2>"$tmp/err")
-    if [ "$out" = "sum 6 over 3 ranks" ] && [ "$(pkg-config --modversion ddp)" = 0.1 ]; then pass pkg_config_consumer
+    if [ "$out" = "sum 6 over 3 ranks" ] && [ -n "$version" ] && [ "$(pkg-config --modversion ddp)" = "$version" ]; then pass pkg_config_consumer
     else failed pkg_config_consumer "flags '$flags' built it, but it printed '$out' (version $(pkg-config --modversion ddp)) $(err)"; fi
   else
     failed pkg_config_consumer "pkg-config --cflags --libs ddp gave '$flags', build: $(log)"
