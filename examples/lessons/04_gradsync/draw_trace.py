@@ -9,6 +9,8 @@ import json
 import re
 import sys
 
+if len(sys.argv) not in (3, 4) or sys.argv[1] in ("-h", "--help"):
+    sys.exit("usage: python3 draw_trace.py trace.json my_trace.png [STEP]")
 try:
     import matplotlib
 except ImportError:
