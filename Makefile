@@ -2,7 +2,7 @@
 #   make            examples (CPU builds with cc; GPU builds too when nvcc is present)
 #   make run        the main job: a short data-parallel training run
 #   make test       every test; the last line is "N passed, N failed, N skipped"
-#   make test-fast  about a minute: most C tests and the CPU examples' tests, no nvcc
+#   make test-fast  about 3 minutes: most C tests and the CPU examples' tests, no nvcc
 #                   (tests/README.md: what each test checks, its tier, how long it takes)
 #   make lessons    the lessons' programs (CPU builds, seconds); make lesson-N checks
 #                   lesson N's exercise; make HAVE_NVCC= builds no GPU code at all
