@@ -363,7 +363,10 @@ typedef struct ddp_desc {
 typedef struct ddp_ctx {
     int rank, world_size;
     int local_rank, local_world_size;
-    int node_rank, num_nodes;
+    int node_rank, num_nodes; /* the launcher's node number (torchrun's GROUP_RANK, Slurm's node
+                              id), else this host's in order of its first rank; the hosts the
+                              job spans (torchrun --nnodes 2 twice on one host: node_rank 1 of
+                              num_nodes 1, one host, one arena) */
     int device;            /* the CUDA device this rank drives with NCCL, -1 on the CPU:
                               the only one it sees, else the one numbered local_rank */
     ddp_backend backend;   /* what init chose */
