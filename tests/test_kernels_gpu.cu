@@ -630,6 +630,7 @@ static bool reruns(const char *name)
 }
 
 static const char *g_only; /* a word the check's name must contain, or NULL */
+static int g_matched;      /* checks that word picked */
 
 static void run_check(const Check &c, const Shape &s, const char *shape_name, bool run, const char *why)
 {
@@ -638,6 +639,7 @@ static void run_check(const Check &c, const Shape &s, const char *shape_name, bo
         snprintf(name, sizeof name, "kernels_gpu.%s.%s.%s", c.name, bf ? "bf16" : "fp32", shape_name);
         snprintf(det, sizeof det, "%s.deterministic", name);
         if (g_only && !strstr(name, g_only)) continue;
+        g_matched++;
         if (!run) {
             test_skip(name, why);
             if (reruns(c.name)) test_skip(det, why);
@@ -668,6 +670,8 @@ int main(int argc, char **argv)
     for (const Shape &s : shapes)
         for (const Check &c : checks) run_check(c, s, s.name, run, why);
     for (const Check &c : once) run_check(c, shapes[0], "own_shape", run, why);
+    if (g_only) /* a mistyped word passed with nothing checked */
+        CHECK("kernels_gpu.filter_picks_checks", g_matched > 0, "no check's name contains '%s'", g_only);
     if (e == cudaSuccess) ddp_kernels_destroy(&g_ctx);
     TEST_EXIT();
 }
