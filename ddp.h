@@ -1756,8 +1756,8 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
         return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", rank_name, ctx->rank,
                          world - 1, world_name, world, who);
     { /* named as the launcher (or the desc) gave them; a value not given is not said */
-        const char *lr = l && l->local_rank ? l->local_rank : "local_rank", *lw = l && l->local_world ? l->local_world
-                                                                                                      : "local_world_size";
+        const char *lr = argv_local >= 0 ? "--local_rank" : l && l->local_rank ? l->local_rank : "local_rank",
+                   *lw = l && l->local_world ? l->local_world : "local_world_size";
         if (ctx->local_world_size > world)
             return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is more than %s=%d (%s)", lw, ctx->local_world_size, world_name,
                              world, who);

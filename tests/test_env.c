@@ -147,6 +147,18 @@ static void legacy_argv(void)
               "result %s '%s', argc %d", ddp_strerror(r), ddp_error(&ctx), argc3);
         ddp_destroy(&ctx);
     }
+    { /* past the world: named as given, in the arguments (it said "local_rank=3") */
+        char c1[] = "--local-rank", c2[] = "3";
+        char *argv3[] = {a0, c1, c2, NULL};
+        int argc3 = 3;
+        d.argc = &argc3;
+        d.argv = argv3;
+        r = ddp_init(&ctx, &d);
+        CHECK("env.legacy_local_rank_past_the_world_named", r == DDP_ERR_ENV &&
+              strstr(ddp_error(&ctx), "--local_rank=3 is outside 0..0 (world_size=1"), "result %s '%s'", ddp_strerror(r),
+              ddp_error(&ctx));
+        ddp_destroy(&ctx);
+    }
     { /* after "--" the arguments are the program's: left alone (a local rank of 3 failed init) */
         char c1[] = "--", c2[] = "--local_rank", c3[] = "3";
         char *argv3[] = {a0, c1, c2, c3, NULL};
