@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""plot_loss.py - draws train_gpt --log files (one JSON object per step) as loss curves.
+r"""plot_loss.py - draws train_gpt --log files (one JSON object per step) as loss curves.
 
     python3 examples/plot_loss.py "1 process x 8=one.jsonl" "4 processes x 2=four.jsonl" \
         -o examples/loss_curve.png
