@@ -1200,7 +1200,7 @@ typedef struct ddp__settings {
 typedef struct ddp__held {
     struct ddp__held *next;
     const void *owner; /* the ddp_ctx, the ddp_grad */
-    pid_t pid;
+    pid_t pid;         /* the process that made it (a child of fork() holds a copy) */
     int kind;          /* DDP__HELD_CTX, DDP__HELD_GRAD */
     int ready;         /* a context: its ddp_init succeeded, and rank is its own */
     int rank;
@@ -1216,7 +1216,6 @@ struct ddp__state {
                                 user's log callback is called from one thread at a time */
     ddp__settings cfg;
     ddp_result broken;       /* set once a collective fails: later ones refuse */
-    pid_t pid;               /* the process that ran ddp_init (a child of fork() holds a copy) */
     int busy;                /* a collective call is in progress (from which thread: see ddp__issue) */
     char cause[300];         /* err when the first refusal came: what every refusal cites */
     int store_fd;            /* connection to rank 0's store, -1 in a world of one */
@@ -5357,7 +5356,7 @@ static ddp_result ddp__break(ddp_ctx *ctx, ddp_result r)
    the others' refused one's by number, a named mismatch, not a wrong result. */
 static ddp_result ddp__numbered(ddp_ctx *ctx, ddp_result r)
 {
-    if (ctx && ctx->st && ctx->st->pid == getpid() && !ddp__broken(ctx->st)) ctx->st->seq++;
+    if (ctx && ctx->st && ctx->st->held.pid == getpid() && !ddp__broken(ctx->st)) ctx->st->seq++;
     return r;
 }
 
@@ -5380,9 +5379,9 @@ static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
 {
     const char *name = ddp__colls[c->kind].name;
     int needs_data = ddp__coll_moves_data(c->kind) && c->count > 0;
-    if (ctx->st->pid != getpid()) /* it would join the parent's collectives as the parent */
+    if (ctx->st->held.pid != getpid()) /* it would join the parent's collectives as the parent */
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: this ddp_ctx belongs to process %d, not to this child of it "
-                         "(fork() copies the context; only ddp_init's process can use it)", name, (int)ctx->st->pid);
+                         "(fork() copies the context; only ddp_init's process can use it)", name, (int)ctx->st->held.pid);
     if (ddp__broken(ctx->st))
         return ddp__refuse(ctx, name);
     if ((unsigned)c->dtype >= DDP_DTYPE_COUNT || (unsigned)c->op >= DDP_OP_COUNT)
@@ -5539,9 +5538,9 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
     if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_wait");
     if (!work) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: no ddp_work (NULL)");
     st = ctx->st;
-    if (st->pid != getpid()) /* the worker thread that runs the parent's queue is not in a child: it waited for good */
+    if (st->held.pid != getpid()) /* the worker thread that runs the parent's queue is not in a child: it waited for good */
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_ctx belongs to process %d, not to this child of it "
-                         "(fork() copies the context; only ddp_init's process can use it)", (int)st->pid);
+                         "(fork() copies the context; only ddp_init's process can use it)", (int)st->held.pid);
     if (!ddp__broken(st) && (!work->seq || work->owner != st->id || (!st->be->wait && st->worker_started && work->seq > st->queued)))
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
                          "(its call failed, it was never made, or it was another context's)");
@@ -5808,7 +5807,6 @@ ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
     st->log = desc->log ? desc->log : ddp__default_log;
     st->log_user = desc->log_user;
     st->store_fd = st->pmi_fd = st->report_fd = st->waited = -1;
-    st->pid = getpid();
     ddp__hold(&st->held, DDP__HELD_CTX, ctx);
     ddp__launcher_pipe(ctx);
     {
@@ -5870,7 +5868,7 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
     if (!ctx) return ddp__no_state(ctx, "ddp_destroy");
     if (!ctx->st) return ctx->ended; /* destroyed already (or never initialised: DDP_OK) */
     st = ctx->st;
-    if (st->pid != getpid()) { /* a child of fork(): its copy goes with it, the parent's group is not its own */
+    if (st->held.pid != getpid()) { /* a child of fork(): its copy goes with it, the parent's group is not its own */
         ctx->st = NULL;
         return DDP_OK;
     }
