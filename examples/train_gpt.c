@@ -1365,15 +1365,14 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         i += takes && !eq;
     }
     if (o->bench_matmul || o->device_info) { /* they train nothing: a flag of a run would be dropped unsaid */
-        static const char *const shapes[] = {"--bench-matmul", "--layers", "--heads", "--dim", "--ctx", "--vocab",
-                                             "--batch-size"};
-        int k, j, n_ok = o->bench_matmul ? (int)(sizeof shapes / sizeof shapes[0]) : 0;
+        static const char *const shapes[] = {"--layers", "--heads", "--dim", "--ctx", "--vocab", "--batch-size"};
+        const char *own = o->bench_matmul ? "--bench-matmul" : "--device-info";
+        int k, j, n_ok = o->bench_matmul ? (int)(sizeof shapes / sizeof shapes[0]) : 0; /* --bench-matmul's */
         for (k = 0; k < o->n_given; k++) {
             for (j = 0; j < n_ok && strcmp(o->given[k], shapes[j]) != 0; j++) {}
-            if (j == n_ok && strcmp(o->given[k], o->bench_matmul ? "--bench-matmul" : "--device-info") != 0) {
-                snprintf(err, errsize, "%s trains nothing, so it takes no %s%s", o->bench_matmul ? "--bench-matmul" :
-                         "--device-info", o->given[k], o->bench_matmul ? " (only the model's shape: --dim, --ctx, "
-                         "--vocab, --batch-size, --heads, --layers)" : "");
+            if (j == n_ok && strcmp(o->given[k], own) != 0) {
+                snprintf(err, errsize, "%s trains nothing, so it takes no %s%s", own, o->given[k], n_ok ?
+                         " (only the model's shape: --dim, --ctx, --vocab, --batch-size, --heads, --layers)" : "");
                 return 0;
             }
         }
@@ -1959,9 +1958,10 @@ static int check_outputs(const options *o, const char *data, char *err, size_t e
 {
     const char *files[][2] = {{"--save", o->save}, {"--log", o->log}, {"--trace", o->trace}, {"--data", data},
                               {"--resume", o->resume}};
-    const int outputs = 3, all = 5, save = 0, resume = 4;
+    const int outputs = 3, all = 5, save = 0, log = 1, resume = 4;
     for (int i = 0; i < outputs; i++) {
-        if (files[i][1] && !st_writable(files[i][0], files[i][1], i != 1 /* the log is opened in place */, err, errsize))
+        if (files[i][1] && !st_writable(files[i][0], files[i][1], i != log /* opened in place, not renamed */, err,
+                                        errsize))
             return 0;
         for (int j = i + 1; j < all; j++)
             if (!(i == save && j == resume) && st_same_file(files[i][1], files[j][1])) {
