@@ -617,7 +617,9 @@ typedef struct ddp_grad {
 } ddp_grad;
 
 DDPDEF ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc);
-DDPDEF void ddp_grad_destroy(ddp_grad *g); /* waits for buckets still in flight */
+/* Waits for buckets still in flight. A later call on g is DDP_ERR_ARG, said in its
+   context's ddp_error while that context lives. */
+DDPDEF void ddp_grad_destroy(ddp_grad *g);
 /* Elements [offset, offset + count) of the gradient are final for this step. */
 DDPDEF ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count);
 /* Ends the step: all-reduces the buckets not yet started and waits for all of them.
@@ -6909,6 +6911,11 @@ static int ddp__grad_live(const ddp_grad *g)
 static ddp_result ddp__grad_gone(const ddp_grad *g, const char *call)
 {
     if (g && g->st && g->ctx && !g->ctx->st) return ddp__no_state(g->ctx, call);
+    /* a destroyed ddp_grad keeps its context to say so in its ddp_error, if that context
+       is live still (its node: a pointer compared, nothing read where it may be gone) */
+    if (g && !g->st && g->ctx && ddp__held_by(g->ctx, DDP__HELD_CTX))
+        return ddp__fail(g->ctx, DDP_ERR_ARG, "%s on a ddp_grad that was destroyed (or never set up): ddp_grad_init "
+                         "it first", call);
     fprintf(stderr, "ddp: error: %s: %s\n", call,
             !g ? "no ddp_grad (NULL)"
             : !g->st ? "this ddp_grad was destroyed, or never initialised (ddp_grad_init first)"
@@ -7084,6 +7091,7 @@ static ddp_result ddp__grad_wait(ddp_grad *g, size_t keep)
 
 void ddp_grad_destroy(ddp_grad *g)
 {
+    ddp_ctx *ctx;
     if (!g) return;
     if (g->st) {
         if (g->st->buckets && ddp__grad_live(g)) (void)ddp__grad_wait(g, 0); /* (ddp_destroy ended what was in flight) */
@@ -7092,7 +7100,9 @@ void ddp_grad_destroy(ddp_grad *g)
         ddp__unhold(&g->st->held);
         DDP_FREE(g->st);
     }
+    ctx = g->ctx;
     memset(g, 0, sizeof *g);
+    g->ctx = ctx; /* only to name a later call on it in ctx's ddp_error */
 }
 
 /* Starts every complete bucket whose turn it is: the same order on every rank. */

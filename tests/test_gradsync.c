@@ -237,6 +237,20 @@ static void errors(worker *w)
     d.count = SIZE_MAX / 2;
     ok = ddp_grad_init(&g, &w->ctx, &d) == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "more bytes");
     check_all(w, "gradients past memory are an error", ok, ddp_error(&w->ctx));
+    /* each call on a ddp_grad destroyed (and on that refused one) says so in ddp_error: it was
+       empty, the refusal on stderr only */
+    d.count = 64;
+    ok = ddp_grad_init(&g, &w->ctx, &d) == DDP_OK;
+    ddp_grad_destroy(&g);
+    ok = ok && ddp_grad_ready(&g, 0, 64) == DDP_ERR_ARG &&
+         strstr(ddp_error(&w->ctx), "ddp_grad_ready on a ddp_grad that was destroyed (or never set up)");
+    ok = ok && ddp_grad_finish(&g) == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "ddp_grad_finish on a ddp_grad that was");
+    ok = ok && ddp_grad_all_reduce(&g) == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "ddp_grad_all_reduce on a ddp_grad");
+    ok = ok && ddp_grad_no_sync(&g, 1) == DDP_ERR_ARG && strstr(ddp_error(&w->ctx), "ddp_grad_no_sync on a ddp_grad");
+    d.count = SIZE_MAX / 2;
+    ok = ok && ddp_grad_init(&g, &w->ctx, &d) == DDP_ERR_ARG && ddp_grad_ready(&g, 0, 1) == DDP_ERR_ARG &&
+         strstr(ddp_error(&w->ctx), "ddp_grad_ready on a ddp_grad that was destroyed");
+    check_all(w, "calls on a destroyed ddp_grad are errors that ddp_error names", ok, ddp_error(&w->ctx));
 }
 
 /* One rank leaves two elements unmarked (their bucket never sent): it gets the error
