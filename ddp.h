@@ -505,8 +505,8 @@ typedef struct ddp_sampler_desc {
     int rank;
 } ddp_sampler_desc;
 
-/* Filled by ddp_sampler_init (ddp_sampler_destroy it before another init: its lists are
-   lost otherwise). */
+/* Filled by ddp_sampler_init. ddp_sampler_destroy it before another init: an init on a
+   live one is refused (DDP_ERR_ARG), and that one goes on. */
 typedef struct ddp_sampler {
     size_t dataset_size;  /* N */
     size_t num_samples;   /* positions per rank, the same on every rank */
@@ -520,6 +520,7 @@ typedef struct ddp_sampler {
     int has_epoch;
     size_t *indices;      /* num_samples dataset indices of this rank for `epoch` */
     size_t *perm_;        /* private: the shuffled list */
+    struct ddp__held *held_; /* private: says that this ddp_sampler is live */
 } ddp_sampler;
 
 /* One per-rank batch of an epoch. */
@@ -1193,21 +1194,22 @@ typedef struct ddp__settings {
 } ddp__settings;
 
 /* The objects of this process from their init to their destroy (failed inits too): a
-   ddp_ctx's state, a ddp_grad's. An init on one of them, or a ddp_init for a rank of a
-   job that a live context holds, is refused by name (else the store refused it as another
-   process claiming the rank, or the first object leaked silently). Each object's state
-   starts with its node, which names the object by its address (what a ddp_ctx never
-   initialised holds is never read). A child of fork() has its parent's list, whose
+   ddp_ctx's state, a ddp_grad's, a ddp_sampler's node (from a successful init). An init on
+   one of them, or a ddp_init for a rank of a job that a live context holds, is refused by
+   name (else the store refused it as another process claiming the rank, or the first
+   object leaked silently). Each object's state starts with its node (a sampler points to
+   its own), which names the object by its address (what a ddp_ctx never initialised
+   holds is never read). A child of fork() has its parent's list, whose
    objects are not its own: they count only in the process that made them. */
 typedef struct ddp__held {
     struct ddp__held *next;
-    const void *owner; /* the ddp_ctx, the ddp_grad */
+    const void *owner; /* the ddp_ctx, the ddp_grad, the ddp_sampler */
     pid_t pid;         /* the process that made it (a child of fork() holds a copy) */
-    int kind;          /* DDP__HELD_CTX, DDP__HELD_GRAD */
+    int kind;          /* DDP__HELD_CTX, DDP__HELD_GRAD, DDP__HELD_SAMPLER */
     int ready;         /* a context: its ddp_init succeeded, and rank is its own */
     int rank;
 } ddp__held;
-enum { DDP__HELD_CTX = 1, DDP__HELD_GRAD };
+enum { DDP__HELD_CTX = 1, DDP__HELD_GRAD, DDP__HELD_SAMPLER };
 
 struct ddp__state {
     ddp__held held;           /* first: the list's node is the state */
@@ -6638,7 +6640,21 @@ static ddp_result ddp__sampler_agree(const ddp_sampler *s, ddp_ctx *ctx, int ref
 
 ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc *desc)
 {
+    ddp__held *live = s ? ddp__held_by(s, DDP__HELD_SAMPLER) : NULL;
     size_t n, w;
+    if (live && s->held_ != live) { /* another ddp_sampler where one was left undestroyed (a function's */
+        ddp__unhold(live);          /* stack): that one's lists are lost, as before */
+        live = NULL;
+    }
+    if (live) { /* its lists would be lost: refused, and it goes on; with a context, the others
+                   may be in the agreement already: meet them */
+        ddp_sampler none;
+        ddp_result r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init on a ddp_sampler that ddp_sampler_init set up "
+                                 "before: ddp_sampler_destroy it first");
+        memset(&none, 0, sizeof none);
+        if ((!desc || desc->world_size <= 0) && ctx && ctx->st && ctx->world_size > 1) ddp__sampler_agree(&none, ctx, 1);
+        return r;
+    }
     if (!s) { /* with a context, the others may be in the agreement already: meet them */
         ddp_sampler none;
         ddp_result r;
@@ -6694,10 +6710,14 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
     }
     s->indices = (size_t *)DDP_MALLOC((s->num_samples ? s->num_samples : 1) * sizeof(size_t));
     if (s->shuffle) s->perm_ = (size_t *)DDP_MALLOC((n ? n : 1) * sizeof(size_t));
-    if (!s->indices || (s->shuffle && !s->perm_)) {
+    s->held_ = (ddp__held *)DDP_MALLOC(sizeof *s->held_);
+    if (!s->indices || (s->shuffle && !s->perm_) || !s->held_) {
+        if (s->held_) DDP_FREE(s->held_);
+        s->held_ = NULL;
         ddp_sampler_destroy(s);
         return ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_sampler_init: out of memory for the indices of %zu samples", n);
     }
+    ddp__hold(s->held_, DDP__HELD_SAMPLER, s); /* what a ddp_sampler never set up holds is never read */
     return DDP_OK;
 }
 
@@ -6706,6 +6726,10 @@ void ddp_sampler_destroy(ddp_sampler *s)
     if (!s) return;
     if (s->indices) DDP_FREE(s->indices);
     if (s->perm_) DDP_FREE(s->perm_);
+    if (s->held_) {
+        ddp__unhold(s->held_);
+        DDP_FREE(s->held_);
+    }
     memset(s, 0, sizeof *s);
 }
 

@@ -500,7 +500,8 @@ static const char *const helper_codes[] = {
     [10] = "init failed", [11] = "rank 1's call was not refused", [12] = "another rank's call did not fail",
     [13] = "another rank's error does not name rank 1's refusal", [14] = "the group did not go on",
     [15] = "the next metric_reduce gave a wrong mean", [16] = "rank 1's next call paired with the others' refused one",
-    [17] = "unknown mode", [18] = "rank 1's refusal left ddp_error empty"};
+    [17] = "unknown mode", [18] = "rank 1's refusal left ddp_error empty",
+    [19] = "rank 1's live sampler changed, or its refusal did not say why"};
 static int refused_in_helper(int rank, void *arg)
 {
     const char *mode = (const char *)arg;
@@ -548,6 +549,19 @@ static int refused_in_helper(int rank, void *arg)
         d.dataset_size = 100;
         r = ddp_sampler_init(rank == 1 ? NULL : &s, &ctx, &d);
         if (rank != 1) ddp_sampler_destroy(&s);
+    } else if (strcmp(mode, "sampler_live") == 0) { /* rank 1 sets up its live sampler again */
+        ddp_sampler s;
+        ddp_sampler_desc d;
+        memset(&d, 0, sizeof d);
+        d.dataset_size = 100;
+        if (ddp_sampler_init(&s, &ctx, &d) != DDP_OK) return 10;
+        if (rank != 1) ddp_sampler_destroy(&s);
+        d.dataset_size = 200;
+        r = ddp_sampler_init(&s, &ctx, &d);
+        if (rank == 1 && (s.dataset_size != 100 || !ddp_sampler_epoch(&s, 0) ||
+                          !strstr(ddp_error(&ctx), "ddp_sampler_init on a ddp_sampler that ddp_sampler_init set up before")))
+            return 19;
+        ddp_sampler_destroy(&s);
     } else if (strcmp(mode, "agree") == 0) {
         r = ddp_agree_on(&ctx, "data", rank == 1 ? NULL : "train.bin");
     } else if (strcmp(mode, "async") == 0) {
@@ -647,7 +661,7 @@ int main(int argc, char **argv)
     CHECK("mismatch.refused_on_one_of_three", job.failed == 0, "%s", TEST_JOB_WHY(&job, refused_codes));
     {
         static const char *const helpers[] = {"metric", "grad", "grad_null", "grad_params", "sampler", "sampler_null",
-                                               "agree", "async"};
+                                               "sampler_live", "agree", "async"};
         char name[96];
         size_t i;
         for (i = 0; i < sizeof helpers / sizeof helpers[0]; i++) {

@@ -248,6 +248,53 @@ static void arguments(void)
     ddp_sampler_destroy(&s);
 }
 
+/* ddp_sampler_init on a live sampler is refused by name and that one goes on (its lists
+   leaked, and it drew another dataset's order); a sampler destroyed, never set up (any
+   bytes), or set up where a live one was left (another function's, at the same address)
+   is no live one. */
+static void init_twice(void)
+{
+    ddp_sampler s, other, kept;
+    ddp_sampler_desc d;
+    size_t before[10];
+    const size_t *got;
+    char err[400];
+    int ok;
+    memset(&d, 0, sizeof d);
+    memset(&other, 0, sizeof other); /* (destroyed whether its init came or not) */
+    d.dataset_size = 10;
+    d.seed = 4;
+    ok = ddp_sampler_init(&s, NULL, &d) == DDP_OK && (got = ddp_sampler_epoch(&s, 3)) != NULL;
+    if (ok) memcpy(before, got, sizeof before);
+    d.dataset_size = 20;
+    {
+        test_capture_t cap = test_capture(2);
+        ok = ddp_sampler_init(&s, NULL, &d) == DDP_ERR_ARG && ok;
+        test_captured(cap, err, sizeof err);
+    }
+    CHECK("sampler init on a live sampler is refused by name", ok && strcmp(err, "ddp: error: ddp_sampler_init on a "
+          "ddp_sampler that ddp_sampler_init set up before: ddp_sampler_destroy it first\n") == 0, "stderr: '%s'", err);
+    d.dataset_size = 10;
+    ok = ok && s.dataset_size == 10 && (got = ddp_sampler_epoch(&s, 3)) != NULL && !memcmp(got, before, sizeof before);
+    ok = ok && (got = ddp_sampler_epoch(&s, 4)) != NULL && ddp_sampler_init(&other, NULL, &d) == DDP_OK &&
+         ddp_sampler_epoch(&other, 4) && !memcmp(got, other.indices, sizeof before);
+    ddp_sampler_destroy(&other);
+    CHECK("sampler refused init leaves the live one as it was", ok, "its order changed");
+    ddp_sampler_destroy(&s);
+    ok = ddp_sampler_init(&s, NULL, &d) == DDP_OK;
+    ddp_sampler_destroy(&s);
+    memset(&s, 0xa5, sizeof s);
+    ok = ok && ddp_sampler_init(&s, NULL, &d) == DDP_OK;
+    ddp_sampler_destroy(&s);
+    ok = ok && ddp_sampler_init(&s, NULL, &d) == DDP_OK;
+    kept = s; /* the live one lives on elsewhere; another sampler comes at its address */
+    memset(&s, 0, sizeof s);
+    ok = ok && ddp_sampler_init(&s, NULL, &d) == DDP_OK;
+    ddp_sampler_destroy(&s);
+    ddp_sampler_destroy(&kept);
+    CHECK("sampler destroyed, never set up, or where a live one was: init takes it", ok, "refused");
+}
+
 /* Each simulated rank adds only its real samples; merging gives the exact mean. */
 static void metrics(void)
 {
@@ -356,6 +403,7 @@ int main(int argc, char **argv)
     invariants();
     batches();
     arguments();
+    init_twice();
     metrics();
     (void)test_skip;
     TEST_EXIT();
