@@ -548,20 +548,26 @@ DDPDEF ddp_batch ddp_sampler_batch(ddp_sampler *s, uint64_t epoch, size_t b);
    A metric is a sum and a count, so the global mean is exact: sum over all ranks
    divided by count over all ranks (not the template's mean of per-rank means, which
    counts padding and weights ranks equally). Zero-initialise, add real samples only,
-   reduce once per epoch. min/max are those of the added values. */
+   reduce once per epoch. min/max are those of the added values. A reduced metric holds
+   every rank's part already: reducing it again (which counted each part world_size
+   times) is refused, so is one that has been added to or merged with since; zero it to
+   start a new accumulation. */
 typedef struct ddp_metric {
     double sum, count;
     double min, max; /* meaningful when count > 0 */
+    int reduced;     /* 1: totals over all ranks (from ddp_metric_reduce, or merged with such) */
 } ddp_metric;
 
 /* Adds `value` with weight `weight` (1 for one sample): sum += value * weight. */
 DDPDEF void ddp_metric_add(ddp_metric *m, double value, double weight);
-/* into[i] += from[i] for n metrics (sums, counts, min, max). */
+/* into[i] += from[i] for n metrics (sums, counts, min, max); into[i] is reduced if
+   either was. */
 DDPDEF void ddp_metric_merge(ddp_metric *into, const ddp_metric *from, size_t n);
-/* Replaces n metrics on every rank by their totals over all ranks: an all-reduce of
-   3 int64 (every rank passes as many, and none was refused), then an all-gather of
-   the metrics (f64), combined in rank order so every rank gets the same bits. Host
-   memory on every backend. */
+/* Replaces n metrics on every rank by their totals over all ranks, marked reduced: an
+   all-reduce of 3 int64 (every rank passes as many, and none was refused), then an
+   all-gather of the metrics (f64), combined in rank order so every rank gets the same
+   bits. Host memory on every backend. A metric reduced already is refused, the metrics
+   left as they are (DDP_ERR_ARG, naming the first; on the other ranks DDP_ERR_PEER). */
 DDPDEF ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n);
 DDPDEF double ddp_metric_mean(const ddp_metric *m);    /* sum / count; 0 when empty */
 DDPDEF double ddp_metric_percent(const ddp_metric *m); /* 100 sum / count: accuracy in % */
@@ -6802,23 +6808,31 @@ void ddp_metric_merge(ddp_metric *into, const ddp_metric *from, size_t n)
         }
         a->sum += b->sum;
         a->count += b->count;
+        if (b->reduced) a->reduced = 1;
     }
 }
 
+DDP__STATIC_ASSERT(metric_in_doubles, sizeof(ddp_metric) % sizeof(double) == 0); /* gathered as f64 */
 ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n)
 {
     /* all_gather rather than all_reduce: sums, mins and maxes in one collective, and
        every rank adds the ranks up in the same order */
-    size_t per, w, r;
+    size_t per, w, r, i;
     int64_t counts[3];
     double *all = NULL;
     const char *bad = NULL;
+    char again[160];
     ddp_result res;
     if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_metric_reduce");
     w = (size_t)ctx->world_size;
     if (!m && n) bad = "NULL metrics";
     else if (n > DDP__MAX_BYTES / sizeof(ddp_metric) / (w + 1)) bad = "more metrics than memory holds";
-    else if (n && !(all = (double *)DDP_MALLOC((w + 1) * n * sizeof(ddp_metric)))) bad = "out of memory for them";
+    for (i = 0; !bad && i < n && !m[i].reduced; i++) {}
+    if (!bad && i < n) /* its totals again, W times each rank's part: zeroed, it starts anew */
+        snprintf(again, sizeof again, "metric %zu holds totals over the ranks already (reduced before, or merged with "
+                 "such): zero it to start again", i), bad = again;
+    else if (!bad && n && !(all = (double *)DDP_MALLOC((w + 1) * n * sizeof(ddp_metric))))
+        bad = "out of memory for them";
     /* every rank the same n, 0 too (a rank with none would skip the gather the others
        make, and NCCL drops an empty collective): the largest n and the smallest; and
        whether a rank's call is refused, which it says there rather than leave the others
@@ -6827,7 +6841,8 @@ ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n)
     counts[1] = bad ? 0 : -(int64_t)n;
     counts[2] = bad ? ctx->rank + 1 : 0;
     if ((res = ddp_all_reduce(ctx, counts, counts, 3, DDP_I64, DDP_MAX, NULL)) == DDP_OK && counts[2])
-        res = bad ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_metric_reduce: %s (%zu)", bad, n)
+        res = bad == again ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_metric_reduce: %s", bad)
+              : bad ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_metric_reduce: %s (%zu)", bad, n)
                   : ddp__fail(ctx, DDP_ERR_PEER, "ddp_metric_reduce: rank %lld's call was refused (its ddp_error says why)",
                               (long long)counts[2] - 1);
     else if (res == DDP_OK && counts[0] != -counts[1])
@@ -6843,6 +6858,7 @@ ddp_result ddp_metric_reduce(ddp_ctx *ctx, ddp_metric *m, size_t n)
     if (res == DDP_OK) {
         memset(m, 0, n * sizeof(ddp_metric));
         for (r = 0; r < w; r++) ddp_metric_merge(m, (const ddp_metric *)(all + r * per), n);
+        for (i = 0; i < n; i++) m[i].reduced = 1;
     }
     DDP_FREE(all);
     return res;

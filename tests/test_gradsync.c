@@ -347,6 +347,34 @@ static void metrics_nan(worker *w)
     check_all(w, "metrics reduce: a NaN on one rank is every rank's min and max", ok, why);
 }
 
+/* ddp_metric_reduce again on reduced metrics counted every rank's part W times with
+   DDP_OK: it is refused on every rank, the totals kept, and so after an add or a merge
+   into one; zeroed, a metric reduces again. */
+static void metrics_again(worker *w)
+{
+    ddp_metric m[2], fresh;
+    const double W = w->ctx.world_size;
+    int ok;
+    char why[600] = "";
+    memset(m, 0, sizeof m);
+    ddp_metric_add(&m[1], 1.0 + w->ctx.rank, 1);
+    ok = ddp_metric_reduce(&w->ctx, m, 2) == DDP_OK && m[1].count == W && m[0].reduced && m[1].reduced;
+    ok = ok && ddp_metric_reduce(&w->ctx, m, 2) == DDP_ERR_ARG && m[1].count == W &&
+         m[1].sum == W * (W + 1) / 2 && strstr(ddp_error(&w->ctx), "ddp_metric_reduce: metric 0 holds totals over the "
+                                                "ranks already (reduced before, or merged with such): zero it to start again");
+    if (!ok) snprintf(why, sizeof why, "again: count %g sum %g: %s", m[1].count, m[1].sum, ddp_error(&w->ctx));
+    check_all(w, "metrics reduce again is refused, the totals kept", ok, why);
+    ddp_metric_add(&m[1], 5, 1);
+    ok = ddp_metric_reduce(&w->ctx, m + 1, 1) == DDP_ERR_ARG && m[1].count == W + 1;
+    memset(&fresh, 0, sizeof fresh);
+    ddp_metric_merge(&fresh, m, 1);
+    ok = ok && fresh.reduced && ddp_metric_reduce(&w->ctx, &fresh, 1) == DDP_ERR_ARG;
+    memset(m, 0, sizeof m);
+    ddp_metric_add(&m[0], 2, 1);
+    ok = ok && ddp_metric_reduce(&w->ctx, m, 2) == DDP_OK && m[0].count == W && m[0].sum == 2 * W;
+    check_all(w, "metrics added to or merged from reduced ones are refused; zeroed they reduce", ok, ddp_error(&w->ctx));
+}
+
 /* ddp_init for a job of its own: errors go to a log nobody prints (each rank reports) */
 static ddp_result init_quiet(ddp_ctx *ctx, int *argc, char **argv)
 {
@@ -460,6 +488,7 @@ static int work(int *argc, char **argv)
     errors(&w);
     metrics(&w);
     metrics_nan(&w);
+    metrics_again(&w);
     unmarked_on_one_rank(&w);
     ddp_destroy(&w.ctx);
     return w.failures ? 1 : 0;

@@ -510,9 +510,14 @@ static int refused_in_helper(int rank, void *arg)
     float x = 1;
     if (ddp_init(&ctx, NULL) != DDP_OK) return 10;
     if (strcmp(mode, "metric") == 0) {
-        ddp_metric m = {0, 0, 0, 0};
+        ddp_metric m = {0, 0, 0, 0, 0};
         ddp_metric_add(&m, 100.0 * (rank + 1), 1);
         r = ddp_metric_reduce(&ctx, rank == 1 ? NULL : &m, 1);
+    } else if (strcmp(mode, "metric_again") == 0) { /* rank 1 passes its reduced metric again */
+        ddp_metric m = {0, 0, 0, 0, 0}, next = {0, 0, 0, 0, 0};
+        ddp_metric_add(&m, 100.0 * (rank + 1), 1);
+        if (ddp_metric_reduce(&ctx, &m, 1) != DDP_OK) return 10;
+        r = ddp_metric_reduce(&ctx, rank == 1 ? &m : &next, 1);
     } else if (strcmp(mode, "grad") == 0) {
         int32_t g[4] = {0, 0, 0, 0};
         ddp_grad grad;
@@ -579,8 +584,8 @@ static int refused_in_helper(int rank, void *arg)
     if (rank != 1 && r != DDP_ERR_PEER) return 12;
     if (rank != 1 && !strstr(ddp_error(&ctx), "rank 1's call was refused")) return 13;
     if (ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK || x != (float)ctx.world_size) return 14;
-    if (strcmp(mode, "metric") == 0) { /* the next one pairs with the others' next one */
-        ddp_metric m = {0, 0, 0, 0};
+    if (strncmp(mode, "metric", 6) == 0) { /* the next one pairs with the others' next one */
+        ddp_metric m = {0, 0, 0, 0, 0};
         ddp_metric_add(&m, 1.0 + rank, 1);
         if (ddp_metric_reduce(&ctx, &m, 1) != DDP_OK || ddp_metric_mean(&m) != (1.0 + ctx.world_size) / 2) return 15;
     }
@@ -660,8 +665,8 @@ int main(int argc, char **argv)
     test_spawn(&job, 3, refused_on_one, NULL);
     CHECK("mismatch.refused_on_one_of_three", job.failed == 0, "%s", TEST_JOB_WHY(&job, refused_codes));
     {
-        static const char *const helpers[] = {"metric", "grad", "grad_null", "grad_params", "sampler", "sampler_null",
-                                               "sampler_live", "agree", "async"};
+        static const char *const helpers[] = {"metric", "metric_again", "grad", "grad_null", "grad_params", "sampler",
+                                               "sampler_null", "sampler_live", "agree", "async"};
         char name[96];
         size_t i;
         for (i = 0; i < sizeof helpers / sizeof helpers[0]; i++) {

@@ -12,7 +12,7 @@ int main(int argc, char **argv)
     ddp_ctx ctx;
     ddp_desc desc = {0};
     double host[2], *dev, sum = 0, count, mean_of_means, exact;
-    ddp_metric loss = {0, 0, 0, 0};
+    ddp_metric loss = {0, 0, 0, 0, 0};
     int i, status = ddp_launch(&argc, argv);
     if (status != DDP_WORKER) return status;
     desc.argc = &argc;

@@ -34,7 +34,7 @@ int main(int argc, char **argv)
     ddp_desc desc = {0};
     ddp_sampler sampler;
     ddp_sampler_desc sd = {0};
-    ddp_metric loss = {0, 0, 0, 0};
+    ddp_metric loss = {0, 0, 0, 0, 0};
     double mine[2] = {0, 0}, *all; /* samples this rank counted, and how many of its samples are real */
     size_t b;
     int r, ok, status = ddp_launch(&argc, argv);

@@ -71,7 +71,7 @@ int main(int argc, char **argv)
     ddp_print(&ctx, "%d weights in %zu buckets, every rank starts from rank 0's\n", D, sync.num_buckets);
 
     for (epoch = 0; epoch < EPOCHS; epoch++) {
-        ddp_metric loss = {0, 0, 0, 0};
+        ddp_metric loss = {0, 0, 0, 0, 0};
         size_t b, s;
         if (trace && epoch == EPOCHS - 1 && ddp_trace_start(&ctx, 0) != DDP_OK) return 1;
         for (b = 0; b < sampler.num_batches; b++) {

@@ -98,7 +98,7 @@ int main(int argc, char **argv)
     sd.batch_size = BATCH;
     if (ddp_sampler_init(&sampler, &ctx, &sd) != DDP_OK) return 1;
     for (; epoch < epochs; epoch++) {
-        ddp_metric m[2] = {{0, 0, 0, 0}, {0, 0, 0, 0}}; /* loss, within 0.1 */
+        ddp_metric m[2] = {{0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}}; /* loss, within 0.1 */
         size_t b, s;
         for (b = 0; b < sampler.num_batches; b++) {
             ddp_batch bt = ddp_sampler_batch(&sampler, (uint64_t)epoch, b);
