@@ -154,6 +154,7 @@
      - start MPI twice in one process: on the MPI backend, ddp_init after a
        ddp_destroy that finalized MPI is refused (DDP_ERR_BACKEND)
      - compare NCCL collectives unless asked (DDP_CHECK=1: one store round trip each)
+     - compare the sampler's epoch across ranks (a local call: see the sampler)
      - encrypt anything: the secret authenticates who joins the store; the data of
        the collectives and NCCL's own traffic are not protected from the network
      - host the store inside torchrun's agent: under torchrun, rank 0 opens its own
@@ -490,6 +491,11 @@ DDPDEF uint16_t ddp_f32_to_f16(float f);
    torch.randperm(N) of a generator seeded with seed + e: the same order as PyTorch
    (from 214,748,364 samples on, that of torch 2.7 and later, which changed it there).
    There is no set_epoch to forget: every call that returns indices takes the epoch.
+   The epoch is not compared across ranks (ranks that pass different ones draw orders
+   that overlap): drawing is local, with no meeting point to compare it at, and the
+   next collective's fingerprint would refuse a healthy rank whose loader drew ahead.
+   Where ranks compute it apart (each from its own checkpoint), check it once per epoch
+   with ddp_agree_on(ctx, "epoch", text).
    With a context (and desc.world_size 0) init is collective: every rank calls it, and
    ranks whose size, seed, shuffle, drop_last or batch settings differ (which would
    train on overlapping samples or step a different number of times) get
