@@ -6948,8 +6948,9 @@ struct ddp__grad_state {
     int busy;                  /* a call in progress (atomic): a second thread's is refused */
 };
 
-/* The sync and its context are the ones ddp_grad_init set up; else a line on stderr
-   naming the call (the context's log is gone, or another's), DDP_ERR_ARG. */
+/* The sync and its context are the ones ddp_grad_init set up; else DDP_ERR_ARG, said in
+   the context's log for a ddp_grad destroyed while its context lives, else on stderr
+   naming the call (the context's log is gone, or another's). */
 static int ddp__grad_live(const ddp_grad *g)
 {
     return g && g->st && g->ctx && g->ctx->st && g->ctx->st->id == g->st->ctx_id;
