@@ -225,7 +225,10 @@
                       ddp_init twice (on a live ddp_ctx, or for a rank held) refused;
                       ddp_trace_save says when events were dropped; ddp_grad_init on
                       a live ddp_grad refused; the launcher warns when no rank
-                      called ddp_destroy
+                      called ddp_destroy; ddp_sampler_init on a live ddp_sampler
+                      refused; ddp_metric_reduce of reduced metrics refused (a
+                      ddp_metric holds `reduced`); a call on a destroyed ddp_grad
+                      named in ddp_error
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
