@@ -434,7 +434,8 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
    every column instead, and takes k a step at a time across all its panels: its rows of
    a for a step are read from memory once and from cache by the other panels (a task per
    panel read all of a's k per panel: 1.6-1.8x the forward's time for the same flops on
-   an AMD EPYC family 23, against 1.3x so). The panels are packed once per
+   an AMD EPYC family 23, against 1.3x so); a weight gradient's sum with long rows walks
+   a step tile by tile rather than panel by panel (ddp__gemm_by_tile). The panels are packed once per
    call for all row blocks (into a scratch the call allocates; without it, each task
    packs its own), and so is a where it is strided along k by a page. Each element of c is one
    chain of multiply-adds in ascending k, started from init (bias, zero, or c itself)
@@ -751,21 +752,36 @@ static inline int ddp__gemm_a_by_step(int K, int step)
     return K > DDP__KC && (size_t)(DDP__MD + DDP__MR) * (size_t)step <= ((size_t)1 << 18);
 }
 
+/* Whether a per-sequence sum's tasks walk their block tile by tile, each tile across every
+   panel of a step (a tile's packed rows of a stay in L1, its rows of csum are written in
+   runs), rather than panel by panel (a panel of b stays in L1 while the block's tiles walk
+   down it, and each panel adds to a column of csum rows N doubles apart): where csum's
+   rows are 256 doubles or longer and a step is one panel deep. On an AMD EPYC family 25
+   (one thread) the weight gradients with 256-1536 inputs ran 3-34% faster so, and with
+   128 inputs as fast or up to 16% slower; the forward and the input gradient, tried the
+   same way, were no faster. */
+static inline int ddp__gemm_by_tile(int N, int K, int sum, int seg)
+{
+    return sum && N >= 256 && K > DDP__KC && ddp__gemm_step(K, sum, seg) <= DDP__KC;
+}
+
 /* Floats of ddp__gemm's scratch: b packed whole (K, N rounded up to whole panels) when its
    row blocks would each pack the same panels again (M past one block, or past one tile
    where k is deeper than a panel: the block count then follows the threads), then a packed
    when it is strided along k by a page or more (each k a new page, where the hardware
    prefetches nothing; shorter strides read in place were faster than packing, weight
-   gradients with 128-512 outputs on Zen 3), each tile's rows k by k: a step's region for
-   each of `threads`, else all of a (M rounded up to whole tiles, K). */
+   gradients with 128-512 outputs on Zen 3) or strided along k at all where the tasks go
+   tile by tile (rows of a read in place, 64-256 k deep and a line apart, leave L1 before
+   the tile's next panel), each tile's rows k by k: a step's region for each of `threads`,
+   else all of a (M rounded up to whole tiles, K). */
 static inline size_t ddp__gemm_b_floats(int M, int N, int K)
 {
     const int one_block = M <= (K > DDP__KC ? DDP__MR : DDP__MC);
     return !one_block && N > 0 && K > 0 ? (size_t)K * (size_t)((N + DDP__NR - 1) / DDP__NR) * DDP__NR : 0;
 }
-static inline size_t ddp__gemm_a_floats(int M, int K, size_t ak, int step, int threads)
+static inline size_t ddp__gemm_a_floats(int M, int K, size_t ak, int step, int by_tile, int threads)
 {
-    if (ak * sizeof(float) < 4096 || M <= 0 || K <= 0) return 0;
+    if ((ak * sizeof(float) < 4096 && !(by_tile && ak > 1)) || M <= 0 || K <= 0) return 0;
     return ddp__gemm_a_by_step(K, step) ? (size_t)threads * (DDP__MD + DDP__MR) * (size_t)step
                                         : (size_t)K * (size_t)((M + DDP__MR - 1) / DDP__MR) * DDP__MR;
 }
@@ -779,7 +795,8 @@ static inline float *ddp__gemm_scratch(int M, int N, int K, size_t ak, int sum, 
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    const size_t n = ddp__gemm_b_floats(M, N, K) + ddp__gemm_a_floats(M, K, ak, ddp__gemm_step(K, sum, seg), threads);
+    const int step = ddp__gemm_step(K, sum, seg), by_tile = ddp__gemm_by_tile(N, K, sum, seg);
+    const size_t n = ddp__gemm_b_floats(M, N, K) + ddp__gemm_a_floats(M, K, ak, step, by_tile, threads);
     return n ? (float *)malloc(n * sizeof(float)) : NULL;
 }
 
@@ -825,12 +842,13 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
     const int per = deep ? panels : 1, across = deep ? 1 : panels, tasks = panels > 0 ? blocks * across : 0;
     const int depths = (K + DDP__KC - 1) / DDP__KC;
     const int step = ddp__gemm_step(K, csum != NULL, seg), by_step = ddp__gemm_a_by_step(K, step);
+    const int by_tile = ddp__gemm_by_tile(N, K, csum != NULL, seg);
     int tid = 0;
 #ifdef _OPENMP
     tid = omp_get_thread_num();
 #endif
     const size_t bfl = scratch ? ddp__gemm_b_floats(M, N, K) : 0;
-    const size_t afl = scratch ? ddp__gemm_a_floats(M, K, ak, step, 1) : 0; /* with by_step: one thread's region */
+    const size_t afl = scratch ? ddp__gemm_a_floats(M, K, ak, step, by_tile, 1) : 0; /* with by_step: one thread's */
     float *bpk = bfl ? scratch : NULL, *apk = afl ? scratch + bfl + (by_step ? (size_t)tid * afl : 0) : NULL;
     const int bjobs = bpk ? panels * depths : 0, jobs = bjobs + (apk && !by_step ? (K + 15) / 16 : 0);
     if (jobs) { /* b's panel p at bpk + NR p K, depth k0 of it NR k0 further; a by 16 rows of k */
@@ -845,6 +863,23 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                 ddp__gemm_pack_a(apk, a, am, ak, M, K, k0, K - k0 < 16 ? K : k0 + 16);
             }
     }
+/* the tile at row m, columns n0 (nv of them), depth k0 (kc deep) of this step, from the panel at bp */
+#define DDP__GEMM_AT(m, n0, nv, k0, kc, bp) {                                                                       \
+    const size_t ta = (size_t)(((m) - m0) / DDP__MR) * step + (size_t)((k0) - s0); /* in a by_step region */      \
+    const int mv = m1 - (m) < DDP__MR ? m1 - (m) : DDP__MR; /* rows stored; packed a has all DDP__MR */              \
+    for (int i = (m) + DDP__MR; i < (m) + 2 * DDP__MR && i < m1 && !csum; i++) {                                     \
+        DDP__PREFETCH_W(c + (size_t)i * N + (n0));                                                                  \
+        DDP__PREFETCH_W(c + (size_t)i * N + (n0) + (nv) - 1);                                                       \
+    }                                                                                                                \
+    ddp__gemm_tile(csum ? part + (size_t)((m) - m0) * DDP__NR : c + (size_t)(m) * N + (n0),                          \
+                   csum ? DDP__NR : (size_t)N, mv, (nv),                                                             \
+                   apk && by_step ? apk + ta * DDP__MR                                                               \
+                   : apk ? apk + ((size_t)((m) / DDP__MR) * K + (k0)) * DDP__MR                                      \
+                       : a + (size_t)(m) * am + (size_t)(k0) * ak,                                                   \
+                   apk ? 1 : am, apk ? DDP__MR : ak, apk ? DDP__MR : mv, (bp), DDP__NR, DDP__NR, (kc),                \
+                   !accumulate && (k0) == (csum ? s0 : 0), bias ? bias + (n0) : NULL,                                 \
+                   csum && (k0) + (kc) >= s1 ? csum + (size_t)(m) * N + (n0) : NULL, (size_t)N);                     \
+}
     DDP__OMP(for schedule(dynamic) nowait)
     for (int t = 0; t < tasks; t++) {
         float own[DDP__KC * DDP__NR], part[(DDP__MC + DDP__MR) * DDP__NR]; /* a run's rows (mc <= DDP__MC + MR - 1) */
@@ -853,31 +888,23 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
             const int s1 = s0 + step < K ? s0 + step : K;
             if (apk && by_step) /* this step's rows of a, tile by tile, at apk + (tile step + k - s0) MR */
                 ddp__gemm_pack_a(apk, a + (size_t)m0 * am + (size_t)s0 * ak, am, ak, m1 - m0, step, 0, s1 - s0);
-            for (int p = p0; p < p1; p++) {
-                const int n0 = p * DDP__NR, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
-                for (int k0 = s0; k0 < (K ? s1 : 1); k0 += DDP__KC) {
-                    const int kc = s1 - k0 < DDP__KC ? s1 - k0 : DDP__KC, start = !accumulate && k0 == (csum ? s0 : 0);
-                    const int flush = csum && k0 + kc >= s1;
-                    const float *bp = bpk ? bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR : own;
-                    if (!bpk) ddp__gemm_pack(own, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
-                    for (int m = m0; m < m1; m += DDP__MR) {
-                        const size_t ta = (size_t)((m - m0) / DDP__MR) * step + (size_t)(k0 - s0); /* its place in a by_step region */
-                        for (int i = m + DDP__MR; i < m + 2 * DDP__MR && i < m1 && !csum; i++) {
-                            DDP__PREFETCH_W(c + (size_t)i * N + n0);
-                            DDP__PREFETCH_W(c + (size_t)i * N + n0 + nv - 1);
-                        }
-                        const int mv = m1 - m < DDP__MR ? m1 - m : DDP__MR; /* rows stored; packed a has all DDP__MR */
-                        ddp__gemm_tile(csum ? part + (size_t)(m - m0) * DDP__NR : c + (size_t)m * N + n0,
-                                       csum ? DDP__NR : (size_t)N, mv, nv,
-                                       apk && by_step ? apk + ta * DDP__MR
-                                       : apk ? apk + ((size_t)(m / DDP__MR) * K + k0) * DDP__MR
-                                           : a + (size_t)m * am + (size_t)k0 * ak,
-                                       apk ? 1 : am, apk ? DDP__MR : ak, apk ? DDP__MR : mv, bp, DDP__NR, DDP__NR, kc,
-                                       start,
-                                       bias ? bias + n0 : NULL, flush ? csum + (size_t)m * N + n0 : NULL, (size_t)N);
+            if (by_tile && bpk) { /* (without b packed whole, each task packs a panel at a time: panel by panel) */
+                for (int m = m0; m < m1; m += DDP__MR)
+                    for (int p = p0; p < p1; p++) {
+                        const int n0 = p * DDP__NR, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
+                        DDP__GEMM_AT(m, n0, nv, s0, s1 - s0, bpk + (size_t)n0 * K + (size_t)s0 * DDP__NR)
+                    }
+            } else
+                for (int p = p0; p < p1; p++) {
+                    const int n0 = p * DDP__NR, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
+                    for (int k0 = s0; k0 < (K ? s1 : 1); k0 += DDP__KC) {
+                        const int kc = s1 - k0 < DDP__KC ? s1 - k0 : DDP__KC;
+                        if (!bpk) ddp__gemm_pack(own, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
+                        for (int m = m0; m < m1; m += DDP__MR)
+                            DDP__GEMM_AT(m, n0, nv, k0, kc, bpk ? bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR : own)
                     }
                 }
-            }
+#undef DDP__GEMM_AT
         }
     }
 }

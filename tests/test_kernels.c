@@ -276,7 +276,7 @@ static void test_matmul_blocked(void)
 /* The per-sequence sum: each sequence's fp32 gradient (ddp_matmul_backward_cpu with B = 1,
    into zeros) added in double, bit for bit, also past one panel of depth (T > 256) and
    past one block of rows (OC > 255: the panels packed once for all blocks), with dout
-   packed (OC >= 1024), and with one thread as with many. */
+   packed (OC >= 1024), tile by tile (C >= 256), and with one thread as with many. */
 static void matmul_sum_case(int SB, int ST, int SC, int SOC, int *same, int *threads)
 {
     float *dout = alloc((size_t)SB * ST * SOC), *inp = alloc((size_t)SB * ST * SC), *w = alloc(SOC * SC);
@@ -320,6 +320,8 @@ static void test_matmul_sum(void)
     matmul_sum_case(2, 270, 19, 270, &same, &threads);
     matmul_sum_case(3, 30, 5, 1030, &same, &threads); /* dout packed: strided by a page */
     matmul_sum_case(3, 300, 5, 1030, &same, &threads); /* and packed a run at a time (k past a panel) */
+    matmul_sum_case(3, 100, 260, 37, &same, &threads);  /* rows of 256 or more: tile by tile, dout packed */
+    matmul_sum_case(2, 130, 257, 1030, &same, &threads); /* and strided by a page */
     matmul_sum_case(2, 150, 4, 0, &same, &threads);   /* no outputs, k past a panel: nothing to do, no crash */
     CHECK("kernels.matmul.sum_per_sequence", same && threads, "the double sum %s the per-sequence fp32 gradients; "
           "one thread %s", same ? "matches" : "differs from", threads ? "agrees" : "differs");
