@@ -840,9 +840,9 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
 #endif
     const int mc = (tiles + blocks - 1) / blocks * DDP__MR, panels = M > 0 ? (N + DDP__NR - 1) / DDP__NR : 0;
     const int per = deep ? panels : 1, across = deep ? 1 : panels, tasks = panels > 0 ? blocks * across : 0;
-    const int depths = (K + DDP__KC - 1) / DDP__KC;
     const int step = ddp__gemm_step(K, csum != NULL, seg), by_step = ddp__gemm_a_by_step(K, step);
     const int by_tile = ddp__gemm_by_tile(N, K, csum != NULL, seg);
+    const int pdepth = by_tile ? step : DDP__KC, depths = (K + pdepth - 1) / pdepth; /* b's packing jobs: panel x depth */
     int tid = 0;
 #ifdef _OPENMP
     tid = omp_get_thread_num();
@@ -851,13 +851,17 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
     const size_t afl = scratch ? ddp__gemm_a_floats(M, K, ak, step, by_tile, 1) : 0; /* with by_step: one thread's */
     float *bpk = bfl ? scratch : NULL, *apk = afl ? scratch + bfl + (by_step ? (size_t)tid * afl : 0) : NULL;
     const int bjobs = bpk ? panels * depths : 0, jobs = bjobs + (apk && !by_step ? (K + 15) / 16 : 0);
-    if (jobs) { /* b's panel p at bpk + NR p K, depth k0 of it NR k0 further; a by 16 rows of k */
+    /* b's panel at column n0, from depth k0 (of a step, kd deep, where the tasks go tile by tile: a
+       step's panels side by side, in the order a tile walks them; else a panel's every k in a run) */
+#define DDP__BPK(n0, k0, kd) (by_tile ? bpk + (size_t)(k0) * panels * DDP__NR + (size_t)(n0) * (kd) \
+                                      : bpk + (size_t)(n0) * K + (size_t)(k0) * DDP__NR)
+    if (jobs) { /* b by panel and depth; a by 16 rows of k */
         DDP__OMP(for schedule(dynamic))
         for (int t = 0; t < jobs; t++)
             if (t < bjobs) {
-                const int n0 = t / depths * DDP__NR, k0 = t % depths * DDP__KC;
-                ddp__gemm_pack(bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR, b + (size_t)k0 * bk + (size_t)n0 * bn, bk,
-                               bn, K - k0 < DDP__KC ? K - k0 : DDP__KC, N - n0 < DDP__NR ? N - n0 : DDP__NR);
+                const int n0 = t / depths * DDP__NR, k0 = t % depths * pdepth, kd = K - k0 < pdepth ? K - k0 : pdepth;
+                ddp__gemm_pack(DDP__BPK(n0, k0, kd), b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kd,
+                               N - n0 < DDP__NR ? N - n0 : DDP__NR);
             } else {
                 const int k0 = (t - bjobs) * 16;
                 ddp__gemm_pack_a(apk, a, am, ak, M, K, k0, K - k0 < 16 ? K : k0 + 16);
@@ -892,7 +896,7 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                 for (int m = m0; m < m1; m += DDP__MR)
                     for (int p = p0; p < p1; p++) {
                         const int n0 = p * DDP__NR, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
-                        DDP__GEMM_AT(m, n0, nv, s0, s1 - s0, bpk + (size_t)n0 * K + (size_t)s0 * DDP__NR)
+                        DDP__GEMM_AT(m, n0, nv, s0, s1 - s0, DDP__BPK(n0, s0, s1 - s0))
                     }
             } else
                 for (int p = p0; p < p1; p++) {
@@ -901,10 +905,11 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                         const int kc = s1 - k0 < DDP__KC ? s1 - k0 : DDP__KC;
                         if (!bpk) ddp__gemm_pack(own, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
                         for (int m = m0; m < m1; m += DDP__MR)
-                            DDP__GEMM_AT(m, n0, nv, k0, kc, bpk ? bpk + (size_t)n0 * K + (size_t)k0 * DDP__NR : own)
+                            DDP__GEMM_AT(m, n0, nv, k0, kc, bpk ? DDP__BPK(n0, k0, kc) : own)
                     }
                 }
 #undef DDP__GEMM_AT
+#undef DDP__BPK
         }
     }
 }
