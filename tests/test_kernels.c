@@ -197,7 +197,8 @@ static void test_matmul_blocked(void)
     static const int shapes[][3] = {{1, 1, 1}, {1, 1, 17}, {3, 1, 1}, {7, 19, 1}, {11, 37, 33},
                                     {17, 300, 20}, {6, 16, 300}, {260, 17, 5}, {300, 9, 40}, {30, 20, 270},
                                     {260, 300, 20}, {40, 7, 1030},  /* dweight's a packed (OC >= 1024) */
-                                    {300, 9, 1030}};                /* and packed a step at a time (k past a panel) */
+                                    {300, 9, 1030},                 /* and packed a step at a time (k past a panel) */
+                                    {20, 400, 30}, {7, 20, 400}, {400, 20, 9}}; /* past the AVX2 tile's 384-deep panel */
     double worst = 0.0;
     int same_threads = 1, same_rows = 1, same_split = 1;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -274,7 +275,7 @@ static void test_matmul_blocked(void)
 }
 
 /* The per-sequence sum: each sequence's fp32 gradient (ddp_matmul_backward_cpu with B = 1,
-   into zeros) added in double, bit for bit, also past one panel of depth (T > 256) and
+   into zeros) added in double, bit for bit, also past one panel of depth (T > 256; 384 with AVX2) and
    past one block of rows (OC > 255: the panels packed once for all blocks), with dout
    packed (OC >= 1024), tile by tile (C >= 256), and with one thread as with many. */
 static void matmul_sum_case(int SB, int ST, int SC, int SOC, int *same, int *threads)
@@ -320,6 +321,7 @@ static void test_matmul_sum(void)
     matmul_sum_case(2, 270, 19, 270, &same, &threads);
     matmul_sum_case(3, 30, 5, 1030, &same, &threads); /* dout packed: strided by a page */
     matmul_sum_case(3, 300, 5, 1030, &same, &threads); /* and packed a run at a time (k past a panel) */
+    matmul_sum_case(2, 400, 21, 37, &same, &threads);  /* past the AVX2 tile's panel */
     matmul_sum_case(3, 100, 260, 37, &same, &threads);  /* rows of 256 or more: tile by tile, dout packed */
     matmul_sum_case(2, 130, 257, 1030, &same, &threads); /* and strided by a page */
     matmul_sum_case(2, 150, 4, 0, &same, &threads);   /* no outputs, k past a panel: nothing to do, no crash */
@@ -365,6 +367,7 @@ static void test_matmul_input(void)
     matmul_input_case(2, 16, 512, 128, &same, &threads); /* train_gpt's MLP projection, smaller */
     matmul_input_case(3, 37, 45, 29, &same, &threads);   /* off the tile both ways */
     matmul_input_case(1, 50, 70, 300, &same, &threads);  /* deeper than a panel */
+    matmul_input_case(1, 30, 40, 400, &same, &threads);  /* and than the AVX2 tile's */
     matmul_input_case(1, 9, 260, 1030, &same, &threads); /* and past a page per row of dout */
     matmul_input_case(2, 5, 33, 0, &same, &threads);     /* no outputs: dinp = 0 */
     ddp_matmul_backward_input_cpu(NULL, NULL, NULL, NULL, 2, 3, 4, 5); /* dinp not needed: nothing read */
