@@ -5999,6 +5999,62 @@ static void ddp__signal_all(const pid_t *pids, const int *halted, int n, const c
         if (pids[i] > 0 && halted[i] && sig != SIGKILL) kill(pids[i], SIGCONT);
 }
 
+/* Every process left of the job: SIGTERM, SIGKILL 3 s later; returns once none is left
+   (or only what cannot die). */
+static void ddp__end_job(const char *job)
+{
+    int64_t until = ddp__now_ms() + 3000;
+    int sig = SIGTERM;
+    while (ddp__signal_job(job, NULL, 0, sig) > 0 && sig != 0) {
+        struct timespec ts = {0, 20000000L};
+        nanosleep(&ts, NULL);
+        if (ddp__now_ms() >= until) {
+            sig = sig == SIGTERM ? SIGKILL : 0; /* past SIGKILL, only what cannot die is left */
+            until = ddp__now_ms() + 2000;
+        }
+    }
+}
+
+/* A launcher killed by SIGKILL cleans up nothing: its ranks end (PR_SET_PDEATHSIG), but
+   what they started (a wrapper script's program, a data loader's worker) would run on as
+   orphans. So each attempt has a watchdog, a child blocked on a pipe that only the
+   launcher holds: a byte is the attempt's own end; end of file, the launcher's death,
+   and then the watchdog ends the job's processes and removes its shared memory (prefix).
+   close_fds (n of them) are the launcher's that it must not hold. Returns its pid and in
+   *fd the pipe's end to write, or -1 (the job runs without one). */
+static pid_t ddp__watchdog(const char *job, const char *prefix, const int *close_fds, int n, int *fd)
+{
+    int p[2], i;
+    pid_t pid;
+    *fd = -1;
+    if (pipe(p) != 0) return -1;
+    fcntl(p[1], F_SETFD, FD_CLOEXEC); /* no rank's program holds it */
+    pid = fork();
+    if (pid == 0) {
+        char c;
+        ssize_t k;
+        int null = open("/dev/null", O_RDWR);
+        close(p[1]);
+        for (i = 0; i < n; i++)
+            if (close_fds[i] >= 0) close(close_fds[i]);
+        if (null >= 0) dup2(null, 0), dup2(null, 1), dup2(null, 2); /* who reads the job's output sees it end with the job */
+        prctl(PR_SET_NAME, "ddp-watchdog");
+        while ((k = read(p[0], &c, 1)) < 0 && errno == EINTR) {}
+        if (k == 0) {
+            ddp__end_job(job);
+            ddp__shm_sweep(prefix, -1);
+        }
+        _exit(0);
+    }
+    close(p[0]);
+    if (pid < 0) {
+        close(p[1]);
+        return -1;
+    }
+    *fd = p[1];
+    return pid;
+}
+
 /* The launcher a rank of an already launched job was started by, or NULL. A job of one
    task (srun --pty bash, srun -n 1) is a place to launch from, as a shell is. */
 static const char *ddp__launched_by(void)
@@ -6137,6 +6193,8 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     int stopped_after = 0; /* a stop signal that came once a rank had failed: named after the failure */
     int64_t term_at = 0, kill_at = 0;
     const pid_t launcher = getpid();
+    pid_t watchdog;
+    int guard;
     struct stat sb;
     *why = 0;
     *final = 1;
@@ -6183,6 +6241,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     snprintf(job, sizeof job, "run-%s", id);
     snprintf(port, sizeof port, "%d", p);
     snprintf(num, sizeof num, "%d", nproc);
+    snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job)); /* its shared memory */
 
     /* the ranks, started with signals blocked: they arrive through sigtimedwait below,
        never asynchronously */
@@ -6198,6 +6257,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     sigaction(SIGCHLD, &dfl, &chld);
     sigprocmask(SIG_BLOCK, &block, &old);
     fflush(NULL);
+    watchdog = ddp__watchdog(job, prefix, pipefd, 2, &guard);
     *final = 0;
     for (i = 0; i < nproc; i++) {
         pid_t pid = fork();
@@ -6367,21 +6427,14 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     }
     /* a failed or stopped attempt takes what its ranks started with it (SIGTERM, SIGKILL
        3 s later): nothing of it runs beside the next attempt, or after the launcher */
-    if (status != 0) {
-        int64_t until = ddp__now_ms() + 3000;
-        int sig = SIGTERM;
-        while (ddp__signal_job(job, NULL, 0, sig) > 0 && sig != 0) {
-            struct timespec ts = {0, 20000000L};
-            nanosleep(&ts, NULL);
-            if (ddp__now_ms() >= until) {
-                sig = sig == SIGTERM ? SIGKILL : 0; /* past SIGKILL, only what cannot die is left */
-                until = ddp__now_ms() + 2000;
-            }
-        }
-    }
+    if (status != 0) ddp__end_job(job);
     /* whatever shared memory a crash left behind goes with the attempt */
-    snprintf(prefix, sizeof prefix, "ddp.%016llx.", (unsigned long long)ddp__hash(job));
     ddp__shm_sweep(prefix, -1);
+    if (watchdog > 0) { /* the attempt ended here: its watchdog goes, doing nothing */
+        if (write(guard, "", 1) < 0) {}
+        close(guard);
+        while (waitpid(watchdog, NULL, 0) < 0 && errno == EINTR) {}
+    }
     /* the signals again as they were, the cleanup done: one that came during it acts now.
        The caller's SIGCHLD handler first, told once (its own children may have ended, and
        their signal was taken here with the ranks') */

@@ -197,6 +197,24 @@ left=$(pgrep -f "$tmp/waiter" | wc -l)
 touch "$tmp/go"
 [ $rc -eq 143 ] && [ "$left" -eq 0 ]
 sigcheck wrapped_programs_end_with_the_job $? "status $rc (want 143), $left wrapped ranks still running"
+# A launcher killed by SIGKILL (kill -9, the out-of-memory killer) cleans up nothing: its
+# ranks end with it (PR_SET_PDEATHSIG), and what they started must too (each went on as an
+# orphan). The ranks and their children are the only writers of the FIFO: end of file
+# comes once every one of them is gone.
+mkfifo "$tmp/out9"
+examples/ddprun -n 2 sh -c 'sleep 1000 & echo "up $!"; wait' >"$tmp/out9" 2>/dev/null &
+pid=$!
+exec 3<"$tmp/out9"
+read -r -t 30 _ a <&3
+read -r -t 30 _ b <&3
+{ kill -9 $pid; wait $pid; } 2>/dev/null # (bash's "Killed" line too)
+read -r -t 20 _ <&3 # 1: end of file; past 128: still open after 20 s
+rc=$?
+exec 3<&-
+left=$(ps -o pid=,stat=,args= -p "${a:-0},${b:-0}" | grep -v ' Z' | tr '\n' ' ')
+kill "${a:-0}" "${b:-0}" 2>/dev/null # none left behind by a failure
+[ $rc -eq 1 ] && [ -n "$b" ]
+sigcheck sigkill_to_the_launcher_ends_what_the_ranks_started $? "read status $rc (want 1, end of file); the ranks' children $a $b, still running: $left"
 rm -f "$tmp/attempt1" "$tmp/overlap"
 out=$(timeout -k 5 60 examples/ddprun -n 2 --max-restarts 1 "$tmp/leaver" 2>&1)
 rc=$?
