@@ -228,7 +228,8 @@
                       called ddp_destroy; ddp_sampler_init on a live ddp_sampler
                       refused; ddp_metric_reduce of reduced metrics refused (a
                       ddp_metric holds `reduced`); a call on a destroyed ddp_grad
-                      named in ddp_error
+                      named in ddp_error; a launcher killed by SIGKILL leaves a
+                      watchdog that ends what the ranks started
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
