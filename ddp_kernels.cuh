@@ -435,12 +435,12 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
    a for a step are read from memory once and from cache by the other panels (a task per
    panel read all of a's k per panel: 1.6-1.8x the forward's time for the same flops on
    an AMD EPYC family 23, against 1.3x so); a weight gradient's sum with long rows walks
-   a step tile by tile rather than panel by panel (ddp__gemm_by_tile). The panels are packed once per
-   call for all row blocks (into a scratch the call allocates; without it, each task
-   packs its own), and so is a where it is strided along k by a page. Each element of c is one
-   chain of multiply-adds in ascending k, started from init (bias, zero, or c itself)
-   and stored in fp32 between panels, so its bits do not depend on the blocking, on
-   which other rows are in the batch, or on how many threads share the tasks. */
+   a step tile by tile rather than panel by panel (ddp__gemm_by_tile). The panels are
+   packed once per call for all row blocks (into a scratch the call allocates; without it,
+   each task packs its own), and so is a where it is strided along k by a page. Each
+   element of c is one chain of multiply-adds in ascending k, started from init (bias,
+   zero, or c itself) and stored in fp32 between panels, so its bits do not depend on the
+   blocking, on which other rows are in the batch, or on how many threads share the tasks. */
 #if (defined(__AVX512F__) && !defined(__CUDACC__)) || defined(DDP__AVX512_STANDIN)
 /* 12 rows of 32 columns: 24 accumulators and the two vectors of a panel row, each row's a
    broadcast once for its two multiply-adds. 16 rows of one vector took a load per
@@ -846,7 +846,7 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
     const int per = deep ? panels : 1, across = deep ? 1 : panels, tasks = panels > 0 ? blocks * across : 0;
     const int step = ddp__gemm_step(K, csum != NULL, seg), by_step = ddp__gemm_a_by_step(K, step);
     const int by_tile = ddp__gemm_by_tile(N, K, csum != NULL, seg);
-    const int pdepth = by_tile ? step : DDP__KC, depths = (K + pdepth - 1) / pdepth; /* b's packing jobs: panel x depth */
+    const int pdepth = by_tile ? step : DDP__KC, depths = (K + pdepth - 1) / pdepth; /* b's packing: panel x depth */
     int tid = 0;
 #ifdef _OPENMP
     tid = omp_get_thread_num();
@@ -912,10 +912,10 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                             DDP__GEMM_AT(m, n0, nv, k0, kc, bpk ? DDP__BPK(n0, k0, kc) : own)
                     }
                 }
-#undef DDP__GEMM_AT
-#undef DDP__BPK
         }
     }
+#undef DDP__GEMM_AT
+#undef DDP__BPK
 }
 
 /* out (B,T,OC) = inp (B,T,C) @ weight^T + bias; weight (OC,C); bias (OC) or NULL. */
