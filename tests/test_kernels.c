@@ -275,11 +275,14 @@ static void test_matmul_blocked(void)
 }
 
 /* The per-sequence sum: each sequence's fp32 gradient (ddp_matmul_backward_cpu with B = 1,
-   into zeros) added in double, bit for bit, also past one panel of depth (T > 256; 384 with AVX2) and
-   past one block of rows (OC > 255: the panels packed once for all blocks), with dout
-   packed (OC >= 1024), tile by tile (C >= 256), and with one thread as with many. */
+   into zeros) added in double, bit for bit, also past one panel of depth (T > DDP__KC: 256;
+   384 with AVX2, 128 with AVX-512) and past one block of rows (OC > 255: the panels packed
+   once for all blocks), with dout packed (OC >= 1024), tile by tile (C >= 256, B*T past a
+   panel, T within one: ddp__gemm_by_tile), and with one thread as with many. */
+static int sum_tiled; /* shapes that went tile by tile with b packed (rows past one tile) */
 static void matmul_sum_case(int SB, int ST, int SC, int SOC, int *same, int *threads)
 {
+    sum_tiled += ddp__gemm_by_tile(SC, SB * ST, 1, ST) && SOC > DDP__MR;
     float *dout = alloc((size_t)SB * ST * SOC), *inp = alloc((size_t)SB * ST * SC), *w = alloc(SOC * SC);
     float *dw = alloc(SOC * SC), *db = alloc(SOC);
     double *ew = (double *)calloc(SOC * SC, sizeof(double)), *eb = (double *)calloc(SOC, sizeof(double));
@@ -322,11 +325,18 @@ static void test_matmul_sum(void)
     matmul_sum_case(3, 30, 5, 1030, &same, &threads); /* dout packed: strided by a page */
     matmul_sum_case(3, 300, 5, 1030, &same, &threads); /* and packed a run at a time (k past a panel) */
     matmul_sum_case(2, 400, 21, 37, &same, &threads);  /* past the AVX2 tile's panel */
-    matmul_sum_case(3, 100, 260, 37, &same, &threads);  /* rows of 256 or more: tile by tile, dout packed */
-    matmul_sum_case(2, 130, 257, 1030, &same, &threads); /* and strided by a page */
+    /* rows of 256 or more, k past a panel and runs within one in every build (it is 128-384
+       deep): tile by tile, dout packed; and strided by a page; a run exactly a panel deep;
+       k just past a panel */
+    matmul_sum_case(4, 100, 260, 37, &same, &threads);
+    matmul_sum_case(4, 97, 257, 1030, &same, &threads);
+    matmul_sum_case(2, DDP__KC, 256, 13, &same, &threads);
+    matmul_sum_case(2, DDP__KC / 2 + 1, 263, 13, &same, &threads);
     matmul_sum_case(2, 150, 4, 0, &same, &threads);   /* no outputs, k past a panel: nothing to do, no crash */
     CHECK("kernels.matmul.sum_per_sequence", same && threads, "the double sum %s the per-sequence fp32 gradients; "
           "one thread %s", same ? "matches" : "differs from", threads ? "agrees" : "differs");
+    CHECK("kernels.matmul.sum_tile_by_tile", sum_tiled == 4, "%d of the 4 tile-by-tile shapes go tile by tile "
+          "with panels %d deep", sum_tiled, DDP__KC);
 }
 
 /* The written input gradient: the bits of ddp_matmul_backward_cpu into zeros, then of
