@@ -775,7 +775,7 @@ static inline int ddp__gemm_by_tile(int N, int K, int sum, int seg)
    when it is strided along k by a page or more (each k a new page, where the hardware
    prefetches nothing; shorter strides read in place were faster than packing, weight
    gradients with 128-512 outputs on Zen 3) or strided along k at all where the tasks go
-   tile by tile (rows of a read in place, 64-256 k deep and a line apart, leave L1 before
+   tile by tile (rows of a read in place, a step deep and a line apart, leave L1 before
    the tile's next panel), each tile's rows k by k: a step's region for each of `threads`,
    else all of a (M rounded up to whole tiles, K). */
 static inline size_t ddp__gemm_b_floats(int M, int N, int K)
