@@ -6022,14 +6022,15 @@ static void ddp__end_job(const char *job)
    launcher holds: a byte is the attempt's own end; end of file, the launcher's death,
    and then the watchdog ends the job's processes and removes its shared memory (prefix).
    close_fds (n of them) are the launcher's that it must not hold. Returns its pid and in
-   *fd the pipe's end to write, or -1 (the job runs without one). */
+   *fd the end to write, or -1 (the job runs without one). A socket pair, not a pipe: the
+   byte goes with MSG_NOSIGNAL, so a watchdog killed by someone (kill -9 to the
+   launcher's children) costs the launcher nothing; through a pipe it was SIGPIPE. */
 static pid_t ddp__watchdog(const char *job, const char *prefix, const int *close_fds, int n, int *fd)
 {
     int p[2], i;
     pid_t pid;
     *fd = -1;
-    if (pipe(p) != 0) return -1;
-    fcntl(p[1], F_SETFD, FD_CLOEXEC); /* no rank's program holds it */
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0) return -1;
     pid = fork();
     if (pid == 0) {
         char c;
@@ -6432,7 +6433,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     /* whatever shared memory a crash left behind goes with the attempt */
     ddp__shm_sweep(prefix, -1);
     if (watchdog > 0) { /* the attempt ended here: its watchdog goes, doing nothing */
-        if (write(guard, "", 1) < 0) {}
+        if (send(guard, "", 1, MSG_NOSIGNAL) < 0) {} /* (a watchdog killed already: EPIPE) */
         close(guard);
         while (waitpid(watchdog, NULL, 0) < 0 && errno == EINTR) {}
     }

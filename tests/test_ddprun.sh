@@ -215,6 +215,23 @@ left=$(ps -o pid=,stat=,args= -p "${a:-0},${b:-0}" | grep -v ' Z' | tr '\n' ' ')
 kill "${a:-0}" "${b:-0}" 2>/dev/null # none left behind by a failure
 [ $rc -eq 1 ] && [ -n "$b" ]
 sigcheck sigkill_to_the_launcher_ends_what_the_ranks_started $? "read status $rc (want 1, end of file); the ranks' children $a $b, still running: $left"
+# The watchdog killed by someone (kill -9 to the launcher's children) costs the job
+# nothing: it ends with status 0 (the launcher's goodbye to a dead watchdog was SIGPIPE,
+# status 141). Each rank says it is up, then waits on a FIFO of its own.
+mkfifo "$tmp/out10" "$tmp/go0" "$tmp/go1"
+examples/ddprun -n 2 sh -c 'echo up; read -r _ <"$0/go$RANK"' "$tmp" >"$tmp/out10" 2>"$tmp/err10" &
+pid=$!
+exec 3<"$tmp/out10"
+read -r -t 30 _ <&3
+read -r -t 30 _ <&3
+dog=$(pgrep -P $pid -x ddp-watchdog)
+[ -n "$dog" ] && kill -9 $dog
+timeout 20 sh -c 'echo >"$0/go0"; echo >"$0/go1"' "$tmp"
+wait $pid
+rc=$?
+exec 3<&-
+[ $rc -eq 0 ] && [ -n "$dog" ]
+sigcheck a_killed_watchdog_costs_the_job_nothing $? "status $rc (want 0); watchdog '${dog}'; $(tr '\n' ' ' <"$tmp/err10")"
 rm -f "$tmp/attempt1" "$tmp/overlap"
 out=$(timeout -k 5 60 examples/ddprun -n 2 --max-restarts 1 "$tmp/leaver" 2>&1)
 rc=$?

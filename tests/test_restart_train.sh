@@ -45,12 +45,13 @@ gpt="--layers 2 --heads 2 --dim 32 --ctx 16 --data data.txt --batch-size 4 --ste
 gpt=$(echo $gpt)
 clf_flags="--epochs 40 --batch-size 4 --seed 3 --save-every 1"
 
-# The live children of a process, from /proc (no procps needed).
+# The live children of a process, from /proc (no procps needed), but the launcher's
+# watchdog: the ranks.
 children() {
   local f pid comm state ppid
   for f in /proc/[0-9]*/stat; do
     read -r pid comm state ppid _ 2>/dev/null <"$f" || continue
-    [ "$ppid" = "$1" ] && [ "$state" != Z ] && echo "$pid"
+    [ "$ppid" = "$1" ] && [ "$state" != Z ] && [ "$comm" != "(ddp-watchdog)" ] && echo "$pid"
   done
 }
 rank_of() { tr '\0' '\n' 2>/dev/null <"/proc/$1/environ" | sed -n 's/^RANK=//p'; }
