@@ -6018,8 +6018,8 @@ static void ddp__end_job(const char *job)
 
 /* A launcher killed by SIGKILL cleans up nothing: its ranks end (PR_SET_PDEATHSIG), but
    what they started (a wrapper script's program, a data loader's worker) would run on as
-   orphans. So each attempt has a watchdog, a child blocked on a pipe that only the
-   launcher holds: a byte is the attempt's own end; end of file, the launcher's death,
+   orphans. So each attempt has a watchdog, a child blocked on a socket whose other end
+   only the launcher holds: a byte is the attempt's own end; end of file, the launcher's death,
    and then the watchdog ends the job's processes and removes its shared memory (prefix).
    close_fds (n of them) are the launcher's that it must not hold. Returns its pid and in
    *fd the end to write, or -1 (the job runs without one). A socket pair, not a pipe: the
