@@ -1148,24 +1148,27 @@ static inline ddp__att_b ddp__att_panels(float *buf, const float *src, size_t ld
 }
 
 /* c (m, n) (+)= a (m, kc) @ b (kc, n) through ddp__gemm_tile, with a(i,k) = a[i am + k ak];
-   start: c = the product. A panel with more than 16 columns left takes the AVX-512 tile
+   start: c = the product. whole: c has room for whole tiles (m up to a multiple of
+   DDP__MR, n up to one of the panels' width), which are then stored whole, in vectors,
+   rather than element by element (the extra rows repeat a's last); the m x n product has
+   the same bits either way. A panel with more than 16 columns left takes the AVX-512 tile
    32 wide (a broadcast for two multiply-adds: attention 5-20% faster on an AMD EPYC
    family 26 at head sizes 32 and 64), else 16; the bits are the same either way. */
 static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t am, size_t ak, ddp__att_b b, int m,
-                                    int n, int kc, int start)
+                                    int n, int kc, int start, int whole)
 {
     for (int i = 0; i < m; i += DDP__MR) {
-        const int mv = m - i < DDP__MR ? m - i : DDP__MR;
+        const int ra = m - i < DDP__MR ? m - i : DDP__MR, mv = whole ? DDP__MR : ra;
         for (int p = 0; p * b.w < n; p++) {
-            const int nv = n - p * b.w < b.w ? n - p * b.w : b.w;
+            const int nv = whole ? b.w : n - p * b.w < b.w ? n - p * b.w : b.w;
             float *ct = c + (size_t)i * ldc + p * b.w;
 #if DDP__NR > 16
             if (nv > 16)
-                ddp__gemm_tile(ct, ldc, mv, nv, a + (size_t)i * am, am, ak, mv, b.p + p * b.stride, b.ldb, DDP__NR, kc,
+                ddp__gemm_tile(ct, ldc, mv, nv, a + (size_t)i * am, am, ak, ra, b.p + p * b.stride, b.ldb, DDP__NR, kc,
                                start, NULL, NULL, 0);
             else
 #endif
-                ddp__gemm_tile(ct, ldc, mv, nv, a + (size_t)i * am, am, ak, mv, b.p + p * b.stride, b.ldb, 16, kc, start,
+                ddp__gemm_tile(ct, ldc, mv, nv, a + (size_t)i * am, am, ak, ra, b.p + p * b.stride, b.ldb, 16, kc, start,
                                NULL, NULL, 0);
         }
     }
@@ -1215,7 +1218,7 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
                 const int mv = nb - j < DDP__MR ? nb - j : DDP__MR, p = j0 + j > t0 ? (j0 + j - t0) / 16 : 0;
                 const ddp__att_b qb = {qp + (size_t)p * hs * 16, (size_t)hs * 16, 16, 16}; /* (less past the diagonal) */
                 ddp__att_product(s + j * DDP__ATT_QB + p * 16, DDP__ATT_QB, k0 + (size_t)(j0 + j) * C3, (size_t)C3, 1,
-                                 qb, mv, nr - p * 16, hs, 1);
+                                 qb, mv, nr - p * 16, hs, 1, 0);
             }
             for (int r = 0; r < nr; r++) mb[r] = -INFINITY;
             for (int j = 0; j < nb; j++) { /* query t0 + r sees key j0 + j when r >= first */
@@ -1250,7 +1253,7 @@ static inline void ddp_attention_forward_cpu(float *out, float *lse, const float
             for (int r = 0; r < nr; r += DDP__MR) { /* o += p v over the keys the tile's last query sees */
                 const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
                 if (n > 0)
-                    ddp__att_product(o0 + (size_t)r * C, (size_t)C, s + r, 1, DDP__ATT_QB, vb, mv, hs, n, 0);
+                    ddp__att_product(o0 + (size_t)r * C, (size_t)C, s + r, 1, DDP__ATT_QB, vb, mv, hs, n, 0, 0);
             }
         }
         for (int r = 0; r < nr; r++) {
@@ -1320,9 +1323,11 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
     const int hs = C / NH, C3 = 3 * C, kb = ddp__att_keys(hs);
     const float scale = 1.0f / sqrtf((float)hs);
     if (!dinp) return;
-    /* each thread's p, ds and packed q and dout rows (96 KiB) on the heap: on the stack they
-       crashed threads of 128 KiB (musl's default, OMP_STACKSIZE=128K) */
-    const size_t each = 2 * DDP__ATT_QB * DDP__ATT_BLOCK + 2 * DDP__ATT_QB * 128;
+    /* each thread's p and ds (with room for whole tiles past a block's queries), packed q and dout
+       rows (about 100 KiB), and its head's dq and D (T + DDP__MR rows of hs, T), on the heap: on
+       the stack they crashed threads of 128 KiB (musl's default, OMP_STACKSIZE=128K) */
+    const size_t pds = (DDP__ATT_QB + DDP__MR) * DDP__ATT_BLOCK;
+    const size_t each = 2 * pds + 2 * DDP__ATT_QB * 128 + (size_t)(T + DDP__MR) * hs + T;
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
@@ -1343,8 +1348,20 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
 #else
         float *p = work;
 #endif
-        float *ds = p + DDP__ATT_QB * DDP__ATT_BLOCK, *qc = ds + DDP__ATT_QB * DDP__ATT_BLOCK, *doc = qc + DDP__ATT_QB * 128;
-        float kp[DDP__ATT_KV], vp[DDP__ATT_KV], kc[DDP__ATT_KV], dk[DDP__ATT_KV], dv[DDP__ATT_KV];
+        float *ds = p + pds, *qc = ds + pds, *doc = qc + DDP__ATT_QB * 128;
+        /* this head's dq, (T, hs) and room for a whole tile past it, read from dinp once and written
+           back once: its tiles added into dinp in place, rows 3C apart, waited on memory (the
+           backward 5% slower); D = sum_j P_j dP_j = dout . out, the softmax backward's shared
+           term, once per query */
+        float *dq = doc + DDP__ATT_QB * 128, *Dt = dq + (size_t)(T + DDP__MR) * hs;
+        for (int t = 0; t < T; t++) {
+            memcpy(dq + (size_t)t * hs, dq0 + (size_t)t * C3, sizeof(float) * hs);
+            Dt[t] = ddp__dot(do0 + (size_t)t * C, out0 + (size_t)t * C, hs);
+        }
+        for (int e = T * hs; e < (T + DDP__MR) * hs; e++) dq[e] = 0.0f;
+        /* dk and dv with room for a whole tile past a block's keys (hs <= 128 where kb >= 16) */
+        float kp[DDP__ATT_KV], vp[DDP__ATT_KV], kc[DDP__ATT_KV], dk[DDP__ATT_KV + DDP__MR * 128],
+            dv[DDP__ATT_KV + DDP__MR * 128];
         /* the keys and values as columns, in panels as wide as the tile where a block's keys fill them */
         const int w = kb % DDP__NR == 0 ? DDP__NR : 16;
         for (int j0 = 0; j0 < T; j0 += kb) {
@@ -1354,38 +1371,53 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
             ddp__pack_rows(kp, k, (size_t)C3, nb, hs, w);                                /* for s = q k^T */
             ddp__pack_rows(vp, k + C, (size_t)C3, nb, hs, w);                            /* for dp = dout v^T */
             const ddp__att_b kr = ddp__att_panels(kc, k, (size_t)C3, nb, hs, kb);         /* for dq += ds k */
-            for (int e = 0; e < nb * hs; e++) dk[e] = dv[e] = 0.0f;
+            for (int e = 0; e < (nb + DDP__MR) * hs; e++) dk[e] = dv[e] = 0.0f;
             for (int t0 = j0; t0 < T; t0 += DDP__ATT_QB) {
                 const int nr = T - t0 < DDP__ATT_QB ? T - t0 : DDP__ATT_QB;
                 for (int r = 0; r < nr; r += DDP__MR) {
                     const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
                     ddp__att_product(p + r * kb, (size_t)kb, q0 + (size_t)(t0 + r) * C3, (size_t)C3, 1, kt, mv, n, hs,
-                                     1);
+                                     1, 1);
                     ddp__att_product(ds + r * kb, (size_t)kb, do0 + (size_t)(t0 + r) * C, (size_t)C, 1, vt, mv, n, hs,
-                                     1);
+                                     1, 1);
                 }
                 for (int r = 0; r < nr; r++) {
                     const size_t t = (size_t)t0 + r;
-                    const int n = (int)t + 1 - j0 < nb ? (int)t + 1 - j0 : nb;
-                    /* D = sum_j P_j dP_j = dout . out, the softmax backward's shared term */
-                    const float D = ddp__dot(do0 + t * C, out0 + t * C, hs), L = lse[(size_t)bh * T + t];
+                    /* in whole vectors: the products wrote whole panels, so the keys up to n8
+                       (<= kb) hold scores, of keys this query must not see past n, which end
+                       zero below (the loops' scalar ends took a tenth of the backward) */
+                    const int n = (int)t + 1 - j0 < nb ? (int)t + 1 - j0 : nb, n8 = (n + 7) / 8 * 8;
+                    const float D = Dt[t], L = lse[(size_t)bh * T + t];
                     float *pr = p + r * kb, *dsr = ds + r * kb;
-                    for (int j = 0; j < n; j++) pr[j] = pr[j] * scale - L; /* <= 0 up to rounding */
-                    ddp__att_floor(pr, n);
-                    for (int j = 0; j < n; j++) pr[j] = pr[j] > 0.0f ? 0.0f : pr[j];
-                    ddp__att_exp(pr, n);
-                    for (int j = 0; j < n; j++) dsr[j] = pr[j] * (dsr[j] - D) * scale;
+                    for (int j = 0; j < n8; j++) pr[j] = pr[j] * scale - L; /* <= 0 up to rounding */
+                    ddp__att_floor(pr, n8);
+                    for (int j = 0; j < n8; j++) pr[j] = pr[j] > 0.0f ? 0.0f : pr[j];
+                    ddp__att_exp(pr, n8);
+                    for (int j = 0; j < n8; j++) dsr[j] = pr[j] * (dsr[j] - D) * scale;
                     for (int j = n; j < nb; j++) pr[j] = dsr[j] = 0.0f;
                 }
                 const ddp__att_b qr = ddp__att_panels(qc, q0 + (size_t)t0 * C3, (size_t)C3, nr, hs, DDP__ATT_QB);
                 const ddp__att_b dor = ddp__att_panels(doc, do0 + (size_t)t0 * C, (size_t)C, nr, hs, DDP__ATT_QB);
                 for (int r = 0; r < nr; r += DDP__MR) { /* dq += ds k */
                     const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
-                    ddp__att_product(dq0 + (size_t)(t0 + r) * C3, (size_t)C3, ds + r * kb, (size_t)kb, 1, kr, mv, hs, n,
-                                     0);
+                    /* whole where the tile's rows past mv are the room past T, not the next block's queries */
+                    const int whole = hs % kr.w == 0 && (mv == DDP__MR || t0 + nr == T);
+                    ddp__att_product(dq + (size_t)(t0 + r) * hs, (size_t)hs, ds + r * kb, (size_t)kb, 1, kr, mv, hs, n,
+                                     0, whole);
                 }
-                ddp__att_product(dk, (size_t)hs, ds, 1, (size_t)kb, qr, nb, hs, nr, 0);
-                ddp__att_product(dv, (size_t)hs, p, 1, (size_t)kb, dor, nb, hs, nr, 0);
+                /* dk += ds^T q, dv += p^T dout, a tile of keys from the block's first query that sees
+                   its first key (the queries before add exact zeros): dense, these two products
+                   were half the backward's time at T 128, hs 32, for a third of its useful work */
+                for (int i = 0; i < nb && j0 + i < t0 + nr; i += DDP__MR) {
+                    const int f = j0 + i > t0 ? j0 + i - t0 : 0;
+                    const int mv = nb - i < DDP__MR ? nb - i : DDP__MR;
+                    const ddp__att_b qf = {qr.p + (size_t)f * qr.ldb, qr.stride, qr.ldb, qr.w};
+                    const ddp__att_b df = {dor.p + (size_t)f * dor.ldb, dor.stride, dor.ldb, dor.w};
+                    ddp__att_product(dk + (size_t)i * hs, (size_t)hs, ds + (size_t)f * kb + i, 1, (size_t)kb, qf, mv, hs,
+                                     nr - f, 0, hs % qr.w == 0);
+                    ddp__att_product(dv + (size_t)i * hs, (size_t)hs, p + (size_t)f * kb + i, 1, (size_t)kb, df, mv, hs,
+                                     nr - f, 0, hs % dor.w == 0);
+                }
             }
             for (int j = 0; j < nb; j++)
                 for (int d = 0; d < hs; d++) {
@@ -1393,6 +1425,7 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
                     dk0[(size_t)(j0 + j) * C3 + C + d] += dv[j * hs + d];
                 }
         }
+        for (int t = 0; t < T; t++) memcpy(dq0 + (size_t)t * C3, dq + (size_t)t * hs, sizeof(float) * hs);
     }
     free(work);
 }
