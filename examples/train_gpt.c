@@ -1158,7 +1158,8 @@ typedef struct options {
     X("device", "--device-info", on, device_info, "", "", 0, 0, "says whether this build trains on a GPU here, " \
       "or why not; exit 0: it does") \
     X("bench", "--bench-matmul", on, bench_matmul, "", "", 0, 0, "the CPU matmuls' GFLOP/s at this model's " \
-      "shapes, forward and backward, all threads: the ceiling examples/bench_train_gpt.py measures against")
+      "shapes, forward and backward, all threads: the ceiling examples/bench_train_gpt.py measures against; " \
+      "then attention's")
 
 /* The kinds of value: each reads v into *out, 1 if it is good; _takes says whether the
    flag takes a value, _range what a good one is. */
@@ -1485,7 +1486,8 @@ static double memory_free(void)
 /* --bench-matmul: each weight's forward and backward products (the model's matmul
    shapes, --batch-size x --ctx rows) on the CPU with all threads, as training runs them
    (the weight gradient per sequence, summed in double), beside PyTorch's sgemm
-   (MKL/oneDNN) on the same shapes where python3 imports torch. Each product is timed at
+   (MKL/oneDNN) on the same shapes where python3 imports torch; then attention, forward and
+   backward, at the model's heads. Each product is timed at
    least 5 times, and up to 100 times while 0.2 s have not passed, the fastest counting:
    on a machine others use, the fastest of many runs is the one they disturbed least. */
 static int bench_matmul(const options *o)
@@ -1497,7 +1499,7 @@ static int bench_matmul(const options *o)
     const double need = (double)(3 * M * most + most * C) * sizeof(float) + (double)most * C * sizeof(double),
                  have = memory_free(); /* (calloc may promise what the first touch cannot have) */
     float *x, *y, *dx, *w;
-    double *dw, ours[5][3], theirs[5][3], flops = 0, mine = 0, torch = 0;
+    double *dw, ours[5][3], theirs[5][3], flops = 0, mine = 0, torch = 0, att[2] = {0, 0};
     char version[256];
     int k, p, round, threads = 1, have_torch;
     if (have > 0 && need > have) {
@@ -1537,6 +1539,22 @@ static int bench_matmul(const options *o)
             }
             ours[k][p] = 2.0 * (double)M * OC * IC / best / 1e9;
         }
+    { /* attention at the model's heads, its inputs from x and y (forward 2 products, backward 5:
+         the scores again, then dscores, dq, dk, dv); flops counted causal, T (T + 1) / 2 pairs */
+        float *lse = (float *)malloc(sizeof(float) * M * (size_t)o->cfg.heads);
+        for (p = 0; p < 2 && lse; p++) {
+            const double start = now_s();
+            double best = INFINITY;
+            for (round = 0; round < 5 || (round < 100 && now_s() - start < 0.2); round++) {
+                const double t0 = now_s();
+                if (p == 0) ddp_attention_forward_cpu(y, lse, x, B, T, C, o->cfg.heads);
+                else ddp_attention_backward_cpu(dx, y + M * C, x, y, lse, B, T, C, o->cfg.heads);
+                best = fmin(best, now_s() - t0);
+            }
+            att[p] = (p ? 5.0 : 2.0) * 2.0 * B * ((double)T * (T + 1) / 2) * C / best / 1e9;
+        }
+        free(lse);
+    }
     free(x);
     free(dw);
     have_torch = torch_matmul(o, threads, theirs, version, sizeof version);
@@ -1563,6 +1581,9 @@ static int bench_matmul(const options *o)
                threads, threads == 1 ? "" : "s", 100.0 * torch / mine);
     else
         printf("matmul: PyTorch not measured (%s)\n", version);
+    printf("attention: %.1f GFLOP/s forward, %.1f backward (ddp_kernels.cuh, %d thread%s, %d heads of %d, ctx %d; "
+           "causal flops: 2 products forward, 5 backward)\n", att[0], att[1], threads, threads == 1 ? "" : "s",
+           o->cfg.heads, C / o->cfg.heads, T);
     return 0;
 }
 

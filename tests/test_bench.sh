@@ -14,8 +14,9 @@ cd "$tmp" || exit 1
 out=$("$bin" --bench-matmul --dim 32 --ctx 16 --batch-size 4 2>&1)
 grep -q '^| mlp proj 32 x 128 | [0-9.]* / [0-9.]* / [0-9.]* |' <<<"$out" &&
   grep -q '^matmul: [0-9.]* GFLOP/s (ddp_kernels.cuh, ' <<<"$out" &&
-  grep -q '^matmul: \([0-9.]* GFLOP/s (PyTorch .* sgemm, .*% of it)\|PyTorch not measured (.*)\)$' <<<"$out"
-report "train_gpt --bench-matmul prints GFLOP/s per weight, ours and PyTorch's" $? "$out"
+  grep -q '^matmul: \([0-9.]* GFLOP/s (PyTorch .* sgemm, .*% of it)\|PyTorch not measured (.*)\)$' <<<"$out" &&
+  grep -q '^attention: [0-9.]*[1-9][0-9.]* GFLOP/s forward, [0-9.]*[1-9][0-9.]* backward (ddp_kernels.cuh, .* 4 heads of 8, ctx 16; ' <<<"$out"
+report "train_gpt --bench-matmul prints GFLOP/s per weight, ours and PyTorch's, and attention's" $? "$out"
 out=$(PATH=/nonexistent "$bin" --bench-matmul --dim 32 --ctx 16 --batch-size 4 2>&1)
 grep -q '^matmul: PyTorch not measured (.*python3.*)$' <<<"$out"
 report "train_gpt --bench-matmul without python3 says why PyTorch is missing" $? "$out"
