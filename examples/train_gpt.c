@@ -1581,9 +1581,12 @@ static int bench_matmul(const options *o)
                threads, threads == 1 ? "" : "s", 100.0 * torch / mine);
     else
         printf("matmul: PyTorch not measured (%s)\n", version);
-    printf("attention: %.1f GFLOP/s forward, %.1f backward (ddp_kernels.cuh, %d thread%s, %d heads of %d, ctx %d; "
-           "causal flops: 2 products forward, 5 backward)\n", att[0], att[1], threads, threads == 1 ? "" : "s",
-           o->cfg.heads, C / o->cfg.heads, T);
+    if (att[1] > 0)
+        printf("attention: %.1f GFLOP/s forward, %.1f backward (ddp_kernels.cuh, %d thread%s, %d heads of %d, ctx %d; "
+               "causal flops: 2 products forward, 5 backward)\n", att[0], att[1], threads, threads == 1 ? "" : "s",
+               o->cfg.heads, C / o->cfg.heads, T);
+    else
+        printf("attention: not measured (out of memory for its log-sum-exps)\n");
     return 0;
 }
 
