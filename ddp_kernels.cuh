@@ -1371,6 +1371,7 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
             ddp__pack_rows(kp, k, (size_t)C3, nb, hs, w);                                /* for s = q k^T */
             ddp__pack_rows(vp, k + C, (size_t)C3, nb, hs, w);                            /* for dp = dout v^T */
             const ddp__att_b kr = ddp__att_panels(kc, k, (size_t)C3, nb, hs, kb);         /* for dq += ds k */
+            const int wide = hs % kr.w == 0; /* hs whole panels (q's and dout's as k's): room for whole tiles */
             for (int e = 0; e < (nb + DDP__MR) * hs; e++) dk[e] = dv[e] = 0.0f;
             for (int t0 = j0; t0 < T; t0 += DDP__ATT_QB) {
                 const int nr = T - t0 < DDP__ATT_QB ? T - t0 : DDP__ATT_QB;
@@ -1400,10 +1401,10 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
                 const ddp__att_b dor = ddp__att_panels(doc, do0 + (size_t)t0 * C, (size_t)C, nr, hs, DDP__ATT_QB);
                 for (int r = 0; r < nr; r += DDP__MR) { /* dq += ds k */
                     const int mv = nr - r < DDP__MR ? nr - r : DDP__MR, n = t0 + r + mv - j0 < nb ? t0 + r + mv - j0 : nb;
-                    /* whole where the tile's rows past mv are the room past T, not the next block's queries */
-                    const int whole = hs % kr.w == 0 && (mv == DDP__MR || t0 + nr == T);
+                    /* whole in the last block only: past its rows lies the room past T, past another's the
+                       next block's queries */
                     ddp__att_product(dq + (size_t)(t0 + r) * hs, (size_t)hs, ds + r * kb, (size_t)kb, 1, kr, mv, hs, n,
-                                     0, whole);
+                                     0, wide && t0 + nr == T);
                 }
                 /* dk += ds^T q, dv += p^T dout, a tile of keys from the block's first query that sees
                    its first key (the queries before add exact zeros): dense, these two products
@@ -1415,9 +1416,9 @@ static inline void ddp_attention_backward_cpu(float *dinp, const float *dout, co
                     const ddp__att_b qf = {qr.p + (size_t)f * qr.ldb, qr.stride, qr.ldb, qr.w};
                     const ddp__att_b df = {dor.p + (size_t)f * dor.ldb, dor.stride, dor.ldb, dor.w};
                     ddp__att_product(dk + (size_t)i * hs, (size_t)hs, ds + (size_t)f * kb + i, 1, (size_t)kb, qf, mv, hs,
-                                     nr - f, 0, hs % qr.w == 0);
+                                     nr - f, 0, wide);
                     ddp__att_product(dv + (size_t)i * hs, (size_t)hs, p + (size_t)f * kb + i, 1, (size_t)kb, df, mv, hs,
-                                     nr - f, 0, hs % dor.w == 0);
+                                     nr - f, 0, wide);
                 }
             }
             for (int j = 0; j < nb; j++)

@@ -1483,6 +1483,13 @@ static double memory_free(void)
     return avail > 0 ? avail + swap : 0;
 }
 
+/* --bench-matmul's rule for timing a product: at least 5 runs, and up to 100 while 0.2 s
+   have not passed since start */
+static int bench_again(int round, double start)
+{
+    return round < 5 || (round < 100 && now_s() - start < 0.2);
+}
+
 /* --bench-matmul: each weight's forward and backward products (the model's matmul
    shapes, --batch-size x --ctx rows) on the CPU with all threads, as training runs them
    (the weight gradient per sequence, summed in double), beside PyTorch's sgemm
@@ -1530,7 +1537,7 @@ static int bench_matmul(const options *o)
             const int OC = shapes[k][0], IC = shapes[k][1];
             const double start = now_s();
             double best = INFINITY;
-            for (round = 0; round < 5 || (round < 100 && now_s() - start < 0.2); round++) {
+            for (round = 0; bench_again(round, start); round++) {
                 const double t0 = now_s();
                 if (p == 0) ddp_matmul_forward_cpu(y, x, w, NULL, B, T, IC, OC);
                 else if (p == 1) ddp_matmul_backward_cpu(dx, NULL, NULL, y, x, w, B, T, IC, OC);
@@ -1545,7 +1552,7 @@ static int bench_matmul(const options *o)
         for (p = 0; p < 2 && lse; p++) {
             const double start = now_s();
             double best = INFINITY;
-            for (round = 0; round < 5 || (round < 100 && now_s() - start < 0.2); round++) {
+            for (round = 0; bench_again(round, start); round++) {
                 const double t0 = now_s();
                 if (p == 0) ddp_attention_forward_cpu(y, lse, x, B, T, C, o->cfg.heads);
                 else ddp_attention_backward_cpu(dx, y + M * C, x, y, lse, B, T, C, o->cfg.heads);
