@@ -854,9 +854,51 @@ static void test_attention_grid(void)
           longest, too_long, too_many);
 }
 
-int main(void)
+/* --digest: one line, a hash of the matmuls' bits (forward, input and weight gradients,
+   the per-sequence sum) at shapes that cross the tiles' edges, a panel's depth, a block
+   of rows, the packed and the tile-by-tile weight gradient: a build whose multiply-adds
+   are fused gives the same line on any tile and instruction set (tests/test_kernels_isa.sh
+   compares builds). The rest of the kernels call ddp__exp, whose bits follow the build. */
+static unsigned long long digest_add(unsigned long long h, const void *p, size_t bytes)
+{
+    const unsigned char *c = (const unsigned char *)p;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+static int matmul_digest(void)
+{
+    static const int shapes[][4] = {{1, 7, 19, 33}, {2, 37, 300, 20}, {3, 50, 40, 1030}, {4, 100, 400, 9},
+                                    {2, 130, 260, 70}, {8, 64, 128, 384}};
+    unsigned long long h = 1469598103934665603ull;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int SB = shapes[s][0], ST = shapes[s][1], SC = shapes[s][2], SOC = shapes[s][3];
+        const size_t M = (size_t)SB * ST;
+        float *x = alloc(M * SC), *wt = alloc((size_t)SOC * SC), *bias = alloc(SOC), *dout = alloc(M * SOC);
+        float *out = alloc(M * SOC), *dx = alloc(M * SC), *dw = alloc((size_t)SOC * SC), *db = alloc(SOC);
+        double *sw = (double *)calloc((size_t)SOC * SC, sizeof(double)), *sb = (double *)calloc(SOC, sizeof(double));
+        float *all[4] = {x, wt, bias, dout};
+        const size_t n[4] = {M * SC, (size_t)SOC * SC, (size_t)SOC, M * SOC};
+        for (int k = 0; k < 4; k++) /* every bit of the mantissa (fill's products are exact: fused or not alike) */
+            for (size_t i = 0; i < n[k]; i++) all[k][i] = (float)rng_u32() / 4294967296.0f - 0.5f;
+        ddp_matmul_forward_cpu(out, x, wt, bias, SB, ST, SC, SOC);
+        ddp_matmul_backward_cpu(dx, dw, db, dout, x, wt, SB, ST, SC, SOC);
+        ddp_matmul_backward_sum_cpu(sw, sb, dout, x, SB, ST, SC, SOC);
+        h = digest_add(h, out, M * SOC * sizeof(float));
+        h = digest_add(h, dx, M * SC * sizeof(float));
+        h = digest_add(h, dw, (size_t)SOC * SC * sizeof(float));
+        h = digest_add(h, db, SOC * sizeof(float));
+        h = digest_add(h, sw, (size_t)SOC * SC * sizeof(double));
+        h = digest_add(h, sb, SOC * sizeof(double));
+        free(x); free(wt); free(bias); free(dout); free(out); free(dx); free(dw); free(db); free(sw); free(sb);
+    }
+    printf("matmul digest %016llx (tile %s)\n", h, DDP_KERNELS_CPU_TILE);
+    return 0;
+}
+
+int main(int argc, char **argv)
 {
     (void)test_skip; /* every CPU check always runs */
+    if (argc == 2 && strcmp(argv[1], "--digest") == 0) return matmul_digest();
     test_embedding();
     test_layernorm();
     test_matmul();
