@@ -472,12 +472,13 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #define DDP__AVX2_TILE
 #define DDP_KERNELS_CPU_TILE "6 x 16, AVX2 + FMA"
 #elif defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__) && !defined(DDP_KERNELS_NO_DISPATCH)
-/* A build for any x86-64 (no -march, or one below x86-64-v3: a distributed binary, the
-   tests' -O2): the AVX2 tile's loop and packing compiled for AVX2 + FMA beside the plain
-   C ones, and taken where the CPU has both (ddp__cpu_avx2), so that such a build runs the
-   6 x 16 tile at its rate: train_gpt 2x as fast on Zen 3, as fast as -march=native. Its
+/* A build for any x86-64 (no -march, or one below x86-64-v3: a binary for other machines,
+   the tests' -O2): the AVX2 tile (ddp__tile_avx2) and the packing's transposes compiled
+   for AVX2 + FMA beside the C tile, and taken where the CPU has both (ddp__cpu_avx2).
+   train_gpt --nproc 2 so built ran 2.3x (benchmark shape) and 3x (large) as fast as with
+   the 5-row C tile on an AMD EPYC family 25, 0.9 and 0.96 of -march=native's rate. The
    multiply-adds are fused, so the matmuls give the AVX2 build's bits; on a CPU without
-   FMA the C loop's a*b + c gives others (as a build without -march does today). */
+   FMA the C tile's a*b + c gives others (as a build without -march did before). */
 #include <immintrin.h>
 #define DDP__MR 6
 #define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
@@ -523,31 +524,57 @@ static inline int ddp__cpu_avx2(void)
 #endif
 
 #if defined(DDP__AVX2_TILE) || defined(DDP__AVX2_DISPATCH)
-/* the AVX2 tile's loop over k: each row's a broadcast once for its two multiply-adds */
-#define DDP__AVX2_LOOP                                                                             \
-    for (int k = 0; k < kc; k++) {                                                                 \
-        const float *b = bp + k * ldb;                                                             \
-        const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);                         \
-        DDP__TILE_ROWS(DDP__AVX2_MADD)                                                             \
-    }
-#define DDP__AVX2_MADD(i) { const __m256 xi = _mm256_broadcast_ss(ar[i]); ar[i] += ak;              \
-                            lo[i] = _mm256_fmadd_ps(xi, b0, lo[i]); hi[i] = _mm256_fmadd_ps(xi, b1, hi[i]); }
-#endif
+/* ddp__gemm_tile's registers on AVX2: a whole tile (full) starts from bias or zero (start)
+   or c, and ends in c unless it goes to csum (to_c 0); else it starts and ends in acc.
+   1: stored in c. Inlined into an AVX2 build's callers; in a build for any x86-64, out of
+   line (it cannot be inlined there), called where the CPU has AVX2 and FMA. */
 #ifdef DDP__AVX2_DISPATCH
-/* acc (the tile, in memory) += sum over k < kc of a(i,k) bp[k ldb + j], a(i,k) = ar[i][k ak]:
-   the loop in AVX2 + FMA, out of line (a build for any x86-64 cannot inline it) */
-static inline DDP__AVX2_FN void ddp__tile_loop_avx2(float acc[DDP__MR][DDP__NR], const float *const *a, size_t ak,
-                                                    const float *bp, size_t ldb, int kc)
+#define DDP__AVX2_TILE_FN inline DDP__AVX2_FN
+#else
+#define DDP__AVX2_TILE_FN DDP__HOT
+#endif
+static DDP__AVX2_TILE_FN int ddp__tile_avx2(float acc[DDP__MR][DDP__NR], float *c, size_t ldc, const float *const *a,
+                                           size_t ak, const float *bp, size_t ldb, int kc, int full, int start,
+                                           const float *bias, int to_c)
 {
     __m256 lo[DDP__MR], hi[DDP__MR];
     const float *ar[DDP__MR]; /* the rows' pointers in registers, not read back through a */
-#define DDP__VLOAD(i) lo[i] = _mm256_loadu_ps(acc[i]); hi[i] = _mm256_loadu_ps(acc[i] + 8); ar[i] = a[i];
-    DDP__TILE_ROWS(DDP__VLOAD)
+#define DDP__ROW(i) ar[i] = a[i];
+    DDP__TILE_ROWS(DDP__ROW)
+#undef DDP__ROW
+    if (full && start) {
+        const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+        const __m256 b1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+#define DDP__VLOAD(i) lo[i] = b0; hi[i] = b1;
+        DDP__TILE_ROWS(DDP__VLOAD)
 #undef DDP__VLOAD
-    DDP__AVX2_LOOP
+    } else if (full) {
+#define DDP__VLOAD(i) lo[i] = _mm256_loadu_ps(c + (i) * ldc); hi[i] = _mm256_loadu_ps(c + (i) * ldc + 8);
+        DDP__TILE_ROWS(DDP__VLOAD)
+#undef DDP__VLOAD
+    } else {
+#define DDP__VLOAD(i) lo[i] = _mm256_loadu_ps(acc[i]); hi[i] = _mm256_loadu_ps(acc[i] + 8);
+        DDP__TILE_ROWS(DDP__VLOAD)
+#undef DDP__VLOAD
+    }
+    for (int k = 0; k < kc; k++) { /* each row: one broadcast, then its two multiply-adds */
+        const float *b = bp + k * ldb;
+        const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#define DDP__VMADD(i) { const __m256 xi = _mm256_broadcast_ss(ar[i]); ar[i] += ak; \
+                        lo[i] = _mm256_fmadd_ps(xi, b0, lo[i]); hi[i] = _mm256_fmadd_ps(xi, b1, hi[i]); }
+        DDP__TILE_ROWS(DDP__VMADD)
+#undef DDP__VMADD
+    }
+    if (full && to_c) {
+#define DDP__VSTORE(i) _mm256_storeu_ps(c + (i) * ldc, lo[i]); _mm256_storeu_ps(c + (i) * ldc + 8, hi[i]);
+        DDP__TILE_ROWS(DDP__VSTORE)
+#undef DDP__VSTORE
+        return 1;
+    }
 #define DDP__VSTORE(i) _mm256_storeu_ps(acc[i], lo[i]); _mm256_storeu_ps(acc[i] + 8, hi[i]);
     DDP__TILE_ROWS(DDP__VSTORE)
 #undef DDP__VSTORE
+    return 0;
 }
 #endif
 
@@ -569,6 +596,11 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
     for (int i = 0; i < DDP__MR; i++) ar[i] = a + (size_t)(i < ra ? i : ra - 1) * am;
 #if defined(DDP__AVX512_TILE) || defined(DDP__AVX2_TILE)
     if (full) /* a whole tile starts and ends in registers (no vector load of what narrower stores just wrote) */
+        ;
+    else
+#elif defined(DDP__AVX2_DISPATCH)
+    const int avx2 = nr == 16 && ddp__cpu_avx2();
+    if (full && avx2)
         ;
     else
 #endif
@@ -646,39 +678,14 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
 #undef DDP__VSTORE
     }
 #elif defined(DDP__AVX2_TILE)
-    { /* each row: one broadcast, then its two multiply-adds */
-        __m256 lo[DDP__MR], hi[DDP__MR];
-        if (full && start) {
-            const __m256 b0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
-            const __m256 b1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
-#define DDP__VLOAD(i) lo[i] = b0; hi[i] = b1;
-            DDP__TILE_ROWS(DDP__VLOAD)
-#undef DDP__VLOAD
-        } else if (full) {
-#define DDP__VLOAD(i) lo[i] = _mm256_loadu_ps(c + (i) * ldc); hi[i] = _mm256_loadu_ps(c + (i) * ldc + 8);
-            DDP__TILE_ROWS(DDP__VLOAD)
-#undef DDP__VLOAD
-        } else {
-#define DDP__VLOAD(i) lo[i] = _mm256_loadu_ps(acc[i]); hi[i] = _mm256_loadu_ps(acc[i] + 8);
-            DDP__TILE_ROWS(DDP__VLOAD)
-#undef DDP__VLOAD
-        }
-        DDP__AVX2_LOOP
-        if (full && !cs) {
-#define DDP__VSTORE(i) _mm256_storeu_ps(c + (i) * ldc, lo[i]); _mm256_storeu_ps(c + (i) * ldc + 8, hi[i]);
-            DDP__TILE_ROWS(DDP__VSTORE)
-#undef DDP__VSTORE
-            return;
-        }
-#define DDP__VSTORE(i) _mm256_storeu_ps(acc[i], lo[i]); _mm256_storeu_ps(acc[i] + 8, hi[i]);
-        DDP__TILE_ROWS(DDP__VSTORE)
-#undef DDP__VSTORE
-    }
+    if (ddp__tile_avx2(acc, c, ldc, ar, ak, bp, ldb, kc, full, start, bias, !cs))
+        return;
 #else
 #ifdef DDP__AVX2_DISPATCH
-    if (nr == 16 && ddp__cpu_avx2())
-        ddp__tile_loop_avx2(acc, ar, ak, bp, ldb, kc);
-    else
+    if (avx2) {
+        if (ddp__tile_avx2(acc, c, ldc, ar, ak, bp, ldb, kc, full, start, bias, !cs))
+            return;
+    } else
 #endif
     for (int k = 0; k < kc; k++) {
         const float *b = bp + k * ldb;
