@@ -196,7 +196,7 @@
         weight gradients' tasks take k a step at a time across all their columns
         (the same bits); the AVX-512 tile 12 rows x 32 columns, two vectors per row
         for each broadcast (the same bits); a build for any x86-64 takes the AVX2
-        tile where the CPU has it (train_gpt 2.3x as fast built so on Zen 3).
+        tile where the CPU has it (train_gpt 2.3-3x as fast built so on Zen 3).
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
 #ifndef DDP_KERNELS_CUH
@@ -475,8 +475,8 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 /* A build for any x86-64 (no -march, or one below x86-64-v3: a binary for other machines,
    the tests' -O2): the AVX2 tile (ddp__tile_avx2) and the packing's transposes compiled
    for AVX2 + FMA beside the C tile, and taken where the CPU has both (ddp__cpu_avx2).
-   train_gpt --nproc 2 so built ran 2.3x (benchmark shape) and 3x (large) as fast as with
-   the 5-row C tile on an AMD EPYC family 25, 0.9 and 0.96 of -march=native's rate. The
+   train_gpt --nproc 2 so built ran 2.3x (benchmark shape) and 2.7-3x (large) as fast as
+   with the 5-row C tile on an AMD EPYC family 25, 0.97 and 0.98 of -march=native's. The
    multiply-adds are fused, so the matmuls give the AVX2 build's bits; on a CPU without
    FMA the C tile's a*b + c gives others (as a build without -march did before). */
 #include <immintrin.h>
