@@ -594,13 +594,13 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
     const float *ar[DDP__MR];
     const int full = mv == DDP__MR && nv == nr;
     for (int i = 0; i < DDP__MR; i++) ar[i] = a + (size_t)(i < ra ? i : ra - 1) * am;
-#if defined(DDP__AVX512_TILE) || defined(DDP__AVX2_TILE)
+#if defined(DDP__AVX512_TILE)
     if (full) /* a whole tile starts and ends in registers (no vector load of what narrower stores just wrote) */
         ;
     else
-#elif defined(DDP__AVX2_DISPATCH)
-    const int avx2 = nr == 16 && ddp__cpu_avx2();
-    if (full && avx2)
+#elif defined(DDP__AVX2_TILE) || defined(DDP__AVX2_DISPATCH)
+    const int avx2 = DDP__HAVE_AVX2(); /* 1 in an AVX2 build; in a build for any x86-64, this CPU's */
+    if (full && avx2) /* as above */
         ;
     else
 #endif
@@ -677,11 +677,8 @@ static DDP__HOT void ddp__gemm_tile(float *c, size_t ldc, int mv, int nv, const 
         DDP__TILE_ROWS(DDP__VSTORE)
 #undef DDP__VSTORE
     }
-#elif defined(DDP__AVX2_TILE)
-    if (ddp__tile_avx2(acc, c, ldc, ar, ak, bp, ldb, kc, full, start, bias, !cs))
-        return;
 #else
-#ifdef DDP__AVX2_DISPATCH
+#if defined(DDP__AVX2_TILE) || defined(DDP__AVX2_DISPATCH)
     if (avx2) {
         if (ddp__tile_avx2(acc, c, ldc, ar, ak, bp, ldb, kc, full, start, bias, !cs))
             return;
