@@ -13,7 +13,8 @@ every form once per round, the forms alternating (A, B, C, A, B, C, ...), so tha
 a machine that slows down or speeds up meanwhile touches all of them alike, and prints
 one table: tokens/s as the median of the rounds with the slowest and fastest in
 brackets, the achieved GFLOP/s as a fraction of the measured matmul ceiling, and each
-form against the best PyTorch one. A run's tokens/s counts the steps after the first
+form against the best PyTorch one; then, round by round, each train_gpt form against
+the best PyTorch form of that round. A run's tokens/s counts the steps after the first
 --warmup (page faults, torch.compile's compilation), over their total time.
 
 The forms (--forms, comma-separated; the default: all that can run here):
@@ -335,6 +336,21 @@ def mkl_off_its_avx512():
     return out.returncode == 0 and out.stdout.strip() == "True"
 
 
+def round_by_round(results, forms):
+    """Each train_gpt form against the best PyTorch form of the same round, round by round:
+    a round runs every form within minutes, so these ratios see less of a machine that
+    speeds up and slows down between rounds than the medians do. [] without a PyTorch form."""
+    torch_forms = [f for f in forms if f.startswith("torch")]
+    lines = []
+    for f in forms:
+        if f.startswith("torch") or not torch_forms:
+            continue
+        ratios = [results[f][r] / max(results[g][r] for g in torch_forms) for r in range(len(results[f]))]
+        lines.append("%s against the best PyTorch form of each round: %s (median %.2fx)" % (
+            f, ", ".join("%.2fx" % x for x in ratios), statistics.median(ratios)))
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gpu", action="store_true", help="train_gpt_gpu against PyTorch on one GPU")
@@ -440,6 +456,9 @@ def main():
         vs = " %.2fx |" % (med[f] / best_torch) if best_torch else ""
         print("| %s | %.0f (%.0f-%.0f) | %s |%s" % (command_of(f, args), med[f], min(results[f]),
                                                    max(results[f]), frac, vs))
+    lines = round_by_round(results, forms)
+    if lines:
+        print("\n" + "\n".join(lines))
     return 0
 
 

@@ -41,6 +41,14 @@ rc=$?
   grep -q '^| train_gpt --nproc 1 --batch-size 16 | ' bench.txt && grep -q 'matmul ceiling [0-9.]* GFLOP/s' bench.txt &&
   grep -q '^cpu: .*; \(avx\|sve\|asimd\|no AVX2\).*[0-9]* cores$' bench.txt && grep -q '^on .*cores:$' bench.txt
 report "bench_train_gpt.py: a table of the forms, with the matmul ceiling" $? "exit $rc: $(tail -n 6 bench.txt | tr '\n' '|')"
+# round by round, each train_gpt form against the best PyTorch form of that same round
+out=$(python3 -B -c 'import sys; sys.path.insert(0, sys.argv[1]); import bench_train_gpt as b
+r = {"ddp2": [100, 120, 90], "torch": [80, 100, 100], "torch_ddp": [90, 60, 50]}
+print("\n".join(b.round_by_round(r, ["ddp2", "torch", "torch_ddp"])))
+print(b.round_by_round({"ddp2": [1.0]}, ["ddp2"]))' "$OLDPWD/examples" 2>&1); rc=$?
+[ "$rc" -eq 0 ] && [ "$out" = "ddp2 against the best PyTorch form of each round: 1.11x, 1.20x, 0.90x (median 1.11x)
+[]" ]
+report "bench_train_gpt.py: round by round against the best PyTorch form of the round" $? "exit $rc: $out"
 # a PyTorch form that fails (a stand-in torch package: it imports, it cannot train) gets one
 # more try, said aloud, and a second failure ends the benchmark with the reason
 mkdir -p faketorch/torch && echo '__version__ = "0.0-standin"' >faketorch/torch/__init__.py
