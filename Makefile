@@ -106,9 +106,9 @@ test: $(EXAMPLES) $(LESSONS) $(if $(HAVE_NVCC),$(GPU_EXAMPLES) $(GPU_LESSONS)) $
 # the list), the longest first (its seconds column), TEST_JOBS (default 4) of them at once:
 # their time is mostly waiting (timeouts, ranks, children), so on 2 cores the tier takes
 # about a minute where one at a time took about three.
-FAST_C       = $(shell sed -n 's/^| `\(test_[a-z0-9_]*\)\.c` | fast |.*/tests\/\1/p' tests/README.md)
 FAST_ALL     = $(shell sed -n 's/^| `\(test_[a-z0-9_]*\)\(\.sh\)\{0,1\}\(\.c\)\{0,1\}` | fast | \([0-9]*\) |.*/\4 tests\/\1\2/p' \
                  tests/README.md | sort -rn | cut -d' ' -f2)
+FAST_C       = $(filter-out %.sh,$(FAST_ALL))
 TEST_JOBS   ?= 4
 test-fast: $(EXAMPLES) $(LESSONS) $(FAST_C)
 	@TEST_JOBS=$(TEST_JOBS) tests/run.sh $(FAST_ALL)
