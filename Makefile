@@ -124,10 +124,14 @@ check-gpu:
 # tests/emu/rewrite.pl copies each source under build/emu/src with its <<<>>> launches
 # and __shared__ arrays in a form g++ takes; the copies compile against tests/emu's
 # cuda_runtime.h, cublasLt.h, nccl.h, ... and link its runtime (build/emu/libemu.a).
-# EMU_OPT=-O0 makes the kernels easier to step through in gdb.
+# EMU_OPT=-O0 makes the kernels easier to step through in gdb. nvcc fuses a*b + c into one
+# multiply-add in device code (--fmad=true, its default), so the emulated kernels do too where
+# the CPU has FMA (EMU_FMA= builds them with every product rounded, as -O0 does).
 EMU_CXX     ?= g++
 EMU_OPT     ?= -O1
+EMU_FMA     ?= $(if $(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo y),-mfma -ffp-contract=fast -fexpensive-optimizations)
 EMU_FLAGS    = -std=c++17 -g -fno-strict-aliasing -pthread -D__CUDACC__ -Wall -Wno-unused-function -Wno-unknown-pragmas
+export DDP_EMU_FMA = $(if $(EMU_FMA),1,0)
 EMU_SRC      = build/emu/src
 EMU_LIB      = build/emu/libemu.a
 EMU_HEADERS  = $(wildcard tests/emu/*.h tests/emu/cub/device/*.cuh)
@@ -158,15 +162,15 @@ $(addprefix $(EMU_SRC)/,$(HANDED_OUT)): $(EMU_SRC)/%: tests/emu/rewrite.pl force
 force: ;
 build/emu/%.o: tests/emu/%.cpp $(EMU_HEADERS)
 	@mkdir -p $(@D)
-	$(EMU_CXX) $(EMU_FLAGS) -O2 -Wextra -Itests/emu -c $< -o $@
+	$(EMU_CXX) $(EMU_FLAGS) -O2 $(EMU_FMA) -Wextra -Itests/emu -c $< -o $@
 $(EMU_LIB): build/emu/emu.o build/emu/emu_blas.o build/emu/emu_nccl.o
 	ar rcs $@ $^
 build/emu/examples/%_gpu: $(EMU_SRC)/examples/%.c $(EMU_COPIES) $(EMU_LIB) $(EMU_HEADERS)
 	@mkdir -p $(@D)
-	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) $(EMU_FMA) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
 build/emu/%: $(EMU_SRC)/%.cu $(EMU_COPIES) $(EMU_LIB) $(EMU_HEADERS)
 	@mkdir -p $(@D)
-	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) $(EMU_FMA) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
 
 # ---- install: headers, ddprun, pkg-config and CMake package files ----
 INCLUDEDIR = $(PREFIX)/include

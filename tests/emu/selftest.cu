@@ -118,6 +118,7 @@ __global__ void read_shared_first(float *out)
 }
 __global__ void set_value(float *p, float v) { *p = v; }
 __global__ void copy_value(float *dst, const float *src) { *dst = *src; }
+__global__ void multiply_add(float *p) { p[3] = p[0] * p[1] + p[2]; }
 __global__ void block_order(int *order, int *next) { order[atomicAdd(next, 1)] = (int)blockIdx.x; }
 __global__ void warp_sum(float *p)
 {
@@ -160,6 +161,16 @@ static int c_vector_misaligned_c(void) { return launch_one(vector_misaligned_c, 
 static int c_past_launch_bounds(void) { return launch_one(bounded_to_32, 64); }
 static int c_within_launch_bounds(void) { return launch_one(bounded_to_32, 32); }
 static int c_too_much_shared(void) { return launch_one(too_much_shared, 32); }
+
+/* a*b + c in one rounding, as nvcc compiles it (--fmad=true, its default): (1 + 2^-12)^2
+   - (1 + 2^-11) is 2^-24 fused, 0 with the product rounded first */
+static int c_multiply_add_fused(void)
+{
+    float h[4] = {1.0f + 0x1p-12f, 1.0f + 0x1p-12f, -(1.0f + 0x1p-11f), 0.0f}, *p = dev_floats(4, 0.0f);
+    OK(cudaMemcpy(p, h, sizeof h, cudaMemcpyHostToDevice));
+    multiply_add<<<1, 1>>>(p);
+    return get1(p + 3) == 0x1p-24f ? 0 : (printf("a*b + c = %g, want 2^-24 (fused)\n", get1(p + 3)), 1);
+}
 
 /* a correct warp reduction gives every lane the sum */
 static int c_shuffle_ok(void)
@@ -529,6 +540,7 @@ static const struct { const char *name; case_fn fn; } cases[] = {
     CASE(cub_temp_too_small), CASE(nccl_use_after_abort), CASE(nccl_two_threads), CASE(nccl_in_progress),
     CASE(nccl_injected_error), CASE(nccl_mismatch), CASE(fork_after_cuda), CASE(vector_misaligned_cpp),
     CASE(vector_misaligned_c), CASE(past_launch_bounds), CASE(within_launch_bounds), CASE(too_much_shared), CASE(warps_run_ahead),
+    CASE(multiply_add_fused),
 #undef CASE
 };
 
