@@ -192,6 +192,37 @@ wrong_answer 04_gradsync "odd ranks mark the layers in forward order (the verdic
 wrong_answer 05_metrics "every rank computes the saved weights instead of reading them" \
   's|return ddp_broadcast(ctx, w, P, DDP_F32, 0, NULL);|{ int j; for (j = 0; j < P; j++) w[j] = 0.25f * (float)j - 0.5f; } return DDP_OK;|' \
   "^wrong: these ranks' weights differ from the checkpoint's: rank 0 by"
+wrong_answer 07_restart "the momentum read back on rank 0 only" \
+  's|^ *if (ddp_broadcast(ctx, r->v, 2, DDP_F32, 0, NULL) != DDP_OK) return DDP_ERR_SYSTEM;||' \
+  "^wrong: rank 0 holds the saved run after load_checkpoint\\(\\), these ranks do not: rank 1 by"
+wrong_answer 07_restart "the step saved but not read back (the run starts over from the checkpoint's weights)" \
+  's|\(fread(r->v, sizeof(float), 2, f) == 2\) \&\&$|\1;|; s|^ *fread(\&r->step, sizeof r->step, 1, f) == 1;||' \
+  "^wrong: after load_checkpoint\\(\\) these ranks' runs differ from the saved one \\(rank 0 holds step 0, saved 11;"
+
+# Lesson 7's restart: the last rank killed after 13 steps under --max-restarts 2; the job
+# starts again, resumes from rank 0's checkpoint after step 10 and prints, step for step,
+# the bits of the run that never stopped. Then a run with other settings refuses the file.
+r7=$root/examples/lessons/07_restart/restart
+rm -f "$tmp/restart.ckpt"
+(cd "$tmp" && timeout 120 "$r7" --nproc 3 >"$tmp/whole" 2>&1)
+rc=$?
+rm -f "$tmp/restart.ckpt"
+(cd "$tmp" && timeout 120 "$r7" --nproc 3 --max-restarts 2 --crash-at 13 >"$tmp/crashed" 2>&1)
+rc=$((rc * 256 + $?))
+grep '^step' "$tmp/whole" | tail -n 6 >"$tmp/whole.end"
+grep '^step' "$tmp/crashed" | tail -n 6 >"$tmp/crashed.end"
+[ $rc -eq 0 ] && grep -q '^ddp: rank 2 (pid [0-9]*) was killed by signal 9 .*restarting the job: attempt 2 of 3$' "$tmp/crashed" &&
+  grep -q '^attempt 2: resumed from restart.ckpt at step 10$' "$tmp/crashed" && [ "$(wc -l <"$tmp/whole.end")" -eq 6 ] &&
+  cmp -s "$tmp/whole.end" "$tmp/crashed.end" && grep -q '^done: 40 steps, w 3.0' "$tmp/whole" &&
+  [ "$(grep '^done:' "$tmp/whole")" = "$(grep '^done:' "$tmp/crashed")" ]
+report "lessons.07_restart/restart: a rank killed after 13 steps, restarted, ends with the bits of a run that never stopped" \
+  $? "exit $rc: $(tr '\n' ' ' <"$tmp/crashed" | head -c 600)"
+(cd "$tmp" && timeout 60 "$r7" --nproc 2 >"$tmp/out" 2>&1)
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] &&
+  grep -q '^restart.ckpt: belongs to another run (40 steps, 3 ranks; this one: 40 steps, 2 ranks)' "$tmp/out"
+report "lessons.07_restart/restart refuses another run's checkpoint in one line" $? "exit $rc: $(tr '\n' ' ' <"$tmp/out" | head -c 300)"
+rm -f "$tmp/restart.ckpt"
 
 # Lesson 5's checkpoint: resuming refuses what no run of it writes, with rank 0's
 # one-line reason, which reaches the output before the launcher stops the job (8
@@ -223,7 +254,8 @@ report "lessons.05_metrics/checkpoint with 8 ranks: rank 0's reason is in the ou
 # anything runs: a mistyped --resume does not train from scratch over checkpoint.bin.
 printf 'kept' >"$tmp/checkpoint.bin"
 for case in "05_metrics/checkpoint --epochs abc" "05_metrics/checkpoint --epochs 0" "05_metrics/checkpoint --resum" \
-            "05_metrics/checkpoint --epochs" "04_gradsync/gradsync --trce t.json" "06_speedup/speedup --epochs 0"; do
+            "05_metrics/checkpoint --epochs" "04_gradsync/gradsync --trce t.json" "06_speedup/speedup --epochs 0" \
+            "07_restart/restart --crash-at -1" "07_restart/restart --save-every 0"; do
   # shellcheck disable=SC2086 # $case is a word list
   (cd "$tmp" && timeout 60 "$root/examples/lessons/"$case --nproc 3 >"$tmp/out" 2>&1)
   rc=$?
