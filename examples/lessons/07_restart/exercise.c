@@ -126,8 +126,8 @@ int main(int argc, char **argv)
     for (r = 0; r < ctx.world_size; r++) {
         ok[0] = ok[0] && diffs[2 * r] == 0;
         ok[1] = ok[1] && diffs[2 * r + 1] == 0;
-        diffs[r] = diffs[2 * r] > 0 ? diffs[2 * r] : diffs[2 * r + 1];
     }
+    for (r = 0; r < ctx.world_size; r++) diffs[r] = diffs[2 * r + ok[0]]; /* the first that went wrong */
     if (ok[0] && ok[1]) {
         ddp_print(&ctx, TR("correct: on all %d ranks the run resumed at step %d ends with the bits of the run that "
                            "never stopped\n",
