@@ -65,8 +65,18 @@
 #define DDP_EMU 1 /* the few tests that must tell the emulator from a GPU */
 
 /* ---- CUDA C++ keywords ---- */
-#define __global__
-#define __device__
+/* nvcc fuses a*b + c into one multiply-add in device code (--fmad=true, its default), never
+   in host code: with DDP_EMU_FMA (make's EMU_FMA, where the CPU has FMA) g++ does the same,
+   kernels and device functions fused, the host code around them as the host compiler builds it */
+#if defined(DDP_EMU_FMA) && defined(__x86_64__)
+#define DDP_EMU_DEVICE_CODE __attribute__((optimize("fp-contract=fast", "expensive-optimizations"), target("fma")))
+#elif defined(DDP_EMU_FMA)
+#define DDP_EMU_DEVICE_CODE __attribute__((optimize("fp-contract=fast", "expensive-optimizations")))
+#else
+#define DDP_EMU_DEVICE_CODE
+#endif
+#define __global__ DDP_EMU_DEVICE_CODE
+#define __device__ DDP_EMU_DEVICE_CODE
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
