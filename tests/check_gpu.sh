@@ -24,7 +24,7 @@
 #     bf16 (not yet run on a GPU; the emulator trains vocab 251-300)  ? s  (60)
 #   compute-sanitizer memcheck, synccheck on the kernel tests    2+2 s  (90 each)
 #   compute-sanitizer racecheck on the kernel tests               84 s (180)
-#   the lessons' GPU builds, a world of one, program and solution 12 x 1-5 s (20 each)
+#   the lessons' GPU builds, a world of one, program and solution 14 x 1-5 s (20 each)
 # DDP_REQUIRE_GPU=1 turns every "no GPU" skip into a failure.
 # Every step's output also goes to CHECK_GPU_LOG.
 cd "$(dirname "$0")/.." || exit 1
