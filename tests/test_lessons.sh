@@ -8,11 +8,12 @@
 # Chinese under LANG=zh_CN.UTF-8, and give the second hint with HINT=2. The Chinese pages
 # may not break a line between two Chinese characters (Markdown shows it as a space),
 # quote Chinese text with ASCII quotes, or write 规约 for 归约. Lesson 5's checkpoint
-# --resume refuses bad files with rank 0's reason. Then the pictures' sources:
+# --resume refuses bad files with rank 0's reason; lesson 7's restart, its last rank
+# killed, is restarted and ends with the bits of a run that never stopped. Then the pictures' sources:
 # gradsync --trace writes a Chrome trace that python's json loads, with a process per
 # rank and buckets on the collectives row, and the committed scripts draw it and the job
 # diagram (where matplotlib is installed). Programs run in a temporary directory, where
-# lesson 5 writes its checkpoint.
+# lessons 5 and 7 write their checkpoints.
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 . tests/lib.sh
