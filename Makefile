@@ -126,12 +126,12 @@ check-gpu:
 # cuda_runtime.h, cublasLt.h, nccl.h, ... and link its runtime (build/emu/libemu.a).
 # EMU_OPT=-O0 makes the kernels easier to step through in gdb. nvcc fuses a*b + c into one
 # multiply-add in device code (--fmad=true, its default), so the emulated kernels do too where
-# the CPU has FMA (tests/emu/cuda_runtime.h; EMU_FMA= builds them with every product rounded).
+# the CPU has FMA (tests/emu/cuda_runtime.h; EMU_FMA= or -O0 builds them with every product rounded).
 EMU_CXX     ?= g++
 EMU_OPT     ?= -O1
 EMU_FMA     ?= $(if $(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo y),-DDDP_EMU_FMA)
 EMU_FLAGS    = -std=c++17 -g -fno-strict-aliasing -pthread -D__CUDACC__ -Wall -Wno-unused-function -Wno-unknown-pragmas
-export DDP_EMU_FMA = $(if $(EMU_FMA),1,0)
+export DDP_EMU_FMA = $(if $(filter -O0,$(EMU_OPT)),0,$(if $(EMU_FMA),1,0))
 EMU_SRC      = build/emu/src
 EMU_LIB      = build/emu/libemu.a
 EMU_HEADERS  = $(wildcard tests/emu/*.h tests/emu/cub/device/*.cuh)
