@@ -129,8 +129,10 @@ check-gpu:
 # the CPU has FMA (tests/emu/cuda_runtime.h; EMU_FMA= or -O0 builds them with every product rounded).
 EMU_CXX     ?= g++
 EMU_OPT     ?= -O1
-EMU_FMA     ?= $(if $(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo y),-DDDP_EMU_FMA)
-EMU_FLAGS    = -std=c++17 -g -fno-strict-aliasing -pthread -D__CUDACC__ -Wall -Wno-unused-function -Wno-unknown-pragmas
+ifeq ($(origin EMU_FMA),undefined) # asked once, not at every compile
+EMU_FMA     := $(if $(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo y),-DDDP_EMU_FMA)
+endif
+EMU_FLAGS    = -std=c++17 -g -fno-strict-aliasing -pthread -D__CUDACC__ -Wall -Wno-unused-function -Wno-unknown-pragmas $(EMU_FMA)
 export DDP_EMU_FMA = $(if $(filter -O0,$(EMU_OPT)),0,$(if $(EMU_FMA),1,0))
 EMU_SRC      = build/emu/src
 EMU_LIB      = build/emu/libemu.a
@@ -162,15 +164,15 @@ $(addprefix $(EMU_SRC)/,$(HANDED_OUT)): $(EMU_SRC)/%: tests/emu/rewrite.pl force
 force: ;
 build/emu/%.o: tests/emu/%.cpp $(EMU_HEADERS)
 	@mkdir -p $(@D)
-	$(EMU_CXX) $(EMU_FLAGS) -O2 $(EMU_FMA) -Wextra -Itests/emu -c $< -o $@
+	$(EMU_CXX) $(EMU_FLAGS) -O2 -Wextra -Itests/emu -c $< -o $@
 $(EMU_LIB): build/emu/emu.o build/emu/emu_blas.o build/emu/emu_nccl.o
 	ar rcs $@ $^
 build/emu/examples/%_gpu: $(EMU_SRC)/examples/%.c $(EMU_COPIES) $(EMU_LIB) $(EMU_HEADERS)
 	@mkdir -p $(@D)
-	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) $(EMU_FMA) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
 build/emu/%: $(EMU_SRC)/%.cu $(EMU_COPIES) $(EMU_LIB) $(EMU_HEADERS)
 	@mkdir -p $(@D)
-	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) $(EMU_FMA) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
 
 # ---- install: headers, ddprun, pkg-config and CMake package files ----
 INCLUDEDIR = $(PREFIX)/include
