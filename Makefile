@@ -134,6 +134,8 @@ EMU_FMA     := $(if $(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo y),-D
 endif
 EMU_FLAGS    = -std=c++17 -g -fno-strict-aliasing -pthread -D__CUDACC__ -Wall -Wno-unused-function -Wno-unknown-pragmas $(EMU_FMA)
 export DDP_EMU_FMA = $(if $(filter -O0,$(EMU_OPT)),0,$(if $(EMU_FMA),1,0))
+# the kernels' expf, logf and tanhf as CUDA's may round them (tests/emu/emu.cpp), host code's glibc's
+export EMU_WRAP = -Wl,--wrap=expf,--wrap=logf,--wrap=tanhf
 EMU_SRC      = build/emu/src
 EMU_LIB      = build/emu/libemu.a
 EMU_HEADERS  = $(wildcard tests/emu/*.h tests/emu/cub/device/*.cuh)
@@ -169,10 +171,10 @@ $(EMU_LIB): build/emu/emu.o build/emu/emu_blas.o build/emu/emu_nccl.o
 	ar rcs $@ $^
 build/emu/examples/%_gpu: $(EMU_SRC)/examples/%.c $(EMU_COPIES) $(EMU_LIB) $(EMU_HEADERS)
 	@mkdir -p $(@D)
-	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) $(EMU_WRAP) -o $@ -lrt
 build/emu/%: $(EMU_SRC)/%.cu $(EMU_COPIES) $(EMU_LIB) $(EMU_HEADERS)
 	@mkdir -p $(@D)
-	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) -o $@ -lrt
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_OPT) -Itests/emu -I$(EMU_SRC) -x c++ $< -x none $(EMU_LIB) $(EMU_WRAP) -o $@ -lrt
 
 # ---- install: headers, ddprun, pkg-config and CMake package files ----
 INCLUDEDIR = $(PREFIX)/include

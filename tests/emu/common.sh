@@ -40,7 +40,7 @@ build() {
   perl tests/emu/rewrite.pl <"$dir/mutated" >"$dir/src/$file" || return 1
   mkdir -p "$(dirname "$dir/$prog")"
   "$EMU_CXX" -std=c++17 -O0 -g0 -w -fno-strict-aliasing -pthread -D__CUDACC__ -Itests/emu -I"$dir/src" -x c++ "$src" \
-    -x none build/emu/libemu.a -o "$dir/$prog" -lrt >>"$dir/log" 2>&1
+    -x none build/emu/libemu.a $EMU_WRAP -o "$dir/$prog" -lrt >>"$dir/log" 2>&1
 }
 
 # mutant NAME FILE OLD NEW PROGRAM ARGS PATTERN: the mutant's run fails with a line

@@ -25,6 +25,9 @@
      default stream's implicit ordering and pageable/pinned copy rules are CUDA's;
    - each host thread has its own current device (device 0 until cudaSetDevice), and
      the devices a process touched are recorded (DDP_EMU_TOUCH_LOG, DDP_EMU_STRICT_DEVICES).
+   - expf, logf, tanhf and rsqrtf in a kernel give either float next to the exact value
+     (CUDA's are within 1-2 units in the last place, not rounded to nearest), by a seeded
+     draw on the argument; host code keeps glibc's (emu.cpp; the link's EMU_WRAP);
    - a vector access (a cast to int4, float2, ...: rewrite.pl) must be aligned to its
      size, and a block no larger than its kernel's __launch_bounds__;
    - %globaltimer (the inline PTX rewrite.pl turns into emu::globaltimer()) is a clock
@@ -41,7 +44,7 @@
 
    Environment (read once, at the first CUDA call): DDP_EMU_DEVICES=N devices per
    process (default 8; CUDA_VISIBLE_DEVICES selects among them), DDP_EMU_SEED=N the
-   order of blocks and threads, DDP_EMU_SAMPLE=1 runs only the corner blocks of each
+   order of blocks and threads and the math functions' roundings, DDP_EMU_SAMPLE=1 runs only the corner blocks of each
    grid (GPT-2-sized shapes in seconds: for index overflow, not for results),
    DDP_EMU_FILL_LIMIT=bytes fills larger allocations only that far (default 256 MiB),
    DDP_EMU_WAIT_LIMIT=seconds reports a host wait that makes no progress (default 300),
@@ -371,7 +374,8 @@ template <class T, class U> static inline T atomicMin(T *p, U v) { T old = *p; *
 template <class T, class U> static inline T atomicExch(T *p, U v) { T old = *p; *p = (T)v; return old; }
 template <class T, class U> static inline T atomicCAS(T *p, U cmp, U v) { T old = *p; if (old == (T)cmp) *p = (T)v; return old; }
 
-static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+namespace emu { float device_rsqrtf(float x); } /* as CUDA's may round it (emu.cpp) */
+static inline float rsqrtf(float x) { return emu::device_rsqrtf(x); }
 static inline float __fdividef(float a, float b) { return a / b; }
 #define EMU_MINMAX(T)                                                   \
     static inline T min(T a, T b) { return a < b ? a : b; }           \

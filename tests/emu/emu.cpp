@@ -36,7 +36,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <cmath>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <map>
@@ -593,6 +595,7 @@ static block_run *blk;           /* the block being run (the engine thread only)
 static double grid_start;        /* now_s() when the grid started */
 static unsigned long long grid_vt; /* the latest any of its threads' clocks reached */
 static volatile int in_kernel;   /* for the fault handler */
+static thread_local bool device_math; /* this thread runs a grid: CUDA's math functions (below) */
 
 static unsigned long long mix(unsigned long long x)
 {
@@ -848,6 +851,29 @@ unsigned long long globaltimer()
     return t;
 }
 
+/* CUDA's expf, tanhf and rsqrtf are accurate to 2 units in the last place and logf to 1,
+   where glibc's come close to rounding to nearest: in a kernel each result is either float
+   next to the exact value t (in double), drawn from the seed, the function and the argument,
+   so one argument always gives one result (as on a GPU), and code that holds only for
+   glibc's roundings fails here as it would there. Where t is a float (expf(0), logf(1)),
+   infinite, NaN or subnormal, or where tanhf saturates at +-1, the result is glibc's, r;
+   so is every call from host code. */
+static float faithful(float r, double t, unsigned fn, float x)
+{
+    uint32_t bits;
+    const float n = (float)t; /* t to nearest */
+    if (!std::isfinite(r) || !std::isfinite(t) || std::fabs(t) < FLT_MIN || (double)n == t) return r;
+    const float lo = (double)n < t ? n : std::nextafter(n, -INFINITY), hi = (double)n < t ? std::nextafter(n, INFINITY) : n;
+    if (!std::isfinite(lo) || !std::isfinite(hi)) return r;
+    memcpy(&bits, &x, sizeof bits);
+    return mix(cfg.seed ^ (unsigned long long)fn << 32 ^ bits) & 1 ? hi : lo;
+}
+float device_rsqrtf(float x)
+{
+    return device_math ? faithful((float)(1.0 / std::sqrt((double)x)), 1.0 / std::sqrt((double)x), 4, x)
+                       : 1.0f / sqrtf(x);
+}
+
 /* All live threads wait: release a barrier, or report why nothing can move. */
 static void release_or_report()
 {
@@ -984,10 +1010,12 @@ static void run_grid(kernel_op *k)
     grid_start = now_s();
     grid_vt = 0;
     in_kernel = 1;
+    device_math = true;
     for (unsigned long long i = 0; i < (sample.empty() ? total : sample.size()); i++) {
         const unsigned long long lin = sample.empty() ? permute(i, total, key) : sample[i];
         run_block(k, uint3{(unsigned)(lin % gx), (unsigned)(lin / gx % gy), (unsigned)(lin / (gx * gy))}, &run);
     }
+    device_math = false;
     in_kernel = 0;
     for (double left; (left = grid_start + grid_vt * 1e-9 - now_s()) > 0;) /* a kernel that spun on %globaltimer */
         usleep((useconds_t)(left * 1e6) + 1);
@@ -1465,6 +1493,21 @@ cudaError_t launch(const kernel_site &site, dim3 grid, dim3 block, size_t shmem,
 
 /* ---- the runtime API -------------------------------------------------------------- */
 using namespace emu;
+
+/* the program's calls of expf, logf and tanhf, through the linker (-Wl,--wrap=expf: the
+   Makefile's EMU_WRAP), __real_expf being glibc's; weak, so that a program linked without
+   the wraps (kernels with glibc's roundings) needs none */
+extern "C" {
+float __real_expf(float) __attribute__((weak)), __real_logf(float) __attribute__((weak)),
+    __real_tanhf(float) __attribute__((weak));
+float __wrap_expf(float x) { const float r = __real_expf(x); return device_math ? faithful(r, std::exp((double)x), 1, x) : r; }
+float __wrap_logf(float x) { const float r = __real_logf(x); return device_math ? faithful(r, std::log((double)x), 2, x) : r; }
+float __wrap_tanhf(float x)
+{
+    const float r = __real_tanhf(x);
+    return device_math && std::fabs(r) != 1.0f ? faithful(r, std::tanh((double)x), 3, x) : r;
+}
+}
 
 #define ENTER(name)                                  \
     do {                                             \

@@ -119,6 +119,15 @@ __global__ void read_shared_first(float *out)
 __global__ void set_value(float *p, float v) { *p = v; }
 __global__ void copy_value(float *dst, const float *src) { *dst = *src; }
 __global__ void multiply_add(float *p) { p[3] = p[0] * p[1] + p[2]; }
+__global__ void math_functions(float *out, const float *x, int n)
+{
+    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    out[i] = expf(x[i]);
+    out[n + i] = logf(x[i]);
+    out[2 * n + i] = tanhf(x[i]);
+    out[3 * n + i] = rsqrtf(x[i]);
+}
 __global__ void block_order(int *order, int *next) { order[atomicAdd(next, 1)] = (int)blockIdx.x; }
 __global__ void warp_sum(float *p)
 {
@@ -170,6 +179,44 @@ static int c_multiply_add_fused(void)
     OK(cudaMemcpy(p, h, sizeof h, cudaMemcpyHostToDevice));
     multiply_add<<<1, 1>>>(p);
     return get1(p + 3) == 0x1p-24f ? 0 : (printf("a*b + c = %g, want 2^-24 (fused)\n", get1(p + 3)), 1);
+}
+
+/* CUDA's expf, logf, tanhf and rsqrtf are within 1-2 units in the last place, not rounded to
+   nearest: in a kernel each result is one of the two floats around the exact value (many not
+   glibc's), the same for the same argument; host code's calls stay glibc's (__real_: the
+   linker's --wrap) */
+extern "C" float __real_expf(float), __real_logf(float), __real_tanhf(float);
+static int c_math_faithful(void)
+{
+    enum { N = 4096 };
+    static float x[N], h[2][4 * N];
+    static const char *name[4] = {"expf", "logf", "tanhf", "rsqrtf"};
+    float *dx = dev_floats(N, 0.0f), *out = dev_floats(4 * N, 0.0f);
+    int moved[4] = {0, 0, 0, 0};
+    for (int i = 0; i < N; i++) x[i] = i < 2 ? (float)i : ldexpf(1.0f + (float)(i % 512) / 512.0f, i / 512 - 4); /* 0, 1, 2^-4 .. 2^4 */
+    OK(cudaMemcpy(dx, x, sizeof x, cudaMemcpyHostToDevice));
+    for (int run = 0; run < 2; run++) {
+        math_functions<<<N / 256, 256>>>(out, dx, N);
+        OK(cudaMemcpy(h[run], out, sizeof h[run], cudaMemcpyDeviceToHost));
+    }
+    if (memcmp(h[0], h[1], sizeof h[0])) return printf("two launches with the same arguments differ\n"), 1;
+    for (int i = 0; i < N; i++) {
+        const double t[4] = {exp((double)x[i]), log((double)x[i]), tanh((double)x[i]), 1.0 / sqrt((double)x[i])};
+        const float host[4] = {expf(x[i]), logf(x[i]), tanhf(x[i]), 1.0f / sqrtf(x[i])};
+        if (host[0] != __real_expf(x[i]) || host[1] != __real_logf(x[i]) || host[2] != __real_tanhf(x[i]))
+            return printf("host code's expf, logf or tanhf of %a is not glibc's\n", x[i]), 1;
+        for (int f = 0; f < 4; f++) {
+            const float d = h[0][f * N + i], r = (float)t[f]; /* r: t to nearest */
+            const float lo = (double)r > t[f] ? nextafterf(r, -INFINITY) : r;
+            const float hi = (double)r < t[f] ? nextafterf(r, INFINITY) : r;
+            if (!isfinite(t[f]) ? d != host[f] : d != lo && d != hi)
+                return printf("%s(%a) = %a in a kernel, want %a or %a\n", name[f], x[i], d, lo, hi), 1;
+            moved[f] += d != host[f];
+        }
+    }
+    for (int f = 0; f < 4; f++)
+        if (moved[f] < N / 8) return printf("%s: only %d of %d results differ from glibc's\n", name[f], moved[f], N), 1;
+    return 0;
 }
 
 /* a correct warp reduction gives every lane the sum */
@@ -540,7 +587,7 @@ static const struct { const char *name; case_fn fn; } cases[] = {
     CASE(cub_temp_too_small), CASE(nccl_use_after_abort), CASE(nccl_two_threads), CASE(nccl_in_progress),
     CASE(nccl_injected_error), CASE(nccl_mismatch), CASE(fork_after_cuda), CASE(vector_misaligned_cpp),
     CASE(vector_misaligned_c), CASE(past_launch_bounds), CASE(within_launch_bounds), CASE(too_much_shared), CASE(warps_run_ahead),
-    CASE(multiply_add_fused),
+    CASE(multiply_add_fused), CASE(math_faithful),
 #undef CASE
 };
 

@@ -72,6 +72,7 @@ if grep -q 'emu: collective #1 of the communicator: rank . calls ncclAllReduce .
   echo "PASS emu.reports.nccl_mismatch_names_both_ranks"
 else echo "FAIL emu.reports.nccl_mismatch_names_both_ranks: $(head -c 400 <<<"$out")"; fail=1; fi
 behaves fork_after_cuda
+behaves math_faithful
 # make exports DDP_EMU_FMA (0 for a build with EMU_FMA=); run by hand, the CPU decides
 if [ "${DDP_EMU_FMA:-$(grep -qw fma /proc/cpuinfo 2>/dev/null && echo 1)}" = 1 ]; then behaves multiply_add_fused
 else echo "SKIP emu.behaves.multiply_add_fused: built without fused multiply-adds (EMU_FMA=, or a CPU without FMA)"; fi
