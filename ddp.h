@@ -363,8 +363,9 @@ typedef struct ddp_desc {
 } ddp_desc;
 
 /* Filled by ddp_init; keep it at one address until ddp_destroy (a CPU worker thread
-   refers to it). ddp_init on a context still live, or for a rank that another live
-   context of this process holds, is refused (ddp_destroy that one first). */
+   refers to it). ddp_init on a context still live, or for a rank of a job of several
+   ranks that another live context of this process holds, is refused (ddp_destroy that one
+   first); worlds of one share nothing, and any number of them may live side by side. */
 typedef struct ddp_ctx {
     int rank, world_size;
     int local_rank, local_world_size;
@@ -395,7 +396,8 @@ typedef struct ddp_work {
    signal; signals ignored at its start stay ignored), stops
    everything when one rank fails, and returns the exit status for main to return.
    "--max-restarts N" (torchrun's flag, also --max_restarts) starts the job again
-   after a failure, up to N times. */
+   after a failure, up to N times. A near miss of --nproc (-np 4, --nprocs 4, --NPROC)
+   outside a launched job is said on stderr before the one rank runs. */
 #define DDP_WORKER (-1)
 DDPDEF int ddp_launch(int *argc, char **argv);
 /* Runs nproc copies of argv (argv[0] looked up in PATH) as ranks 0..nproc-1 of one
@@ -1211,7 +1213,7 @@ typedef struct ddp__settings {
 
 /* The objects of this process from their init to their destroy (failed inits too): a
    ddp_ctx's state, a ddp_grad's, a ddp_sampler's node (from a successful init). An init on
-   one of them, or a ddp_init for a rank of a job that a live context holds, is refused by
+   one of them, or a ddp_init for a rank of a job (of several ranks) that a live context holds, is refused by
    name (else the store refused it as another process claiming the rank, or the first
    object leaked silently). Each object's state starts with its node (a sampler points to
    its own), which names the object by its address (what a ddp_ctx never initialised
@@ -1707,7 +1709,7 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
     const char *who = "defaults (no launcher's variables set)", *rank_name = "rank", *world_name = "world_size", *v;
     const struct ddp__launcher *l = NULL, *o;
     int argv_local = -1, here, world = 1;
-    ddp_result r = ddp__argv_local_rank(ctx, d->argc, d->argv, &argv_local);
+    ddp_result bad, r = ddp__argv_local_rank(ctx, d->argc, d->argv, &argv_local);
     if (r != DDP_OK) return r;
     *found = NULL;
     ctx->rank = 0; /* the world stays 0 in ctx until it is known: errors about it carry no "rank r/w" */
@@ -1766,25 +1768,26 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
             (here = ddp__slurm_tasks_here(v, ctx->node_rank, world)) > 0)
             ctx->local_world_size = here; /* else derived from the hosts */
     }
+    bad = d->world_size > 0 ? DDP_ERR_ARG : DDP_ERR_ENV; /* the caller's values, or a launcher's */
     if (world < 1)
-        return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d must be at least 1 (%s)", world_name, world, who);
+        return ddp__fail(ctx, bad, "%s=%d must be at least 1 (%s)", world_name, world, who);
     if (world > DDP__MAX_WORLD)
-        return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is more ranks than ddp.h takes (%d at most; %s)", world_name,
+        return ddp__fail(ctx, bad, "%s=%d is more ranks than ddp.h takes (%d at most; %s)", world_name,
                          world, DDP__MAX_WORLD, who);
     if (ctx->rank < 0 || ctx->rank >= world)
-        return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", rank_name, ctx->rank,
+        return ddp__fail(ctx, bad, "%s=%d is outside 0..%d (%s=%d, %s)", rank_name, ctx->rank,
                          world - 1, world_name, world, who);
     { /* named as the launcher (or the desc) gave them; a value not given is not said */
         const char *lr = argv_local >= 0 ? "--local_rank" : l && l->local_rank ? l->local_rank : "local_rank",
                    *lw = l && l->local_world ? l->local_world : "local_world_size";
         if (ctx->local_world_size > world)
-            return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is more than %s=%d (%s)", lw, ctx->local_world_size, world_name,
+            return ddp__fail(ctx, bad, "%s=%d is more than %s=%d (%s)", lw, ctx->local_world_size, world_name,
                              world, who);
         if (ctx->local_rank >= world)
-            return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", lr, ctx->local_rank,
+            return ddp__fail(ctx, bad, "%s=%d is outside 0..%d (%s=%d, %s)", lr, ctx->local_rank,
                              world - 1, world_name, world, who);
         if (ctx->local_world_size > 0 && ctx->local_rank >= ctx->local_world_size)
-            return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d is outside 0..%d (%s=%d, %s)", lr, ctx->local_rank,
+            return ddp__fail(ctx, bad, "%s=%d is outside 0..%d (%s=%d, %s)", lr, ctx->local_rank,
                              ctx->local_world_size - 1, lw, ctx->local_world_size, who);
     }
     /* what a launcher said, for the ranks to check against each other (the desc is the
@@ -5084,9 +5087,10 @@ ddp_result ddp_trace_start(ddp_ctx *ctx, size_t max_events)
     if ((r = ddp__trace_worst(ctx, &problem, 0, &other)) == DDP_OK && (problem || other))
         r = other ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: another rank is in ddp_trace_save (every rank "
                                                 "starts tracing, then every rank saves)")
-            : problem == 2 ? ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_start: no memory for the events on some rank")
+            : problem == 2 ? ddp__fail(ctx, own ? DDP_ERR_NOMEM : DDP_ERR_PEER,
+                                       "ddp_trace_start: no memory for the events on %s", own ? "this rank" : "another rank")
             : own == 1   ? ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: %zu events is too many", max_events)
-                         : ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_start: another rank asked for too many events");
+                         : ddp__fail(ctx, DDP_ERR_PEER, "ddp_trace_start: another rank asked for too many events");
     mine[0] = ctx->node_rank;
     mine[1] = ddp__now_ns();
     /* ranks on one host read one clock: all of them start at its first rank's zero */
@@ -5192,7 +5196,7 @@ static int ddp__temp_file(const char *path, char *tmp, size_t cap)
 ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
 {
     struct ddp__trace none, *t;
-    int64_t mine[2], *counts = NULL, problem = 0, max = 0;
+    int64_t mine[2], *counts = NULL, problem = 0, own, max = 0;
     ddp__event *all = NULL;
     char tmp[4096 + 16];
     FILE *f = NULL;
@@ -5221,16 +5225,19 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
             made = f != NULL;
         }
     }
+    /* a rank whose own part was fine says DDP_ERR_PEER: the launcher then names the rank that failed */
+    own = problem;
     if ((r = ddp__trace_worst(ctx, &problem, 1, &other)) == DDP_OK && (problem || other)) {
         if (other) r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: another rank is in ddp_trace_start (every rank "
                                                    "starts tracing, then every rank saves)");
-        else if (problem == 3) r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: tracing was not started on every rank "
-                                                          "(ddp_trace_start, a collective)");
-        else if (problem == 2) r = ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_save: out of memory on some rank");
+        else if (problem == 3) r = ddp__fail(ctx, own ? DDP_ERR_ARG : DDP_ERR_PEER, "ddp_trace_save: tracing was not "
+                                             "started on %s (ddp_trace_start, a collective)", own ? "this rank" : "every rank");
+        else if (problem == 2) r = ddp__fail(ctx, own ? DDP_ERR_NOMEM : DDP_ERR_PEER, "ddp_trace_save: out of memory on %s",
+                                             own ? "this rank" : "another rank");
         else if (ctx->rank == 0)
             r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: cannot write '%s': %s", path ? path : "(null)",
                           path && *path ? strerror(err) : "no path");
-        else r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_trace_save: rank 0 cannot write the trace file");
+        else r = ddp__fail(ctx, DDP_ERR_PEER, "ddp_trace_save: rank 0 cannot write the trace file");
     }
     if (r == DDP_OK) r = ddp_all_gather(ctx, mine, counts, 2, DDP_I64, NULL);
     if (r == DDP_OK) {
@@ -5238,9 +5245,10 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
             if (counts[2 * k] > max) max = counts[2 * k];
         /* every rank sends max events (the same count everywhere), its own first */
         all = DDP__CAST(ddp__event *, DDP_MALLOC(((size_t)ctx->world_size + 1) * (size_t)(max ? max : 1) * sizeof *all));
-        problem = !all;
+        problem = own = !all;
         if ((r = ddp__trace_worst(ctx, &problem, 1, &other)) == DDP_OK && problem)
-            r = ddp__fail(ctx, DDP_ERR_NOMEM, "ddp_trace_save: out of memory for %lld events on some rank", (long long)max);
+            r = ddp__fail(ctx, own ? DDP_ERR_NOMEM : DDP_ERR_PEER, "ddp_trace_save: out of memory for %lld events on %s",
+                          (long long)max, own ? "this rank" : "another rank");
     }
     if (r == DDP_OK) {
         ddp__event *send = all + (size_t)ctx->world_size * (size_t)max;
@@ -5259,7 +5267,7 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
         r = ddp__trace_worst(ctx, &problem, 1, &other);
         if (r == DDP_OK && problem)
             r = ctx->rank == 0 ? ddp__fail(ctx, DDP_ERR_SYSTEM, "ddp_trace_save: writing '%s' failed: %s", path, strerror(err))
-                               : ddp__fail(ctx, DDP_ERR_SYSTEM, "ddp_trace_save: rank 0 could not write the trace file");
+                               : ddp__fail(ctx, DDP_ERR_PEER, "ddp_trace_save: rank 0 could not write the trace file");
     }
     if (r == DDP_OK && ctx->rank == 0) { /* a trace that ends before the run did is said (its metadata holds it too) */
         int most = 0;
@@ -5751,6 +5759,28 @@ static void ddp__release(ddp_ctx *ctx)
 /* The flags ddp_launch takes: "--nproc N" (or --nproc=N, torchrun's --nproc_per_node
    and --nproc-per-node) and torchrun's "--max-restarts N" (or --max_restarts). */
 static const char *const ddp__nproc_names[] = {"--nproc_per_node", "--nproc-per-node", "--nproc", NULL};
+
+/* Whether a flag looks meant as --nproc but is not it: one or two dashes, then, in any case,
+   "np..." (mpirun's -np, mp.spawn's nprocs, -nproc, --NPROC) or "nproc" with one letter
+   left out, added or changed, or two neighbours swapped (--nroc, --mproc). */
+static int ddp__like_nproc(const char *arg)
+{
+    static const char w[] = "nproc";
+    char a[8];
+    size_t n, i = 0, k, diff = 0;
+    if (arg[0] != '-') return 0;
+    arg += arg[1] == '-' ? 2 : 1;
+    for (n = 0; arg[n] && arg[n] != '='; n++) /* the name, its first 7 letters in lower case */
+        if (n < sizeof a - 1) a[n] = arg[n] >= 'A' && arg[n] <= 'Z' ? (char)(arg[n] - 'A' + 'a') : arg[n];
+    a[n < sizeof a - 1 ? n : sizeof a - 1] = 0;
+    if (a[0] == 'n' && a[1] == 'p') return 1;
+    while (i < n && i < 5 && a[i] == w[i]) i++; /* the first letter that differs */
+    if (n == 4) return strcmp(a + i, w + i + 1) == 0;
+    if (n == 6) return strcmp(a + i + 1, w + i) == 0;
+    if (n != 5) return 0;
+    for (k = 0; k < 5; k++) diff += a[k] != w[k];
+    return diff == 1 || (diff == 2 && i < 4 && a[i] == w[i + 1] && a[i + 1] == w[i]);
+}
 static const char *const ddp__restart_names[] = {"--max-restarts", "--max_restarts", NULL};
 
 /* The length of the flag name at a when it is one of names (alone or with "="), else 0. */
@@ -6592,7 +6622,7 @@ int ddp_launch(int *argc, char **argv)
     }
     if (!nproc_given) {
         for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++) /* mp.spawn's nprocs, a typo: not silently one rank */
-            if (strncmp(argv[i], "--nproc", 7) == 0 && !ddp__launched_by()) {
+            if (ddp__like_nproc(argv[i]) && !ddp__launched_by()) {
                 fprintf(stderr, "ddp: warning: %.*s is not ddp_launch's flag (--nproc N starts N ranks): running as one "
                         "process\n", (int)strcspn(argv[i], "="), argv[i]);
                 break;
@@ -6728,9 +6758,10 @@ ddp_result ddp_sampler_init(ddp_sampler *s, ddp_ctx *ctx, const ddp_sampler_desc
     if (!s) { /* with a context, the others may be in the agreement already: meet them */
         ddp_sampler none;
         ddp_result r;
-        if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_sampler_init");
+        if (ctx && !ctx->st) return ddp__no_state(ctx, "ddp_sampler_init");
         memset(&none, 0, sizeof none);
         r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_sampler_init: no ddp_sampler to set up (NULL)");
+        if (!ctx) return r; /* (a NULL context is allowed: the world in desc, else one) */
         if (ctx->world_size > 1) ddp__sampler_agree(&none, ctx, 1);
         return r;
     }

@@ -274,7 +274,7 @@ for bad in "--bogus" "--nprocs 3" "-x" "extra" "--nproc 2 --bogus=1"; do
   ok=$? # (before the name's $(...) sets $?)
   sigcheck "hello_refuses.$(sed -e 's/^-*//' -e 's/[ =-]/_/g' <<<"$bad")" $ok "status $rc (want 2 and one line): $(head -c 300 <<<"$out" | tr '\n' ' ')"
 done
-# a near miss of --nproc (mp.spawn's nprocs) in a program that ignores flags it does not know:
+# a near miss of --nproc (mp.spawn's nprocs, mpirun's -np, a typo) in a program that ignores flags it does not know:
 # said, not a silent run of one process; under a launcher, not said by every rank
 ignorer=$tmp/ignores_flags
 printf '%s\n' '#define DDP_IMPLEMENTATION' '#include "ddp.h"' '#include <stdio.h>' 'int main(int argc, char **argv) {' \
@@ -283,7 +283,7 @@ printf '%s\n' '#define DDP_IMPLEMENTATION' '#include "ddp.h"' '#include <stdio.h
   '  x = (float)(ctx.rank + 1); ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);' \
   '  ddp_print(&ctx, "sum %g, world %d\n", x, ctx.world_size); return ddp_destroy(&ctx) != DDP_OK; }' >"$ignorer.c"
 cc -std=c99 -O0 -I. "$ignorer.c" -o "$ignorer" -lpthread -lm || { echo "FAIL ddprun.near_miss: cannot build $ignorer.c"; fail=1; }
-for form in "--nprocs 3" "--nprocs=3" "--nproc_per_nodes 3"; do
+for form in "--nprocs 3" "--nprocs=3" "--nproc_per_nodes 3" "-np 3" "-nproc 3" "--NPROC=3" "--nroc 3"; do
   out=$(timeout -k 5 30 "$ignorer" $form 2>&1); rc=$?
   [ $rc -eq 0 ] && grep -q "^ddp: warning: ${form%%[ =]*} is not ddp_launch's flag (--nproc N starts N ranks): running as one process$" <<<"$out" &&
     grep -q '^sum 1, world 1' <<<"$out"

@@ -159,6 +159,23 @@ static void legacy_argv(void)
               ddp_error(&ctx));
         ddp_destroy(&ctx);
     }
+    { /* the same in the caller's desc is a bad argument, not a bad environment */
+        ddp_desc bad;
+        memset(&bad, 0, sizeof bad);
+        bad.world_size = 2;
+        bad.rank = 2;
+        r = ddp_init(&ctx, &bad);
+        CHECK("env.desc_rank_past_the_world_is_a_bad_argument", r == DDP_ERR_ARG &&
+              strstr(ddp_error(&ctx), "rank=2 is outside 0..1 (world_size=2, ddp_desc)"), "result %s '%s'",
+              ddp_strerror(r), ddp_error(&ctx));
+        ddp_destroy(&ctx);
+        bad.rank = 0;
+        bad.local_rank = 5;
+        r = ddp_init(&ctx, &bad);
+        CHECK("env.desc_local_rank_past_the_world_is_a_bad_argument", r == DDP_ERR_ARG &&
+              strstr(ddp_error(&ctx), "local_rank=5 is outside 0..1"), "result %s '%s'", ddp_strerror(r), ddp_error(&ctx));
+        ddp_destroy(&ctx);
+    }
     { /* after "--" the arguments are the program's: left alone (a local rank of 3 failed init) */
         char c1[] = "--", c2[] = "--local_rank", c3[] = "3";
         char *argv3[] = {a0, c1, c2, c3, NULL};

@@ -112,9 +112,11 @@ static int work(int *argc, char **argv)
     if (ctx.rank == 0) CHECK(name, s == DDP_ERR_ARG && strstr(last_error, "ddp_trace_start"), "got %d '%s'", s, last_error);
     if (W > 1) { /* only rank 1's start fails: every rank hears it at once, and saves refuse everywhere */
         s = ddp_trace_start(&ctx, ctx.rank == 1 ? (size_t)1 << 62 : 0);
-        k = all_ok(&ctx, s == DDP_ERR_ARG && strstr(last_error, ctx.rank == 1 ? "too many" : "another rank"));
+        /* DDP_ERR_PEER where the failure is another rank's: the launcher names rank 1 */
+        k = all_ok(&ctx, s == (ctx.rank == 1 ? DDP_ERR_ARG : DDP_ERR_PEER) &&
+                             strstr(last_error, ctx.rank == 1 ? "too many" : "another rank"));
         s = ddp_trace_save(&ctx, path);
-        k = all_ok(&ctx, k && s == DDP_ERR_ARG && strstr(last_error, "not started on every rank"));
+        k = all_ok(&ctx, k && s == DDP_ERR_ARG && strstr(last_error, "not started on this rank"));
         snprintf(name, sizeof name, "trace W=%d: one rank's failed start fails every rank's start and save", W);
         if (ctx.rank == 0) CHECK(name, k, "got %d '%s' (or another rank did not get the error)", s, last_error);
         /* the last rank saves while the others start: each is told what the others call */
@@ -240,8 +242,8 @@ static int work(int *argc, char **argv)
     last_error[0] = 0;
     s = ddp_trace_save(&ctx, "/nonexistent-ddp-dir/trace.json");
     {
-        int ok = s == DDP_ERR_ARG && (ctx.rank == 0 ? strstr(last_error, "No such file") != NULL
-                                                     : strstr(last_error, "rank 0 cannot write") != NULL);
+        int ok = ctx.rank == 0 ? s == DDP_ERR_ARG && strstr(last_error, "No such file") != NULL
+                               : s == DDP_ERR_PEER && strstr(last_error, "rank 0 cannot write") != NULL;
         float one = 1;
         ok = all_ok(&ctx, ok);
         if (ddp_all_reduce(&ctx, &one, &one, 1, DDP_F32, DDP_SUM, NULL) != DDP_OK || one != (float)W) ok = 0;
@@ -265,6 +267,9 @@ static int work(int *argc, char **argv)
     }
     last_error[0] = 0;
     s = ddp_trace_save(&ctx, path);
+    snprintf(name, sizeof name, "trace W=%d: the other ranks hear of rank 0's failed write as another rank's", W);
+    k = all_ok(&ctx, ctx.rank == 0 || (s == DDP_ERR_PEER && strstr(last_error, "rank 0 could not write")));
+    if (ctx.rank == 0) CHECK(name, k, "a rank did not get DDP_ERR_PEER");
     if (ctx.rank == 0) {
         char line[64] = "", cmd[300];
         FILE *f = fopen(path, "r");
