@@ -373,7 +373,7 @@ static int parse_options(int argc, char **argv, options *o)
             strcmp(a, "--max-restarts") == 0 || strcmp(a, "--max_restarts") == 0) {
         } else if (strcmp(a, "--epochs") == 0) {
             long x = strtol(v, &end, 10);
-            bad = *end || x < 0 || x > 1000000;
+            bad = *end || x < 1 || x > 1000000; /* 0 trains nothing, and would save the initial weights as a model */
             o->epochs = (int)x;
         } else if (strcmp(a, "--batch-size") == 0) {
             long x = strtol(v, &end, 10);

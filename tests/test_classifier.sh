@@ -62,6 +62,7 @@ refused() { # want args...: one line that says it, exit 2
 }
 refused "bad value 'inf' for --lr" --lr inf
 refused "bad value ' -1' for --seed" --seed ' -1'
+refused "bad value '0' for --epochs" --epochs 0 # it would save the initial weights as a trained model
 refused "--out $tmp/nodir/m.st: cannot create files in $tmp/nodir" --out "$tmp/nodir/m.st"
 refused "--out needs a file name" --out=
 refused "--out $tmp is a directory" --out "$tmp"
