@@ -33,7 +33,7 @@
        ddp_crossentropy_forward_backward_cpu  mean loss, per-row losses, dlogits
        ddp_adamw_update_cpu         one AdamW step (the GPU twin adds an fp32 master copy)
        ddp_global_norm_cpu          sqrt(sum grads^2)
-       ddp_clip_by_norm_cpu         grads *= max_norm / norm when that is below 1
+       ddp_clip_by_norm_cpu         grads *= max_norm / (norm + 1e-6) when that is below 1
    GPU only: ddp_kernels_init, ddp_kernels_destroy, ddp_kernels_error (below).
 
    INDEX (grep for the tag; each layer's CPU and GPU halves are far apart)
