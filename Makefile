@@ -95,6 +95,8 @@ lessons: $(LESSONS)
 $(foreach e,$(EXERCISES),$(eval lesson-$(patsubst 0%,%,$(firstword $(subst _, ,$(notdir $(e:/exercise=))))): $(e)))
 lesson-%:
 	@$(if $^,examples/lessons/check.sh $<,echo "no lesson $*: the lessons are 1 to $(words $(EXERCISES))"; exit 2)
+lesson-:
+	@echo "make lesson-N: N is the lesson's number, 1 to $(words $(EXERCISES))"; exit 2
 
 run: examples/train_gpt
 	./examples/train_gpt --nproc 2 --steps 400

@@ -14,8 +14,17 @@ import sys
 
 
 def read_log(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """the log's rows, or exit with one line"""
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        for r in rows:
+            r["step"], r["loss"]
+        return rows
+    except OSError as e:
+        sys.exit(f"plot_loss.py: {path}: {e.strerror}")
+    except (ValueError, KeyError, TypeError):
+        sys.exit(f"plot_loss.py: {path} is not a train_gpt --log file (one JSON object per step)")
 
 
 def main():
@@ -54,7 +63,10 @@ def main():
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(args.out)
+    try:
+        fig.savefig(args.out)
+    except OSError as e:
+        sys.exit(f"plot_loss.py: cannot write {args.out}: {e.strerror}")
     print(f"wrote {args.out}")
 
 

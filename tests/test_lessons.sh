@@ -123,6 +123,11 @@ for dir in examples/lessons/[0-9]*/; do
   [ $rc -eq 1 ] && grep -q '^错误：' "$tmp/zh" && grep -q '^提示 1：' "$tmp/zh" && grep -q '^提示 2：' "$tmp/zh" &&
     grep -q "^第 $n 课：还没做对" "$tmp/zh"
   report "$name/exercise as handed out, in Chinese and with HINT=2" $? "exit $rc: $(tr '\n' ' ' <"$tmp/zh" | head -c 500)"
+  # run by hand, with one rank, where the work of many cannot go wrong: a "correct" there says so
+  (cd "$tmp" && timeout 60 "$src/exercise" >"$tmp/one" 2>&1)
+  ! grep -q '^correct: ' "$tmp/one" || grep -q "^(one rank only: .*make lesson-$n checks 1 to 7 ranks)$" "$tmp/one"
+  report "$name/exercise as handed out, run alone: a \"correct\" says that one rank shows little" $? \
+    "$(tr '\n' ' ' <"$tmp/one" | head -c 300)"
 done
 # The checker against wrong answers a student could write, each made from a solution
 # with sed: it says "not yet" and what was wrong, never "correct". Exit status 0 alone is
@@ -199,6 +204,23 @@ wrong_answer 07_restart "the momentum read back on rank 0 only" \
 wrong_answer 07_restart "the step saved but not read back (the run starts over from the checkpoint's weights)" \
   's|\(fread(r->v, sizeof(float), 2, f) == 2\) \&\&$|\1;|; s|^ *fread(\&r->step, sizeof r->step, 1, f) == 1;||' \
   "^wrong: after load_checkpoint\\(\\) these ranks' runs differ from the saved one \\(rank 0 holds step 0, saved 11;"
+
+# Lesson 5's page: its restart demo, run as printed (the checkpoints in $tmp), kills a rank
+# of the job mid-run, which comes back and ends with the bits of the run that never
+# stopped; the Chinese page shows the same commands.
+demo() { sed -n '/^    make examples\/train_gpt$/,/^    cmp /{s/^    //; s/ *#.*//; p}' "$1"; }
+demo examples/lessons/05_metrics/README.md | sed 's|^L=.*|L="$tmp"|' >"$tmp/demo.sh"
+(export tmp; timeout 300 bash "$tmp/demo.sh" >"$tmp/demo.out" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && [ "$(wc -l <"$tmp/demo.sh")" -eq 10 ] &&
+  grep -q '^ddp: rank [01] (pid [0-9]*) was killed by signal 9 .*restarting the job: attempt 2 of 4$' "$tmp/demo.out" &&
+  grep -q "^resumed from $tmp/b.safetensors after step [1-5]0$" "$tmp/demo.out" && grep -q '^byte-identical$' "$tmp/demo.out"
+report "lessons.05_metrics/README.md: the restart demo, as printed, kills a rank and ends byte-identical" $? \
+  "exit $rc: $(tr '\n' ' ' <"$tmp/demo.out" | tail -c 600)"
+cmp -s <(demo examples/lessons/05_metrics/README.md) <(demo examples/lessons/05_metrics/README.zh.md)
+report "lessons.05_metrics/README.zh.md: the restart demo's commands are the English page's" $? \
+  "$(diff <(demo examples/lessons/05_metrics/README.md) <(demo examples/lessons/05_metrics/README.zh.md) | head -c 300)"
+rm -f "$tmp"/[ab].safetensors
 
 # Lesson 7's restart: the last rank killed after 13 steps under --max-restarts 2; the job
 # starts again, resumes from rank 0's checkpoint after step 10 and prints, step for step,
@@ -327,5 +349,20 @@ else
     "$py" examples/lessons/01_launch/draw_job.py "$tmp/ranks.txt" "$tmp/job.png" >>"$tmp/draw.txt" 2>&1 &&
     [ -s "$tmp/trace.png" ] && [ -s "$tmp/job.png" ]
   report "lessons.draw_scripts: draw_trace.py and draw_job.py draw from real runs" $? "$(tail -n 3 "$tmp/draw.txt" | tr '\n' ' ')"
+  # a wrong file, step or place to write: one line and status 1, not a traceback
+  for case in "04_gradsync/draw_trace.py|$tmp/none.json $tmp/x.png|none.json: No such file or directory$" \
+              "04_gradsync/draw_trace.py|$tmp/ranks.txt $tmp/x.png|ranks.txt is not a trace that ddp.h wrote" \
+              "04_gradsync/draw_trace.py|$tmp/trace.json $tmp/x.png 999|STEP is a number from 0 to [0-9]*" \
+              "04_gradsync/draw_trace.py|$tmp/trace.json $tmp/none/x.png|cannot write .*: No such file or directory$" \
+              "01_launch/draw_job.py|$tmp/trace.json $tmp/x.png|trace.json is not what ranks --nproc N printed" \
+              "01_launch/draw_job.py|$tmp/ranks.txt $tmp/none/x.png|cannot write .*: No such file or directory$" \
+              "01_launch/draw_job.py||^usage: python3 draw_job.py "; do
+    IFS='|' read -r script args want <<<"$case"
+    # shellcheck disable=SC2086 # $args is a word list
+    out=$("$py" "examples/lessons/$script" $args 2>&1)
+    rc=$?
+    [ $rc -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "$want" <<<"$out"
+    report "lessons.draw_scripts: $(basename "$script") ${args//$tmp\//} says what is wrong in one line" $? "exit $rc: $(head -c 300 <<<"$out")"
+  done
 fi
 exit $fail

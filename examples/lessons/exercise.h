@@ -41,6 +41,16 @@ static inline void lesson_print_ranks(const ddp_ctx *ctx, const float *diffs, fl
     ddp_print(ctx, "\n");
 }
 
+/* After rank 0's "correct" line: one rank cannot show that the ranks work together. */
+static inline void lesson_one_rank(const ddp_ctx *ctx, int lesson)
+{
+    if (ctx->world_size == 1)
+        ddp_print(ctx, TR("(one rank only: an answer that ignores the other ranks passes too; make lesson-%d "
+                          "checks 1 to 7 ranks)\n",
+                          "（只有一个 rank：不理会其他 rank 的答案也能通过；make lesson-%d 会用 1 到 7 个 rank 检查）\n"),
+                  lesson);
+}
+
 /* Rank 0 prints the hints: the first always, the second with HINT=2 (else how to get it).
    `lesson` is the number in `make lesson-N`. */
 static inline void lesson_hints(const ddp_ctx *ctx, int lesson, const char *first, const char *second)

@@ -6,6 +6,8 @@
 import re
 import sys
 
+if len(sys.argv) != 3 or sys.argv[1] in ("-h", "--help"):
+    sys.exit("usage: python3 draw_job.py ranks.txt my_job.png (ranks.txt: what ranks --nproc N printed)")
 try:
     import matplotlib
 except ImportError:
@@ -16,10 +18,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-text = open(sys.argv[1]).read()
+try:
+    with open(sys.argv[1]) as f:
+        text = f.read()
+except OSError as e:
+    sys.exit(f"draw_job.py: {sys.argv[1]}: {e.strerror}")
+except UnicodeDecodeError:
+    sys.exit(f"draw_job.py: {sys.argv[1]} is not text (what ranks --nproc N printed)")
 ranks = sorted((int(r), int(w), int(lr), int(node), int(dev), be) for r, w, lr, node, dev, be in re.findall(
     r"rank (\d+) of (\d+), local rank (\d+) on node (\d+), device (-?\d+), backend (\w+)", text))
-store = re.search(r"the store: rank 0 at (\S+)", text).group(1)
+store = re.search(r"the store: rank 0 at (\S+)", text)
+if len(ranks) < 2 or not store:
+    sys.exit(f"draw_job.py: {sys.argv[1]} is not what ranks --nproc N printed for N of 2 or more "
+             f"({len(ranks)} rank lines{', no store line' if not store else ''})")
+store = store.group(1)
 world, backend = len(ranks), ranks[0][5]
 
 fig, ax = plt.subplots(figsize=(8, 4.2), dpi=90)
@@ -58,4 +70,7 @@ box(0.5, 0.6, 8.7, 0.7, f"collectives through {link}\nall-reduce, broadcast, all
 ax.text(5, 0.2, "dashed: each rank meets the others through rank 0's store, once, in ddp_init", ha="center",
         fontsize=7, color="#8c6d31")
 fig.tight_layout()
-fig.savefig(sys.argv[2])
+try:
+    fig.savefig(sys.argv[2])
+except OSError as e:
+    sys.exit(f"draw_job.py: cannot write {sys.argv[2]}: {e.strerror}")

@@ -64,6 +64,7 @@ int main(int argc, char **argv)
     if (ok) {
         ddp_print(&ctx, TR("correct: each of the %d items was taken by exactly one of %d ranks\n",
                            "正确：%d 个任务中的每一个都恰好被 %d 个 rank 中的一个领走\n"), N, ctx.world_size);
+        lesson_one_rank(&ctx, 1);
     } else {
         ddp_print(&ctx, TR("wrong: with %d ranks:", "错误：用 %d 个 rank 时，"), ctx.world_size);
         for (r = 0; r < ctx.world_size; r++)

@@ -59,6 +59,7 @@ int main(int argc, char **argv)
     if (ok) {
         ddp_print(&ctx, TR("correct: accuracy %.4f %% over %g samples of %d ranks\n",
                            "正确：准确率 %.4f %%，共 %g 个样本、%d 个 rank\n"), got, all, ctx.world_size);
+        lesson_one_rank(&ctx, 2);
     } else {
         ddp_print(&ctx, TR("wrong: accuracy %.4f %% on rank 0, want %.4f %% (%g of %g samples right)\n",
                            "错误：rank 0 的准确率为 %.4f %%，应为 %.4f %%（答对 %g 个，共 %g 个样本）\n"), got, want, right, all);

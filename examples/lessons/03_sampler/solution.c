@@ -61,6 +61,7 @@ int main(int argc, char **argv)
     if (ok) {
         ddp_print(&ctx, TR("correct: %g samples, mean loss %g\n", "正确：%g 个样本，平均 loss 为 %g\n"), loss.count,
                   ddp_metric_mean(&loss));
+        lesson_one_rank(&ctx, 3);
     } else {
         ddp_print(&ctx, TR("wrong: %g samples, mean loss %g; want %d samples, mean %g\n",
                            "错误：%g 个样本，平均 loss 为 %g；应为 %d 个样本，平均 %g\n"),

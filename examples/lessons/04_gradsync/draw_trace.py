@@ -28,9 +28,15 @@ def color(name):
     return next((c for key, c in COLORS if key in name), COLORS[-1][1])
 
 
-trace = json.load(open(sys.argv[1]))
-spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-ranks = sorted({e["pid"] for e in spans})
+try:
+    with open(sys.argv[1]) as f:
+        spans = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+    ranks = sorted({e["pid"] for e in spans})
+    [(e["ts"], e["dur"], e["tid"], e["name"]) for e in spans]
+except OSError as e:
+    sys.exit(f"draw_trace.py: {sys.argv[1]}: {e.strerror}")
+except (ValueError, KeyError, TypeError, AttributeError):
+    sys.exit(f"draw_trace.py: {sys.argv[1]} is not a trace that ddp.h wrote (ddp_trace_save, --trace)")
 
 # Each rank's times count from the end of ddp_trace_start's barrier, which ranks leave
 # up to a millisecond apart on a busy machine. An all-reduce ends on every rank at
@@ -44,7 +50,12 @@ for r in ranks:
         if e["pid"] == r:
             e["ts"] -= shift
 starts = sorted(e["ts"] for e in spans if e["pid"] == 0 and e["name"] == "forward")
-k = int(sys.argv[3]) if len(sys.argv) > 3 else len(starts) // 2
+if not starts:
+    sys.exit(f"draw_trace.py: {sys.argv[1]} has no step: rank 0 recorded no \"forward\" span")
+k = sys.argv[3] if len(sys.argv) > 3 else str(len(starts) // 2)
+if not k.isdigit() or int(k) >= len(starts):
+    sys.exit(f"draw_trace.py: STEP is a number from 0 to {len(starts) - 1} (the trace's steps), not '{k}'")
+k = int(k)
 t0, t1 = starts[k], starts[k + 1] if k + 1 < len(starts) else max(e["ts"] + e["dur"] for e in spans)
 
 # spans nest ("step" > "backward" > "backward block 3"): longest first, so that the
@@ -80,4 +91,7 @@ for text, x, w in labels:
     left, right = ax.transData.transform([(x, 0), (x + w, 0)])[:, 0]
     if text.get_window_extent().width > right - left - 4:
         text.remove()
-fig.savefig(sys.argv[2])
+try:
+    fig.savefig(sys.argv[2])
+except OSError as e:
+    sys.exit(f"draw_trace.py: cannot write {sys.argv[2]}: {e.strerror}")

@@ -164,6 +164,7 @@ int main(int argc, char **argv)
                            "正确：%d 步之后，%d 个 rank 的权重都等于一个进程在全局 batch 上训练出的权重；%d 个桶按开始的"
                            "先后编号：桶 0 是第 %d 层（最后一层）\n"),
                   STEPS, ctx.world_size, LAYERS, LAYERS - 1);
+        lesson_one_rank(&ctx, 4);
     } else if (failed) {
         ddp_print(&ctx, TR("wrong: a ddp_grad call failed: %s\n", "错误：一次 ddp_grad 调用失败了：%s\n"), ddp_error(&ctx));
         lesson_hints(&ctx, 4,

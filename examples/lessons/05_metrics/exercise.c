@@ -74,6 +74,7 @@ int main(int argc, char **argv)
     if (ok) {
         ddp_print(&ctx, TR("correct: all %d ranks resume from rank 0's checkpoint\n",
                            "正确：%d 个 rank 全都从 rank 0 的检查点恢复\n"), ctx.world_size);
+        lesson_one_rank(&ctx, 5);
     } else {
         ddp_print(&ctx, TR("wrong: these ranks' weights differ from the checkpoint's:",
                            "错误：这些 rank 的权重与检查点里的不同："));

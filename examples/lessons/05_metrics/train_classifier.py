@@ -67,11 +67,30 @@ parser.add_argument("--lr", default=0.1, type=float)
 parser.add_argument("--seed", default=0, type=int, help="the sampler's shuffle, as in the C program")
 parser.add_argument("--out", default="model.pth")
 args = parser.parse_args()
+
+
+def fail(why):
+    """a bad argument or file: one line (from the first rank), before any training"""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"train_classifier.py: {why}", file=sys.stderr)
+    sys.exit(2)
+
+
+if args.epochs < 1 or args.batch_size < 1:
+    fail(f"--epochs and --batch-size take a count of 1 or more, not {min(args.epochs, args.batch_size)}")
+if not os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK) or os.path.isdir(args.out):
+    fail(f"--out {args.out}: cannot write a file there")
+try:
+    start = load_safetensors(args.init)
+    start["train.x"], start["train.y"], start["val.x"], start["val.y"]
+except OSError as e:
+    fail(f"--init {args.init}: {e.strerror}")
+except (ValueError, KeyError, TypeError, struct.error):
+    fail(f"--init {args.init} is not the file train_classifier --init-out writes")
 torch.set_num_threads(1)
 dist.init_process_group(backend="gloo")  # template: backend='nccl', torch.cuda.set_device(local_rank)
 rank, world = dist.get_rank(), dist.get_world_size()
 
-start = load_safetensors(args.init)
 model = Net()
 model.load_state_dict({k: v for k, v in start.items() if k.startswith("fc")})
 model = nn.parallel.DistributedDataParallel(model)  # template: model.cuda(local_rank), device_ids=[...]

@@ -52,6 +52,7 @@ int main(int argc, char **argv)
         ddp_print(&ctx, TR("correct: %d ranks x %zu samples = a global batch of %zu, %zu steps per epoch\n",
                            "正确：%d 个 rank x %zu 个样本 = %zu 个样本的全局 batch，每个 epoch %zu 步\n"),
                   ctx.world_size, sampler.batch_size, global, sampler.num_batches);
+        lesson_one_rank(&ctx, 6);
     } else {
         ddp_print(&ctx, TR("wrong: %d ranks x %zu samples = a global batch of %zu, want %d; %zu steps per epoch, "
                            "1 rank takes %d\n",

@@ -137,6 +137,7 @@ int main(int argc, char **argv)
                            "never stopped\n",
                            "正确：%d 个 rank 上，从第 %d 步恢复的训练都与从没停过的那次逐位相同\n"),
                   ctx.world_size, K);
+        lesson_one_rank(&ctx, 7);
     } else {
         if (!ok[0] && d[0] > 0) /* rank 0 says what it holds */
             ddp_print(&ctx, TR("wrong: after load_checkpoint() these ranks' runs differ from the saved one (rank 0 "
