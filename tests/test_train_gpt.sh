@@ -246,7 +246,7 @@ report "plot_loss.py without matplotlib: what to install, exit 1" $? "exit $rc: 
 if python3 -c 'import matplotlib' 2>/dev/null; then
   python3 "$plot" "one process=one.jsonl" four.jsonl -o curve.png >plot.txt 2>&1 && [ -s curve.png ]
   report "plot_loss.py draws a log" $? "$(tail -n 2 plot.txt)"
-  for case in "none.jsonl|none.jsonl: No such file or directory" "one.txt|one.txt is not a train_gpt --log file" \
+  for case in "none.jsonl|none.jsonl: No such file or directory" "one.txt|one.txt is not a train_gpt --log file (one JSON object per step)" \
               "one.jsonl -o none/c.png|cannot write none/c.png: No such file or directory"; do
     IFS='|' read -r args want <<<"$case"
     out=$(python3 "$plot" $args 2>&1) # (a word list)
