@@ -1213,9 +1213,9 @@ typedef struct ddp__settings {
 
 /* The objects of this process from their init to their destroy (failed inits too): a
    ddp_ctx's state, a ddp_grad's, a ddp_sampler's node (from a successful init). An init on
-   one of them, or a ddp_init for a rank of a job (of several ranks) that a live context holds, is refused by
-   name (else the store refused it as another process claiming the rank, or the first
-   object leaked silently). Each object's state starts with its node (a sampler points to
+   one of them, or a ddp_init for a rank of a job of several ranks that a live context
+   holds, is refused by name (else the store refused it as another process claiming the
+   rank, or the first object leaked silently). Each object's state starts with its node (a sampler points to
    its own), which names the object by its address (what a ddp_ctx never initialised
    holds is never read). A child of fork() has its parent's list, whose
    objects are not its own: they count only in the process that made them. */
@@ -5759,10 +5759,11 @@ static void ddp__release(ddp_ctx *ctx)
 /* The flags ddp_launch takes: "--nproc N" (or --nproc=N, torchrun's --nproc_per_node
    and --nproc-per-node) and torchrun's "--max-restarts N" (or --max_restarts). */
 static const char *const ddp__nproc_names[] = {"--nproc_per_node", "--nproc-per-node", "--nproc", NULL};
+static const char *const ddp__restart_names[] = {"--max-restarts", "--max_restarts", NULL};
 
 /* Whether a flag looks meant as --nproc but is not it: one or two dashes, then, in any case,
-   "np..." (mpirun's -np, mp.spawn's nprocs, -nproc, --NPROC) or "nproc" with one letter
-   left out, added or changed, or two neighbours swapped (--nroc, --mproc). */
+   "np" (mpirun's -np), "nproc..." (mp.spawn's nprocs, -nproc, --NPROC), or "nproc" with one
+   letter left out, added or changed, or two neighbours swapped (--nroc, --mproc, --nporc). */
 static int ddp__like_nproc(const char *arg)
 {
     static const char w[] = "nproc";
@@ -5773,7 +5774,7 @@ static int ddp__like_nproc(const char *arg)
     for (n = 0; arg[n] && arg[n] != '='; n++) /* the name, its first 7 letters in lower case */
         if (n < sizeof a - 1) a[n] = arg[n] >= 'A' && arg[n] <= 'Z' ? (char)(arg[n] - 'A' + 'a') : arg[n];
     a[n < sizeof a - 1 ? n : sizeof a - 1] = 0;
-    if (a[0] == 'n' && a[1] == 'p') return 1;
+    if (!strcmp(a, "np") || !strncmp(a, w, 5)) return 1;
     while (i < n && i < 5 && a[i] == w[i]) i++; /* the first letter that differs */
     if (n == 4) return strcmp(a + i, w + i + 1) == 0;
     if (n == 6) return strcmp(a + i + 1, w + i) == 0;
@@ -5781,7 +5782,6 @@ static int ddp__like_nproc(const char *arg)
     for (k = 0; k < 5; k++) diff += a[k] != w[k];
     return diff == 1 || (diff == 2 && i < 4 && a[i] == w[i + 1] && a[i + 1] == w[i]);
 }
-static const char *const ddp__restart_names[] = {"--max-restarts", "--max_restarts", NULL};
 
 /* The length of the flag name at a when it is one of names (alone or with "="), else 0. */
 static size_t ddp__flag(const char *a, const char *const *names)
