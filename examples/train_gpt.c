@@ -1637,6 +1637,7 @@ typedef struct trainer {
     run_identity id;    /* this run's, written into every checkpoint */
     run_identity found; /* the --resume checkpoint's */
     int start_step;     /* 0, or the step a --resume checkpoint was written after */
+    char resumed[20];   /* a hash of the --resume checkpoint's weights and moments, or "none" */
     int stop;           /* the step after which this run ends (--stop-after, else --steps) */
     int ddp_errors;     /* failures ddp.h has already reported (log_ddp) */
     FILE *log;          /* --log, rank 0 */
@@ -2072,7 +2073,9 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
     if (o->resume_auto && access(o->save, F_OK) == 0) t->o.resume = o->save; /* else from scratch */
     if (o->resume) {
         if (!load_checkpoint(&t->model, o->resume, &t->seed, &t->start_step, &t->found, err, errsize)) return 0;
-        if (o->resume_auto && !same_run(&t->id, &t->found, o->resume, err, errsize)) return 0;
+        /* the launcher refuses another run's file once, before the ranks start; a rank of
+           another launcher says so after joining (resume_ours), so the others stop at once */
+        if (o->resume_auto && o->nproc > 1 && !same_run(&t->id, &t->found, o->resume, err, errsize)) return 0;
         if (given(o, "--seed") && t->seed != o->seed) { /* the file's data order goes on: --seed would be ignored */
             snprintf(err, errsize, "--seed %llu, but %s's run has seed %llu, and --resume goes on with its data order "
                      "(leave --seed out)", (unsigned long long)o->seed, o->resume, (unsigned long long)t->seed);
@@ -2080,6 +2083,16 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
         }
         snprintf(t->id.v[RUN_SEED], sizeof t->id.v[0], "%llu", (unsigned long long)t->seed); /* the file's order */
         t->o.seed = t->seed; /* and the sample's generator, as the run that wrote it would seed it */
+    }
+    snprintf(t->resumed, sizeof t->resumed, "none");
+    if (o->resume) { /* what every rank's file holds must be one state (its bytes may differ: the values count) */
+        const size_t n = t->model.num_params * sizeof(float);
+        st_hash h;
+        st_hash_start(&h);
+        st_hash_add(&h, t->model.params, n);
+        st_hash_add(&h, t->model.m, n);
+        st_hash_add(&h, t->model.v, n);
+        snprintf(t->resumed, sizeof t->resumed, "%016llx", (unsigned long long)st_hash_end(&h));
     }
     if (t->start_step > o->steps) {
         snprintf(err, errsize, "%s was written after step %d, past --steps %d: give its run's --steps to go on",
@@ -2102,6 +2115,27 @@ static int refuse(trainer *t, char *err)
     ddp_barrier(&t->ctx);
     err[0] = 0;
     return 0;
+}
+
+/* --resume auto's file, now that the global batch is known, on every rank (each host may
+   hold a file of its own): one that belongs to another run is refused by the rank that
+   found it, in its words, and every rank stops. Returns 1 if no rank refused, else 0 (err
+   empty: said, or the failed collective in err). */
+static int resume_ours(trainer *t, char *err, size_t errsize)
+{
+    ddp_metric m;
+    ddp_result r;
+    const int mine = t->o.resume_auto && t->o.resume && !same_run(&t->id, &t->found, t->o.resume, err, errsize);
+    if (mine) {
+        if (t->ctx.rank == 0) fprintf(stderr, PROG ": %s\n", err);
+        else fprintf(stderr, PROG ": rank %d: %s\n", t->ctx.rank, err);
+        fflush(stderr);
+    }
+    memset(&m, 0, sizeof m);
+    ddp_metric_add(&m, mine, 1);
+    if ((r = ddp_metric_reduce(&t->ctx, &m, 1)) != DDP_OK) return ddp_reason(t, "ddp_metric_reduce", r, err, errsize);
+    err[0] = 0;
+    return m.max == 0;
 }
 
 /* Every rank trains the same run: the flags and data that decide the weights (a rank
@@ -2131,10 +2165,17 @@ static int ranks_agree(trainer *t, char *err, size_t errsize)
     memset(&m, 0, sizeof m);
     ddp_metric_add(&m, t->start_step, 1);
     if ((r = ddp_metric_reduce(&t->ctx, &m, 1)) != DDP_OK) return ddp_reason(t, "ddp_metric_reduce", r, err, errsize);
-    if (m.min == m.max) return 1;
-    snprintf(err, errsize, "the ranks start after different steps (%.0f to %.0f; rank 0: %d): every rank needs the "
-             "same checkpoint (a file system all hosts share)", m.min, m.max, t->start_step);
-    return refuse(t, err);
+    if (m.min != m.max) {
+        snprintf(err, errsize, "the ranks start after different steps (%.0f to %.0f; rank 0: %d): every rank needs the "
+                 "same checkpoint (a file system all hosts share)", m.min, m.max, t->start_step);
+        return refuse(t, err);
+    }
+    /* and from one state: ddp_grad_init gives every rank rank 0's weights, but each would keep
+       its own file's AdamW moments and train apart (hosts holding different copies of --resume) */
+    if ((r = ddp_agree_on(&t->ctx, "--resume's checkpoint (a hash of its weights and AdamW moments)", t->resumed)) !=
+        DDP_OK)
+        return ddp_reason(t, "ddp_agree_on", r, err, errsize);
+    return 1;
 }
 
 /* This rank's side: the process group (template: init_process_group), the model on
@@ -2179,8 +2220,7 @@ static int start_rank(trainer *t, int *argc, char **argv, char *err, size_t errs
         snprintf(t->id.v[RUN_PRECISION], sizeof t->id.v[0], "%s, all-reduce %s", gpu_path && o->bf16 ? "bf16" : "fp32",
                  gpu_path && o->allreduce_bf16 ? "bf16" : "fp32");
     }
-    if (o->resume_auto && o->resume && !same_run(&t->id, &t->found, o->resume, err, errsize)) return refuse(t, err);
-    if (!ranks_agree(t, err, errsize)) return 0;
+    if (!resume_ours(t, err, errsize) || !ranks_agree(t, err, errsize)) return 0;
     if (t->stop <= t->start_step) { /* --resume auto found this run done */
         if (t->ctx.rank != 0) err[0] = 0;
         else nothing_to_train(t, err, errsize);

@@ -220,14 +220,15 @@ one_line() { # name expected-status pattern args...: train_gpt prints one line m
   report "restart_train: --resume auto $name" $? "status $rc (want $want): $out"
 }
 cp ref.st other.st
+# (the launcher refuses before the ranks start; one rank of another launcher, after joining: test_train_gpt.sh)
 while IFS='|' read -r change said; do
   one_line "refuses another run's file ($change)" 1 "^train_gpt: other.st belongs to another run: its $said (" \
-    $gpt $change --save other.st --resume auto
+    --nproc 2 $gpt $change --save other.st --resume auto
 done <<'EOF2'
 --seed 6|--seed is 5, this run's is 6
 --lr 0.002|--lr is 0.003, this run's is 0.002
 --steps 40|--steps is 30, this run's is 40
---batch-size 2|global batch (--batch-size x ranks x --grad-accum) is 8, this run's is 2
+--batch-size 2|global batch (--batch-size x ranks x --grad-accum) is 8, this run's is 4
 --clip 0.5|--clip is 1, this run's is 0.5
 --stride 2|--stride is 1, this run's is 2
 EOF2

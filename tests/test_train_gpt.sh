@@ -651,6 +651,27 @@ report "train_gpt: ranks started with another --lr stop and name it" $? "$(cat l
 # --save on one rank only (only rank 0 saves): the run ended with no file and exit 0
 by_hand sv "" "--save onlyone.st" "--save (rank 0 saves), --save-every"
 report "train_gpt: ranks started with --save on one of them stop and name it" $? "$(cat sv0.txt sv1.txt | tr '\n' '|')"
+# --resume from two checkpoints of one step (each host its own copy, one of another run): each
+# rank would keep its own file's AdamW moments and train apart; named instead
+"$bin" $tiny --steps 2 --stop-after 1 --save ckA.st >/dev/null 2>&1 &&
+  "$bin" $tiny --steps 2 --stop-after 1 --lr 0.002 --save ckB.st >/dev/null 2>&1
+by_hand rs "--resume ckA.st" "--resume ckB.st" \
+  "--resume's checkpoint (a hash of its weights and AdamW moments): rank 1 has [0-9a-f]\{16\}, rank 0 has [0-9a-f]\{16\}$"
+report "train_gpt: ranks resumed from different checkpoints of one step stop and name it" $? "$(cat rs0.txt rs1.txt | tr '\n' '|')"
+# --resume auto where only rank 1's host holds a file, of another run: rank 1 says so in its
+# words, and every rank stops at once (it refused before joining, the others waited DDP_TIMEOUT)
+cp ckB.st ckB2.st
+start=$(date +%s)
+for r in 0 1; do
+  f=nofile.st; [ $r = 1 ] && f=ckB2.st
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=30 timeout 60 "$bin" $tiny --steps 2 \
+    --resume auto --save $f >/dev/null 2>"ra$r.txt" &
+done
+wait %1; rc0=$?; wait %2; rc1=$?
+[ "$rc0" = 1 ] && [ "$rc1" = 1 ] && [ $(($(date +%s) - start)) -lt 20 ] &&
+  grep -q '^train_gpt: rank 1: ckB2.st belongs to another run: its .* is ' ra1.txt && [ ! -s ra0.txt ] && [ ! -e nofile.st ]
+report "train_gpt: --resume auto's file of another run on rank 1 only: rank 1 says why, all stop at once" $? \
+  "exit $rc0 $rc1 after $(($(date +%s) - start)) s: $(cat ra0.txt ra1.txt | tr '\n' '|')"
 
 # ---- bad checkpoints, diverged runs ------------------------------------------------------
 if command -v python3 >/dev/null; then
