@@ -2048,6 +2048,20 @@ static void ddp__pmi_done(ddp_ctx *ctx)
     ctx->st->pmi_fd = -1; /* left open: a later write fails at once instead of reaching another file */
 }
 
+/* What a job across hosts that chose the CPU backend (one host's) can do instead. */
+static const char *ddp__spans_hosts(const ddp_ctx *ctx)
+{
+#ifdef DDP_MPI
+    return ctx->st->cfg.mpi_launch ? "the MPI backend spans hosts (DDP_BACKEND=mpi)"
+           : ddp__mpi_vars() ? "MPI cannot group the workers of a launcher (torchrun, --nproc) that an MPI "
+                               "launcher started: start every rank with mpirun or srun --mpi=pmix itself"
+                             : "start it with an MPI launcher (mpirun, srun --mpi=pmix) for the MPI backend";
+#else
+    (void)ctx;
+    return "build it with mpicc -DDDP_MPI for the MPI backend, which spans hosts";
+#endif
+}
+
 /* Where rank 0's store listens: only a job that meets through the store needs it. */
 static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const struct ddp__launcher *l)
 {
@@ -2071,6 +2085,10 @@ static ddp_result ddp__resolve_store(ddp_ctx *ctx, const ddp_desc *d, const stru
     if ((!addr || !*addr) && ((v = getenv("SLURM_STEP_NODELIST")) || (v = getenv("SLURM_JOB_NODELIST")) ||
                               (v = getenv("SLURM_NODELIST"))) && ddp__slurm_first_host(v, first, sizeof first))
         addr = first; /* Slurm: the first host of the step (or of the allocation) runs rank 0 */
+    if ((!addr || !*addr) && ctx->backend == DDP_BACKEND_CPU && ctx->local_world_size > 0 &&
+        ctx->local_world_size < ctx->world_size) /* an address would not help: say what would */
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "the CPU backend runs on one host, but this job spans hosts (%d of its %d "
+                         "ranks on this one): %s", ctx->local_world_size, ctx->world_size, ddp__spans_hosts(ctx));
     if (!addr || !*addr) {
         char how[64] = "";
         if (l && l->addr) snprintf(how, sizeof how, " (%s)", l->addr);
@@ -3653,16 +3671,7 @@ static ddp_result ddp__cpu_init(ddp_ctx *ctx)
     if (ctx->world_size == 1) return DDP_OK; /* every collective is a copy */
     if (ctx->num_nodes > 1)
         return ddp__fail(ctx, DDP_ERR_BACKEND, "the CPU backend runs on one host, but this job spans %d hosts: %s",
-                         ctx->num_nodes,
-#ifdef DDP_MPI
-                         ctx->st->cfg.mpi_launch ? "the MPI backend spans hosts (DDP_BACKEND=mpi)"
-                         : ddp__mpi_vars() ? "MPI cannot group the workers of a launcher (torchrun, --nproc) that an MPI "
-                                             "launcher started: start every rank with mpirun or srun --mpi=pmix itself"
-                                           : "start it with an MPI launcher (mpirun, srun --mpi=pmix) for the MPI backend"
-#else
-                         "build it with mpicc -DDDP_MPI for the MPI backend, which spans hosts"
-#endif
-        );
+                         ctx->num_nodes, ddp__spans_hosts(ctx));
     if (ctx->world_size > DDP__MAX_CPU_RANKS)
         return ddp__fail(ctx, DDP_ERR_BACKEND, "the CPU backend takes at most %d ranks, not %d", DDP__MAX_CPU_RANKS,
                          ctx->world_size);
@@ -4780,6 +4789,12 @@ static ddp_result ddp__mpi_form(ddp_ctx *ctx)
     if (finalized) /* MPI_Initialized stays true after MPI_Finalize, and any other call aborts the job */
         return ddp__fail(ctx, DDP_ERR_BACKEND, "MPI was finalized (by an earlier ddp_destroy, or by the program), and it "
                          "cannot start twice in one process: keep one ddp_ctx for the whole run on the MPI backend");
+    if (!inited && ctx->world_size > 1 && !ctx->st->cfg.mpi_launch) /* MPI_Init would abort, or be a world of one */
+        return ddp__fail(ctx, DDP_ERR_BACKEND, "the MPI backend was asked for (%s), but %s", ctx->st->cfg.backend_why,
+                         ddp__mpi_vars() ? "MPI cannot group the workers of a launcher (torchrun, --nproc) that an MPI "
+                                           "launcher started: start every rank with mpirun or srun --mpi=pmix itself"
+                                         : "no MPI launcher started these ranks: start them with mpirun, mpiexec or srun "
+                                           "--mpi=pmix (on one host, the CPU backend needs none)");
     if (!inited) {
         if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided)) != MPI_SUCCESS)
             return ddp__mpi_error(ctx, rc, "MPI_Init_thread", NULL);

@@ -102,6 +102,13 @@ DDP_TIMEOUT=20 timeout 60 mpirun --allow-run-as-root -np 1 -x DDP_TIMEOUT sh "$t
 if [ $rc = 0 ] && grep -q "sum 3, expected 3, world 2, backend cpu" "$tmp/out"; then echo "PASS mpi.torchrun_workers_inside_mpirun"
 else echo "FAIL mpi.torchrun_workers_inside_mpirun: exit $rc: $(grep -v '^\s*$' "$tmp/out" | head -c 400 | tr '\n' ' ')"; fail=1; fi
 
+# DDP_BACKEND=mpi for ranks no MPI launcher started (ddp_launch's, torchrun's): one line
+# from each, before an MPI_Init that aborts (or makes each a world of one)
+DDP_BACKEND=mpi DDP_TIMEOUT=20 timeout 60 "$tmp/hello" --nproc 2 >"$tmp/out" 2>&1; rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'the MPI backend was asked for (DDP_BACKEND), but no MPI launcher started these ranks' "$tmp/out")" = 2 ] &&
+   ! grep -qi 'MPI says\|unfinalized\|MPI_Init' "$tmp/out"; then echo "PASS mpi.backend_mpi_without_an_mpi_launcher_says_how"
+else echo "FAIL mpi.backend_mpi_without_an_mpi_launcher_says_how: exit $rc: $(head -c 400 "$tmp/out" | tr '\n' ' ')"; fail=1; fi
+
 # a rank killed in the middle of a run: mpirun ends the job and names it
 t0=$SECONDS
 DDP_TIMEOUT=60 run 60 -np 3 "$tmp/test_mpi" >"$tmp/out" 2>&1 &

@@ -159,6 +159,14 @@ hydra() { # timeout args...
   timeout -k 2 "$limit" ip netns exec "$h1" unshare --uts sh -c "hostname h1; cd $tmp; exec mpiexec.hydra \
     -launcher ssh -launcher-exec $tmp/agent -localhost $net.1 -hosts $net.1:2,$net.2:2 -genv OMP_NUM_THREADS 1 $*"
 }
+# a build without -DDDP_MPI across hosts: every rank says what to build (it asked for a
+# MASTER_ADDR first, which would only have led to this)
+(cd "$tmp" && cc -std=c99 -O2 -I"$root" "$root/examples/hello_allreduce.c" -o hello_cpu -lm)
+DDP_TIMEOUT=30 across 60 "$two" -np 4 "$tmp/hello_cpu" >"$tmp/out" 2>&1; rc=$?
+ok=0; [ $rc -ne 0 ] && [ $rc -ne 124 ] && ! grep -q MASTER_ADDR "$tmp/out" &&
+  [ "$(grep -c 'the CPU backend runs on one host, but this job spans hosts (2 of its 4 ranks on this one): build it with mpicc -DDDP_MPI' "$tmp/out")" = 4 ] && ok=1
+say cpu_build_across_hosts_says_how $ok "exit $rc: $(tail -c 300 "$tmp/out" | tr '\n' ' ')"
+
 if command -v mpiexec.hydra >/dev/null && command -v mpicc.mpich >/dev/null; then
   mpicc.mpich -std=c99 -O2 -fopenmp -DDDP_MPI -I"$root" "$root/examples/train_gpt.c" -o "$tmp/gpt_mpich" -lm \
     2>"$tmp/build.log" || echo "FAIL mpi_hosts.build_gpt_mpich: $(head -c 300 "$tmp/build.log")"
@@ -170,7 +178,6 @@ if command -v mpiexec.hydra >/dev/null && command -v mpicc.mpich >/dev/null; the
     ok=0; [ -s "$tmp/e1.safetensors" ] && cmp -s "$tmp/e1.safetensors" "$tmp/e3.safetensors" && ok=1
     say hydra_gpu_emulated_learns_rank0s_host $ok "$(grep -v '^step' "$tmp/out" | tail -c 400 | tr '\n' ' ')"
   fi
-  (cd "$tmp" && cc -std=c99 -O2 -I"$root" "$root/examples/hello_allreduce.c" -o hello_cpu -lm)
   DDP_TIMEOUT=30 hydra 60 -n 4 "$tmp/hello_cpu" >"$tmp/out" 2>&1
   ok=0; [ "$(grep -c 'ddp: error: rank ./4: the CPU backend runs on one host, but this job spans 2 hosts: build it with mpicc -DDDP_MPI' "$tmp/out")" = 4 ] && ok=1
   say hydra_cpu_build_across_hosts_says_how $ok "$(tail -c 300 "$tmp/out" | tr '\n' ' ')"
