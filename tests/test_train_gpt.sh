@@ -651,6 +651,9 @@ report "train_gpt: ranks started with another --lr stop and name it" $? "$(cat l
 # --save on one rank only (only rank 0 saves): the run ended with no file and exit 0
 by_hand sv "" "--save onlyone.st" "--save (rank 0 saves), --save-every"
 report "train_gpt: ranks started with --save on one of them stop and name it" $? "$(cat sv0.txt sv1.txt | tr '\n' '|')"
+# --val-every (it changes the collectives a step calls: they met in a mismatch that named no flag)
+by_hand ve "--val-every 2" "--val-every 3" "--val-every, the last step (--stop-after), --trace (rank 0 writes it), --bench-no-sync: rank 1 has 3,"
+report "train_gpt: ranks started with another --val-every stop and name it" $? "$(cat ve0.txt ve1.txt | tr '\n' '|')"
 # --resume from two checkpoints of one step (each host its own copy, one of another run): each
 # rank would keep its own file's AdamW moments and train apart; named instead
 "$bin" $tiny --steps 2 --stop-after 1 --save ckA.st >/dev/null 2>&1 &&
