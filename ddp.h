@@ -46,7 +46,7 @@
      torchrun --no_python --nproc_per_node=4 ./prog args   (RANK, WORLD_SIZE, ...)
      mpirun -np 4 ./prog                      one host: MASTER_ADDR defaults to 127.0.0.1
      srun -n 4 ./prog                         MASTER_ADDR: the step's first host
-     mpiexec -n 4 ./prog                      MASTER_ADDR: rank 0's host, from Hydra
+     mpiexec -n 4 ./prog                      MPICH's (Hydra): MASTER_ADDR is rank 0's host
      mpirun -np 8 --host a:4,b:4 ./prog       CPU across hosts: build with mpicc -DDDP_MPI
      srun -N 2 -n 8 --mpi=pmix ./prog         (the same under Slurm)
    Without MASTER_PORT the port comes from the launch's own id (torchrun's run id,
