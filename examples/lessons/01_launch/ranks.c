@@ -42,8 +42,9 @@ int main(int argc, char **argv)
         ddp_print(&ctx, "a world of one: no store\n");
     else if (addr && port)
         ddp_print(&ctx, "the store: rank 0 at %s:%s\n", addr, port);
-    else /* mpirun, srun, Hydra: their own variables said where rank 0 is */
-        ddp_print(&ctx, "the store: rank 0's, found through the launcher's variables (no MASTER_ADDR here)\n");
+    else /* mpirun, srun, Hydra: their own variables said where rank 0 is, or the port */
+        ddp_print(&ctx, "the store: rank 0's, found through the launcher's variables (no MASTER_%s here)\n",
+                  addr ? "PORT" : "ADDR");
 
     for (i = 0; i < N; i++) host[i] = (float)ctx.rank; /* my own data: my rank number */
 #ifdef __CUDACC__
