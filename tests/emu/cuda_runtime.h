@@ -44,9 +44,10 @@
 
    Environment (read once, at the first CUDA call): DDP_EMU_DEVICES=N devices per
    process (default 8; CUDA_VISIBLE_DEVICES selects among them), DDP_EMU_SEED=N the
-   order of blocks and threads and the math functions' roundings, DDP_EMU_SAMPLE=1 runs only the corner blocks of each
-   grid (GPT-2-sized shapes in seconds: for index overflow, not for results),
-   DDP_EMU_FILL_LIMIT=bytes fills larger allocations only that far (default 256 MiB),
+   order of blocks and threads and the math functions' roundings, DDP_EMU_SAMPLE=1 runs
+   only the corner blocks of each grid (GPT-2-sized shapes in seconds: for index
+   overflow, not for results), DDP_EMU_FILL_LIMIT=bytes fills larger allocations only
+   that far (default 256 MiB),
    DDP_EMU_WAIT_LIMIT=seconds reports a host wait that makes no progress (default 300),
    DDP_EMU_TOUCH_LOG=FILE appends the devices each process touched at its exit,
    DDP_EMU_STRICT_DEVICES=1 reports a process that touches a second device; NCCL's

@@ -34,9 +34,9 @@
 #include "emu_internal.h"
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
-#include <cmath>
 #include <errno.h>
 #include <float.h>
 #include <limits.h>
