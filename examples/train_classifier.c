@@ -485,6 +485,8 @@ int main(int argc, char **argv)
        another --lr would train apart without a word. ddp_agree_on names it instead. */
     for (i = 0; i < RUN_KEYS; i++)
         if (ddp_agree_on(&ctx, run_keys[i][1], run.v[i]) != DDP_OK) goto done;
+    /* and --resume auto, which adds a broadcast (it met the others' next collective unnamed) */
+    if (ddp_agree_on(&ctx, "--resume auto", opt.resume_auto ? "on" : "off") != DDP_OK) goto done;
     /* the initial weights, rank 0's as drawn, before a resumed run reads its trained ones
        over them (--init-out held the trained weights then: the twin would not match) */
     if (opt.init_out && ddp_is_main(&ctx) && !save_tensors(opt.init_out, "", 8, params, &train, &val)) goto done;

@@ -119,6 +119,20 @@ rc=$?
   "$tmp/nan.txt" && [ ! -e "$tmp/nan.bin" ]
 report "classifier: a diverging run stops, says so, and saves nothing" $? "exit $rc: $(tr '\n' '|' <"$tmp/nan.txt")"
 
+# two ranks started by hand, --resume auto on one of them (it adds a broadcast): named
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+       echo $((20000 + $$ % 20000)))
+for r in 0 1; do
+  extra=""; [ $r = 1 ] && extra="--resume auto"
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=30 timeout 60 "$bin" --epochs 1 \
+    --out "$tmp/hand$r.bin" $extra >"$tmp/hand$r.txt" 2>&1 &
+done
+wait %1; rc0=$?; wait %2; rc1=$?
+[ "$rc0" = 1 ] && [ "$rc1" = 1 ] && grep -q 'ranks disagree on --resume auto: rank 1 has on, rank 0 has off' "$tmp/hand0.txt" &&
+  grep -q 'ranks disagree on --resume auto' "$tmp/hand1.txt"
+report "classifier: ranks started by hand with --resume auto on one of them stop and name it" $? \
+  "exit $rc0 $rc1: $(cat "$tmp/hand0.txt" "$tmp/hand1.txt" | tr '\n' '|')"
+
 "$bin" --help >"$tmp/help.txt" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] && grep -q '^usage: train_classifier' "$tmp/help.txt" && grep -q -- '--init-out FILE' "$tmp/help.txt"
