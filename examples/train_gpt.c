@@ -1637,7 +1637,6 @@ typedef struct trainer {
     run_identity id;    /* this run's, written into every checkpoint */
     run_identity found; /* the --resume checkpoint's */
     int start_step;     /* 0, or the step a --resume checkpoint was written after */
-    char resumed[20];   /* a hash of the --resume checkpoint's weights and moments, or "none" */
     int stop;           /* the step after which this run ends (--stop-after, else --steps) */
     int ddp_errors;     /* failures ddp.h has already reported (log_ddp) */
     FILE *log;          /* --log, rank 0 */
@@ -2084,16 +2083,6 @@ static int prepare(trainer *t, const char *argv0, char *err, size_t errsize)
         snprintf(t->id.v[RUN_SEED], sizeof t->id.v[0], "%llu", (unsigned long long)t->seed); /* the file's order */
         t->o.seed = t->seed; /* and the sample's generator, as the run that wrote it would seed it */
     }
-    snprintf(t->resumed, sizeof t->resumed, "none");
-    if (o->resume) { /* what every rank's file holds must be one state (its bytes may differ: the values count) */
-        const size_t n = t->model.num_params * sizeof(float);
-        st_hash h;
-        st_hash_start(&h);
-        st_hash_add(&h, t->model.params, n);
-        st_hash_add(&h, t->model.m, n);
-        st_hash_add(&h, t->model.v, n);
-        snprintf(t->resumed, sizeof t->resumed, "%016llx", (unsigned long long)st_hash_end(&h));
-    }
     if (t->start_step > o->steps) {
         snprintf(err, errsize, "%s was written after step %d, past --steps %d: give its run's --steps to go on",
                  o->resume, t->start_step, o->steps);
@@ -2147,7 +2136,7 @@ static int ranks_agree(trainer *t, char *err, size_t errsize)
 {
     const options *o = &t->o;
     const config *c = &o->cfg;
-    char model[48], types[32], saves[32], rest[64];
+    char model[48], types[32], saves[32], rest[64], resumed[20] = "none";
     ddp_metric m;
     ddp_result r;
     int k;
@@ -2175,8 +2164,18 @@ static int ranks_agree(trainer *t, char *err, size_t errsize)
         return refuse(t, err);
     }
     /* and from one state: ddp_grad_init gives every rank rank 0's weights, but each would keep
-       its own file's AdamW moments and train apart (hosts holding different copies of --resume) */
-    if ((r = ddp_agree_on(&t->ctx, "--resume's checkpoint (a hash of its weights and AdamW moments)", t->resumed)) !=
+       its own file's AdamW moments and train apart (hosts holding different copies of --resume).
+       The values loaded, not the file's bytes: copies written apart may differ in their bytes */
+    if (o->resume) {
+        const size_t n = t->model.num_params * sizeof(float);
+        st_hash h;
+        st_hash_start(&h);
+        st_hash_add(&h, t->model.params, n);
+        st_hash_add(&h, t->model.m, n);
+        st_hash_add(&h, t->model.v, n);
+        snprintf(resumed, sizeof resumed, "%016llx", (unsigned long long)st_hash_end(&h));
+    }
+    if ((r = ddp_agree_on(&t->ctx, "--resume's checkpoint (a hash of its weights and AdamW moments)", resumed)) !=
         DDP_OK)
         return ddp_reason(t, "ddp_agree_on", r, err, errsize);
     return 1;

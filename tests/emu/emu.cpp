@@ -870,8 +870,8 @@ static float faithful(float r, double t, unsigned fn, float x)
 }
 float device_rsqrtf(float x)
 {
-    return device_math ? faithful((float)(1.0 / std::sqrt((double)x)), 1.0 / std::sqrt((double)x), 4, x)
-                       : 1.0f / sqrtf(x);
+    const double t = 1.0 / std::sqrt((double)x);
+    return device_math ? faithful((float)t, t, 4, x) : 1.0f / sqrtf(x);
 }
 
 /* All live threads wait: release a barrier, or report why nothing can move. */
