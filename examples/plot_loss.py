@@ -18,12 +18,12 @@ def read_log(path):
     try:
         with open(path) as f:
             rows = [json.loads(line) for line in f if line.strip()]
-        for r in rows:
-            r["step"], r["loss"]
+        if not all({"step", "loss"} <= r.keys() for r in rows):
+            raise ValueError("a row without its step or loss")
         return rows
     except OSError as e:
         sys.exit(f"plot_loss.py: {path}: {e.strerror}")
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, AttributeError):
         sys.exit(f"plot_loss.py: {path} is not a train_gpt --log file (one JSON object per step)")
 
 

@@ -120,8 +120,7 @@ rc=$?
 report "classifier: a diverging run stops, says so, and saves nothing" $? "exit $rc: $(tr '\n' '|' <"$tmp/nan.txt")"
 
 # two ranks started by hand, --resume auto on one of them (it adds a broadcast): named
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-       echo $((20000 + $$ % 20000)))
+port=$(free_port)
 for r in 0 1; do
   extra=""; [ $r = 1 ] && extra="--resume auto"
   RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DDP_TIMEOUT=30 timeout 60 "$bin" --epochs 1 \

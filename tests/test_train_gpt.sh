@@ -631,8 +631,7 @@ report "train_gpt --compare of files that differ names the worst tensor" $? "$ou
 
 # two ranks started by hand (each node's own command line), rank 0's flags then rank 1's:
 # both must stop, exit 1, and say "ranks disagree on" what (stderr in NAME0.txt, NAME1.txt)
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-       echo $((20000 + $$ % 20000)))
+port=$(free_port)
 by_hand() { # name flags0 flags1 what
   local r pids="" rc0 rc1 flags
   for r in 0 1; do

@@ -31,8 +31,9 @@ def color(name):
 try:
     with open(sys.argv[1]) as f:
         spans = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+    if not all({"pid", "tid", "ts", "dur", "name"} <= e.keys() for e in spans):
+        raise ValueError("a span without its fields")
     ranks = sorted({e["pid"] for e in spans})
-    [(e["ts"], e["dur"], e["tid"], e["name"]) for e in spans]
 except OSError as e:
     sys.exit(f"draw_trace.py: {sys.argv[1]}: {e.strerror}")
 except (ValueError, KeyError, TypeError, AttributeError):

@@ -82,7 +82,8 @@ if not os.access(os.path.dirname(os.path.abspath(args.out)), os.W_OK) or os.path
     fail(f"--out {args.out}: cannot write a file there")
 try:
     start = load_safetensors(args.init)
-    start["train.x"], start["train.y"], start["val.x"], start["val.y"]
+    if not {"train.x", "train.y", "val.x", "val.y"} <= start.keys():
+        raise ValueError("no data in it")
 except OSError as e:
     fail(f"--init {args.init}: {e.strerror}")
 except (ValueError, KeyError, TypeError, struct.error):
