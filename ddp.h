@@ -1692,14 +1692,19 @@ static const struct ddp__launcher *ddp__launcher_from(size_t from)
 
 static const struct ddp__launcher *ddp__launcher_here(void) { return ddp__launcher_from(0); }
 
-/* An outer launcher of more than one task (mpirun, srun) around torchrun's names set by
-   hand (left in the shell, ddprun), or NULL. A real torchrun per task (its run id set)
-   may be a sweep of separate jobs, each on its own port: no outer launcher of these. */
-static const struct ddp__launcher *ddp__outer(const struct ddp__launcher *l)
+/* Another launcher's count of more than one task (mpirun, srun) beside torchrun's names,
+   or NULL: ddp__around whoever set them; ddp__outer only where they were set by hand
+   (left in the shell, ddp's launcher), as a real torchrun per task (its run id set) may
+   be a sweep of separate jobs, each on its own port. */
+static const struct ddp__launcher *ddp__around(const struct ddp__launcher *l)
 {
-    const struct ddp__launcher *o = l == ddp__launchers && !ddp__env("TORCHELASTIC_RUN_ID") ? ddp__launcher_from(1) : NULL;
+    const struct ddp__launcher *o = l == ddp__launchers ? ddp__launcher_from(1) : NULL;
     const char *w = o ? ddp__env(o->world) : NULL;
     return w && strcmp(w, "1") != 0 ? o : NULL;
+}
+static const struct ddp__launcher *ddp__outer(const struct ddp__launcher *l)
+{
+    return ddp__env("TORCHELASTIC_RUN_ID") ? NULL : ddp__around(l);
 }
 
 /* Rank, world size and local topology: from the desc, else from the first launcher
@@ -1746,10 +1751,15 @@ static ddp_result ddp__topology(ddp_ctx *ctx, const ddp_desc *d, const struct dd
                                  world, who);
             /* torchrun's names for one node inside mpirun or srun of several tasks: each
                task would be a job of its own */
-            if ((o = ddp__outer(l)) && (world == 1 || ctx->local_world_size == world))
+            if ((o = ddp__outer(l)) && (world == 1 || ctx->local_world_size == world)) {
+                if (getenv("DDP_LAUNCHER")) /* ddp's launcher started mpirun or srun: each of its ranks a job */
+                    return ddp__fail(ctx, DDP_ERR_ENV, "ddp's launcher started %s, whose %s tasks share one %s=%d: "
+                                     "start the ranks with one launcher (--nproc N, or %s alone)", o->who,
+                                     ddp__env(o->world), l->rank, ctx->rank, o->who);
                 return ddp__fail(ctx, DDP_ERR_ENV, "%s=%d (one node of %s's) inside a job of %s tasks started by %s: each "
                                  "task would train alone; unset %s and %s, or start one task", l->world, world,
                                  l->who, ddp__env(o->world), o->who, l->rank, l->world);
+            }
             *found = l;
         } else if (getenv("SLURM_JOB_ID") && (v = getenv("SLURM_NTASKS")) && strcmp(v, "1") != 0) {
             /* outside a step: Slurm's variables describe the allocation, not this process */
@@ -2330,6 +2340,7 @@ static int ddp__server_claim(ddp__server *s, ddp__conn *c, int rank, int world)
 {
     /* without a secret the claim may be anyone's who reaches the port */
     const char *who = s->secret[0] ? "" : "; without DDP_SECRET, anyone who reaches the port can claim a rank";
+    const struct ddp__launcher *o;
     char why[300];
     if (s->broken[0]) {
         ddp__reply_text(c->fd, DDP__ST_ERROR, s->broken);
@@ -2338,6 +2349,11 @@ static int ddp__server_claim(ddp__server *s, ddp__conn *c, int rank, int world)
     if (world != s->world)
         snprintf(why, sizeof why, "a process claims rank %d of a world of %d, but job '%.40s' has %d ranks (WORLD_SIZE "
                  "differs between ranks, or two jobs share this port%s)", rank, world, s->job_id, s->world, who);
+    else if ((ddp__rank_taken(s, rank) || (rank == 0 && strcmp(c->nonce[0], s->own) != 0)) &&
+             (o = ddp__around(ddp__launcher_here())) != NULL) /* torchrun around mpirun, or RANK exported into it */
+        snprintf(why, sizeof why, "two processes claim rank %d: torchrun's RANK meets %s's %s=%s, whose tasks share a RANK "
+                 "set outside (by a launcher around it, or the shell): use one launcher, or another MASTER_PORT", rank,
+                 o->who, o->world, ddp__env(o->world));
     else if (ddp__rank_taken(s, rank) || (rank == 0 && strcmp(c->nonce[0], s->own) != 0))
         snprintf(why, sizeof why, "two processes claim rank %d of job '%.40s': two launches share this port? (give "
                  "each its own MASTER_PORT or DDP_JOB_ID%s)", rank, s->job_id, who);
@@ -2956,7 +2972,7 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline, char *why, s
         return -2;
     }
     if (status == DDP__ST_ERROR) {
-        snprintf(why, whysize, "the store at %.100s:%d refused rank %d of job '%.60s': %.200s", cfg->master_addr, cfg->master_port,
+        snprintf(why, whysize, "the store at %.100s:%d refused rank %d of job '%.60s': %.240s", cfg->master_addr, cfg->master_port,
                  ctx->rank, cfg->job_id, reply);
         DDP_FREE(reply);
         return -1;
@@ -2981,7 +2997,7 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline, char *why, s
     ddp__hmac(mac, cfg->secret, "client", snonce, nonce);
     if (ddp__store_io(fd, DDP__AUTH, "", mac, 64, deadline, &status, &reply, NULL) != 0) return 0;
     if (status != DDP__ST_OK) {
-        snprintf(why, whysize, "the store at %.100s:%d refused rank %d: %.200s", cfg->master_addr, cfg->master_port, ctx->rank,
+        snprintf(why, whysize, "the store at %.100s:%d refused rank %d: %.240s", cfg->master_addr, cfg->master_port, ctx->rank,
                  reply);
         DDP_FREE(reply);
         return -1;

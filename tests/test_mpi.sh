@@ -109,6 +109,26 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'the MPI backend was asked f
    ! grep -qi 'MPI says\|unfinalized\|MPI_Init' "$tmp/out"; then echo "PASS mpi.backend_mpi_without_an_mpi_launcher_says_how"
 else echo "FAIL mpi.backend_mpi_without_an_mpi_launcher_says_how: exit $rc: $(head -c 400 "$tmp/out" | tr '\n' ' ')"; fail=1; fi
 
+# launchers nested, or torchrun's names exported into mpirun: the tasks of one mpirun share
+# a RANK. Each is said as such within seconds (before: "two launches share this port?", and
+# for ddp's launcher around mpirun, torchrun's variables blamed)
+nest() { # name command... (the plain CPU build: these never reach MPI)
+  local name=$1 t0=$SECONDS; shift
+  DDP_TIMEOUT=20 timeout 60 "$@" >"$tmp/out" 2>&1; rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $((SECONDS - t0)) -le 20 ] && grep -q "$want" "$tmp/out"; then echo "PASS mpi.$name"
+  else echo "FAIL mpi.$name: exit $rc after $((SECONDS - t0)) s: $(grep 'ddp:' "$tmp/out" | head -c 400 | tr '\n' ' ')"; fail=1; fi
+}
+mpi1="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+want="torchrun's RANK meets Open MPI's OMPI_COMM_WORLD_SIZE=2, whose tasks share a RANK set outside"
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29900 + $$ % 90)) nest rank_exported_into_mpirun_said \
+  $mpi1 -np 2 -x RANK -x WORLD_SIZE -x MASTER_ADDR -x MASTER_PORT -x DDP_TIMEOUT examples/hello_allreduce
+if command -v torchrun >/dev/null && python3 -c 'import torch' 2>/dev/null; then
+  nest torchrun_around_mpirun_said torchrun --nproc_per_node 2 --master_port $((29990 + $$ % 90)) --no_python \
+    $mpi1 -np 2 -x DDP_TIMEOUT examples/hello_allreduce
+else echo "SKIP mpi.torchrun_around_mpirun_said: torchrun (PyTorch) not found"; fi
+want="ddp's launcher started Open MPI, whose 2 tasks share one RANK=[01]: start the ranks with one launcher"
+MASTER_PORT=$((30080 + $$ % 90)) nest ddp_launcher_around_mpirun_said examples/ddprun -n 2 $mpi1 -np 2 examples/hello_allreduce
+
 # a rank killed in the middle of a run: mpirun ends the job and names it
 t0=$SECONDS
 DDP_TIMEOUT=60 run 60 -np 3 "$tmp/test_mpi" >"$tmp/out" 2>&1 &
