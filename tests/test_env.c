@@ -12,7 +12,8 @@ static const char *const all_vars[] = {
     "MPI_LOCALNRANKS", "PMI_FD", "SLURM_STEP_TASKS_PER_NODE",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
     "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "DDP_BACKEND", "DDP_TIMEOUT", "DDP_JOB_ID",
-    "TORCHELASTIC_RUN_ID", "DDP_SHM_CHUNK", "MPIR_CVAR_CH3_INTERFACE_HOSTNAME", "DDP_CHECK", "DDP_DEBUG", "OMP_NUM_THREADS", NULL};
+    "TORCHELASTIC_RUN_ID", "DDP_SHM_CHUNK", "MPIR_CVAR_CH3_INTERFACE_HOSTNAME", "DDP_CHECK", "DDP_DEBUG", "OMP_NUM_THREADS",
+    "DDP_LAUNCHER", NULL};
 
 static void clear_env(void)
 {
@@ -342,6 +343,10 @@ static void launcher_conflicts(void)
     bad_env("env.leftover_world_of_one_inside_mpirun", "RANK=0 WORLD_SIZE=1 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2",
             DDP_ERR_ENV, "WORLD_SIZE=1 (one node of torchrun's) inside a job of 2 tasks started by Open MPI: each task "
             "would train alone");
+    /* ddp's launcher around mpirun: its ranks' names are torchrun's, but torchrun did not set them */
+    bad_env("env.ddp_launcher_around_mpirun", "RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 DDP_LAUNCHER=1 "
+            "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2", DDP_ERR_ENV,
+            "ddp's launcher started Open MPI, whose 2 tasks share one RANK=0: start the ranks with one launcher");
     bad_env("env.torchrun_of_one_node_per_srun_task", "RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 SLURM_JOB_ID=5 "
             "SLURM_STEP_ID=0 SLURM_PROCID=0 SLURM_NTASKS=2 DDP_TIMEOUT=0.3", DDP_ERR_ENV, "inside a job of 2 tasks started by Slurm");
     /* a real torchrun per srun task (a sweep) makes separate jobs, and torchrun across the
