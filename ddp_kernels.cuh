@@ -196,7 +196,10 @@
         weight gradients' tasks take k a step at a time across all their columns
         (the same bits); the AVX-512 tile 12 rows x 32 columns, two vectors per row
         for each broadcast (the same bits); a build for any x86-64 takes the AVX2
-        tile where the CPU has it (train_gpt 2.3-3x as fast built so on Zen 3).
+        tile where the CPU has it (train_gpt 2.3-3x as fast built so on Zen 3); the
+        GPU's GELU in the CPU twin's form (0.5 x (1 + tanh) cancelled below x = -4 and
+        gave NaN past |x| ~ 1.8e19); C = 0 through the GPU's matmul (out = bias),
+        layernorm and embedding as on the CPU, and refused by attention in a line.
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
 #ifndef DDP_KERNELS_CUH
@@ -1735,7 +1738,7 @@ static inline cudaError_t ddp__fail(ddp_kernels_ctx *ctx, cudaError_t err, const
 
 /* "" or the cause of the last failure this context saw, in words: "no CUDA device:
    cudaGetDeviceCount: ..., driver 12.4, runtime 13.0", "cuBLAS matmul m=.. n=.. k=..:
-   ...", "attention: head size 160 > 128". The returned cudaError_t says only the kind. */
+   ...", "attention: C=640, NH=4: needs C % NH == 0 and 1 <= C/NH <= 128". The returned cudaError_t says only the kind. */
 static inline const char *ddp_kernels_error(const ddp_kernels_ctx *ctx) { return ctx->error; }
 
 static inline void ddp__lt_plan_free(ddp__lt_plan *pl)
@@ -2033,7 +2036,7 @@ static inline cudaError_t ddp_embedding_backward_gpu(ddp_kernels_ctx *ctx, float
     constexpr int n = ddp__pack<F>::n;
     const int BT = B * T;
     const bool vec = C % n == 0 && ddp__aligned16(dwte) && ddp__aligned16(dwpe) && ddp__aligned16(dout);
-    if (BT == 0) return cudaSuccess;
+    if (BT == 0 || C == 0) return cudaSuccess; /* (C = 0: empty gradients, an empty grid is no launch) */
     ddp__embedding_dwpe_kernel<<<ddp__blocks((size_t)T * C, 256 * n), 256, 0, stream>>>(dwpe, dout, B, T, C, vec);
     DDP__TRY(cudaGetLastError());
 
@@ -2189,7 +2192,7 @@ static inline cudaError_t ddp_layernorm_backward_gpu(ddp_kernels_ctx *ctx, typen
     const int rows = B * T, rpc = ddp__rows_per_chunk(rows);
     const bool vec = C % n == 0 && ddp__aligned16(dinp) && ddp__aligned16(dout) && ddp__aligned16(inp) &&
                      ddp__aligned16(weight);
-    if (rows == 0) return cudaSuccess;
+    if (rows == 0 || C == 0) return cudaSuccess; /* (C = 0: empty gradients, as the forward's empty output) */
     const int chunks = (rows + rpc - 1) / rpc;
     void *part;
     DDP__TRY(ddp__scratch(ctx, (size_t)chunks * 2 * C * sizeof(float), stream, &part));
@@ -2351,6 +2354,11 @@ static inline cudaError_t ddp_matmul_forward_gpu(ddp_kernels_ctx *ctx, F *out, c
     const int BT = B * T;
     cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
     if (BT == 0 || OC == 0) return cudaSuccess; /* no output (an empty grid is no launch) */
+    if (C == 0) { /* a sum of nothing: out = bias, as torch.nn.Linear(0, OC) (cuBLASLt refuses a k of 0) */
+        DDP__TRY(cudaMemsetAsync(out, 0, (size_t)BT * OC * sizeof(F), stream));
+        if (bias) ddp__add_bias_kernel<<<ddp__blocks((size_t)BT * OC, 256), 256, 0, stream>>>(out, bias, (long)BT * OC, OC);
+        return cudaGetLastError();
+    }
     if (bias && ddp__aligned16(bias)) /* the epilogue wants an aligned bias */
         s = ddp__lt_matmul(ctx, out, weight, inp, bias, OC, BT, C, true, false, C, C, 0.0f, stream);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
@@ -2374,11 +2382,11 @@ static inline cudaError_t ddp_matmul_backward_gpu(ddp_kernels_ctx *ctx, typename
     const int BT = B * T;
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     if (BT == 0 || OC == 0) return cudaSuccess; /* nothing to add (and no rows to chunk) */
-    /* dinp^T (C,BT) += weight-as-stored (C,OC) x dout^T (OC,BT) */
-    if (dinp) s = ddp__lt_matmul(ctx, dinp, weight, dout, (const F *)NULL, C, BT, OC, false, false, C, OC, 1.0f, stream);
+    /* dinp^T (C,BT) += weight-as-stored (C,OC) x dout^T (OC,BT) (C = 0: both empty, dbias alone) */
+    if (dinp && C) s = ddp__lt_matmul(ctx, dinp, weight, dout, (const F *)NULL, C, BT, OC, false, false, C, OC, 1.0f, stream);
     if (s != CUBLAS_STATUS_SUCCESS) return ddp__lt_error(ctx, s, "matmul backward dinp", C, BT, OC);
     /* dweight^T (C,OC) += inp^T (C,BT) x dout (BT,OC) */
-    if (dweight)
+    if (dweight && C)
         s = ddp__lt_matmul(ctx, dweight, inp, dout, (const float *)NULL, C, OC, BT, false, true, C, OC, 1.0f, stream);
     if (s != CUBLAS_STATUS_SUCCESS || !dbias) return ddp__lt_error(ctx, s, "matmul backward dweight", C, OC, BT);
     const int rpc = ddp__rows_per_chunk(BT), chunks = (BT + rpc - 1) / rpc;
@@ -2616,12 +2624,13 @@ ddp__attention_backward_q_kernel(F *dinp, const F *dout, const F *inp, const flo
         if (p + G * i < hs) o[p + G * i] = ddp__to<F>(ddp__f(o[p + G * i]) + dq[i]);
 }
 
-/* C % NH == 0, head size <= 128 and a grid that CUDA can launch, or a reason in ctx */
+/* C % NH == 0, a head size from 1 to 128 and a grid that CUDA can launch, or a reason in ctx */
 static inline cudaError_t ddp__att_check(ddp_kernels_ctx *ctx, int B, int T, int C, int NH, dim3 *grid)
 {
     unsigned gx = 0, gy = 0;
-    if (NH <= 0 || C % NH != 0 || C / NH > 128)
-        return ddp__fail(ctx, cudaErrorInvalidValue, "attention: C=%d, NH=%d: needs C %% NH == 0 and C/NH <= 128", C, NH);
+    if (NH <= 0 || C <= 0 || C % NH != 0 || C / NH > 128)
+        return ddp__fail(ctx, cudaErrorInvalidValue, "attention: C=%d, NH=%d: needs C %% NH == 0 and 1 <= C/NH <= 128",
+                         C, NH);
     if (!ddp__att_grid(B, NH, T, DDP__ATT_BR, &gx, &gy))
         return ddp__fail(ctx, cudaErrorInvalidValue, "attention: B*NH=%ld x %d row tiles exceeds CUDA's grid",
                          (long)B * NH, (T + DDP__ATT_BR - 1) / DDP__ATT_BR);
@@ -2888,7 +2897,7 @@ static inline cudaError_t ddp__attention_backward_products(ddp_kernels_ctx *ctx,
     return cudaSuccess;
 }
 
-/* out (B,T,C); lse (B,NH,T) fp32; inp (B,T,3C) = [q | k | v]. Needs C % NH == 0, C/NH <= 128. */
+/* out (B,T,C); lse (B,NH,T) fp32; inp (B,T,3C) = [q | k | v]. Needs C % NH == 0, 1 <= C/NH <= 128. */
 template <typename F>
 static inline cudaError_t ddp_attention_forward_gpu(ddp_kernels_ctx *ctx, F *out, float *lse, const F *inp,
                                              int B, int T, int C, int NH, cudaStream_t stream)
@@ -2928,15 +2937,24 @@ static inline cudaError_t ddp_attention_backward_gpu(ddp_kernels_ctx *ctx, typen
 
 // >>gelu gpu
 /* ---- gelu --------------------------------------------------------------- */
+/* The CPU twin's form (>>helpers cpu): x s with s = 1 / (1 + exp(-2u)), 1 - s as e s, and
+   saturated beyond |x| = 9. 0.5 x (1 + tanh(u)) cancels as tanh nears -1 (30% off at
+   x = -5, 0 from -6 on), and its x^3 overflows into inf * 0 = NaN past |x| ~ 1.8e19. */
+static __device__ __forceinline__ float ddp__gelu_e(float x)
+{
+    return expf(x * fmaf(-2.0f * DDP__GELU_S * DDP__GELU_C, x * x, -2.0f * DDP__GELU_S));
+}
+
 static __device__ __forceinline__ float ddp__gelu(float x)
 {
-    return 0.5f * x * (1.0f + tanhf(DDP__GELU_S * (x + DDP__GELU_C * x * x * x)));
+    return x < -9.0f ? 0.0f : x > 9.0f ? x : x / (1.0f + ddp__gelu_e(x));
 }
 
 static __device__ __forceinline__ float ddp__gelu_grad(float x)
 {
-    const float th = tanhf(DDP__GELU_S * (x + DDP__GELU_C * x * x * x));
-    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * DDP__GELU_S * (1.0f + 3.0f * DDP__GELU_C * x * x);
+    const float e = ddp__gelu_e(x), s = 1.0f / (1.0f + e);
+    const float du = fmaf(DDP__GELU_S * 3.0f * DDP__GELU_C, x * x, DDP__GELU_S);
+    return x < -9.0f ? 0.0f : x > 9.0f ? 1.0f : s + 2.0f * x * du * s * (e * s);
 }
 
 template <typename F>

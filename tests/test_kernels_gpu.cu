@@ -424,6 +424,34 @@ template <typename F> static void t_gelu_fwd(const Shape &s, Result *r)
     CK(down(got, dout, N)); WORST(got, out);
 }
 
+/* The tails, element by element (relerr scales by the largest value, where these vanish):
+   x from -1e20 to inf, gelu and gelu' against the CPU twin, each relative to itself; the
+   GPU's 0.5 x (1 + tanh) was 30% off at -5 and 0 from -6, and NaN past |x| ~ 1.8e19. */
+template <typename F> static void t_gelu_tails(const Shape &, Result *r)
+{
+    Bufs m;
+    std::vector<float> x;
+    for (float v = -12.0f; v <= 12.0f; v += 0.375f) x.push_back(v);
+    for (float v : {-INFINITY, -1e20f, -9.0f, -8.9f, -5.0f, -4.0f, 1e20f, INFINITY}) x.push_back(v);
+    const size_t N = x.size();
+    std::vector<float> one(N, 1.0f), zero(N, 0.0f), out(N), gx(N, 0.0f), got;
+    F *dx = m.up<F>(x), *dout = m.alloc<F>(N), *done = m.up<F>(one), *dgx = m.up<F>(zero);
+    ALLOCATED(dx && dout && done && dgx);
+    CK(ddp_gelu_forward_gpu(&g_ctx, dout, dx, N, 0));
+    CK(ddp_gelu_backward_gpu(&g_ctx, dgx, dx, done, N, 0));
+    ddp_gelu_forward_cpu(out.data(), x.data(), N);
+    ddp_gelu_backward_cpu(gx.data(), x.data(), one.data(), N);
+    for (int pass = 0; pass < 2; pass++) {
+        const std::vector<float> &ref = pass ? gx : out;
+        CK(pass ? down(got, dgx, N) : down(got, dout, N));
+        for (size_t i = 0; i < N; i++) {
+            const double d = got[i] == ref[i] ? 0.0 : fabs((double)got[i] - ref[i]) / fmax(fabs((double)ref[i]), 1e-38);
+            if (isnan(d) || isnan(got[i]) != isnan(ref[i])) r->err = INFINITY; /* inf - inf, or a NaN */
+            else r->err = fmax(r->err, d);
+        }
+    }
+}
+
 template <typename F> static void t_gelu_bwd(const Shape &s, Result *r)
 {
     Bufs m;
@@ -592,6 +620,40 @@ template <typename F> static void t_empty(const Shape &, Result *r)
     if (l[0] != cpu[0] || l[1] != cpu[1]) { r->err = INFINITY; r->why = "the loss or norm of nothing differs from the CPU's"; }
 }
 
+/* Zero channels (C = 0): the matmul's out is its bias and dbias still sums dout, as on the
+   CPU (cuBLASLt refused a k of 0); the gradients of layernorm and the embedding are empty
+   (launched with an empty grid, they failed without a word); attention refuses heads of
+   size 0 in a line. */
+template <typename F> static void t_zero_width(const Shape &, Result *r)
+{
+    Bufs m;
+    const int B = 2, T = 5, C = 0, OC = 9, NH = 2, BT = B * T;
+    auto bias = rnd(OC, 1), dout = rnd((size_t)BT * OC, 1), dbias = rnd(OC, 1);
+    std::vector<float> out((size_t)BT * OC, -1.0f), got;
+    F *a = m.alloc<F>(16), *dgout = m.up<F>(dout), *dy = m.alloc<F>((size_t)BT * OC);
+    typedef typename ddp__same<F>::type G;
+    G *db = (G *)m.up<F>(bias);
+    float *f = m.alloc<float>(64), *ddb = m.up<float>(dbias);
+    int *tok = m.alloc<int>(BT);
+    ALLOCATED(a && dgout && dy && db && f && ddb && tok);
+    CK(cudaMemset(tok, 0, BT * sizeof(int)));
+    CK(ddp_matmul_forward_gpu(&g_ctx, dy, a, a, db, B, T, C, OC, 0));
+    ddp_matmul_forward_cpu(out.data(), NULL, NULL, bias.data(), B, T, C, OC);
+    CK(down(got, dy, out.size())); WORST(got, out);
+    CK(ddp_matmul_forward_gpu(&g_ctx, dy, a, a, (const G *)NULL, B, T, C, OC, 0)); /* no bias: zeros */
+    CK(down(got, dy, out.size()));
+    for (float x : got) if (x != 0.0f) { r->err = INFINITY; r->why = "out of C = 0 without a bias is not 0"; return; }
+    CK(ddp_matmul_backward_gpu(&g_ctx, (G *)a, f, ddb, dgout, a, a, B, T, C, OC, 0));
+    ddp_matmul_backward_cpu(NULL, NULL, dbias.data(), dout.data(), NULL, NULL, B, T, C, OC);
+    CK(down(got, ddb, OC)); WORST(got, dbias);
+    CK(ddp_layernorm_backward_gpu(&g_ctx, (G *)a, f, f, a, a, a, f, f, B, T, C, 0));
+    CK(ddp_embedding_backward_gpu(&g_ctx, f, f, a, tok, B, T, C, 0));
+    const cudaError_t e = ddp_attention_forward_gpu(&g_ctx, a, f, a, B, T, C, NH, 0);
+    if (e != cudaErrorInvalidValue || !strstr(ddp_kernels_error(&g_ctx), "1 <= C/NH <= 128")) {
+        r->err = INFINITY; r->why = "attention with heads of size 0 not refused in a line";
+    }
+}
+
 /* a vocabulary past 512 threads' first sweep: every warp of a row's block holds logits, so a
    warp that writes its part of the sum while others still read the max changes the loss */
 template <typename F> static void t_crossentropy_wide(const Shape &, Result *r)
@@ -619,8 +681,8 @@ static const Check checks[] = {
 /* checks with their own shapes, run once */
 static const Check once[] = {
     CASE("matmul.vocab50257", t_matmul_vocab), CASE("attention.many_heads", t_attention_many_heads),
-    CASE("attention.many_heads.streaming", t_attention_many_heads_streaming), CASE("empty_batch", t_empty),
-    CASE("crossentropy.vocab4099", t_crossentropy_wide),
+    CASE("attention.many_heads.streaming", t_attention_many_heads_streaming), CASE("empty_batch", t_empty), CASE("zero_width", t_zero_width),
+    CASE("crossentropy.vocab4099", t_crossentropy_wide), CASE("gelu.tails", t_gelu_tails),
 };
 /* the checks whose backward runs twice, for the determinism lines */
 static bool reruns(const char *name)
