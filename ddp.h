@@ -424,7 +424,9 @@ DDPDEF ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc); /* failed: ddp_e
                                                                   ddp_destroy(ctx) frees the rest */
 DDPDEF ddp_result ddp_destroy(ddp_ctx *ctx); /* waits for the others to arrive, then frees; DDP_OK if the
                                               job ended well (else its failure: exit non-zero), and
-                                              the same again from a second call */
+                                              the same again from a second call; while another
+                                              thread is in a call of ctx, the group stops and
+                                              ctx is freed once that call returns */
 DDPDEF const char *ddp_strerror(ddp_result r);
 DDPDEF const char *ddp_error(const ddp_ctx *ctx); /* detail of the last failure, or "" (a NULL or
                                                       destroyed context: says so) */
@@ -637,7 +639,8 @@ typedef struct ddp_grad {
 
 DDPDEF ddp_result ddp_grad_init(ddp_grad *g, ddp_ctx *ctx, const ddp_grad_desc *desc);
 /* Waits for buckets still in flight. A later call on g is DDP_ERR_ARG, said in its
-   context's ddp_error while that context lives. */
+   context's ddp_error while that context lives. While another thread is in a call of g,
+   the group stops and g is freed once that call returns. */
 DDPDEF void ddp_grad_destroy(ddp_grad *g);
 /* Elements [offset, offset + count) of the gradient are final for this step. */
 DDPDEF ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count);
@@ -5541,6 +5544,35 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
     return r;
 }
 
+/* One call at a time per context and per ddp_grad: busy is 0, DDP__BUSY_CALL or
+   DDP__BUSY_DESTROY. ddp__claim takes it where it is free, else says who holds it. */
+enum { DDP__BUSY_CALL = 1, DDP__BUSY_DESTROY = 2 };
+static int ddp__claim(int *busy, int as)
+{
+    int held = 0;
+    return __atomic_compare_exchange_n(busy, &held, as, 0, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE) ? 0 : held;
+}
+
+/* A destroy while another thread is in a call: the group stops (so that call returns),
+   and the state is freed only once the call has left it (it was freed under the call: a
+   crash). Past the timeout, nothing is freed. Another destroy at once is refused. */
+static ddp_result ddp__claim_for_destroy(ddp_ctx *ctx, int *busy, const char *call, const char *what)
+{
+    int64_t deadline = ddp__now_ms() + (ctx && ctx->st ? ctx->st->cfg.timeout_ms : 0) + 1000;
+    int held = ddp__claim(busy, DDP__BUSY_DESTROY), said = 0;
+    while (held == DDP__BUSY_CALL) {
+        if (!said++ && ctx && ctx->st)
+            ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s while another thread is in %s: the group stops, and it is "
+                                      "freed once that call returns", call, what));
+        if (ddp__now_ms() > deadline)
+            return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s: another thread stayed in %s past the timeout: left allocated",
+                             call, what);
+        ddp__sleep_ms(1);
+        held = ddp__claim(busy, DDP__BUSY_DESTROY);
+    }
+    return held ? ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread destroys it already", call) : DDP_OK;
+}
+
 /* One call at a time per context: a second thread's collective while one is in progress
    would take another's number and staging slot (wrong sums with DDP_OK). It is refused,
    and the group stops: the threads' order could differ from rank to rank anyway. */
@@ -5549,10 +5581,10 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
     ddp_result r;
     if (work) { work->seq = 0; work->event = NULL; work->owner = 0; } /* a refused call leaves a handle ddp_wait refuses */
     if (!ctx || !ctx->st) return ddp__no_state(ctx, ddp__colls[c->kind].name);
-    if (__atomic_exchange_n(&ctx->st->busy, 1, __ATOMIC_ACQUIRE))
-        return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread is in a collective of this ddp_ctx: "
-                                         "a context takes one call at a time (threads that share it order their calls, "
-                                         "alike on every rank)", ddp__colls[c->kind].name));
+    if (ddp__claim(&ctx->st->busy, DDP__BUSY_CALL))
+        return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread is in a collective of this ddp_ctx "
+                                         "(or destroys it): a context takes one call at a time (threads that share it "
+                                         "order their calls, alike on every rank)", ddp__colls[c->kind].name));
     r = ddp__issue_one(ctx, c, stream, work);
     __atomic_store_n(&ctx->st->busy, 0, __ATOMIC_RELEASE);
     return r;
@@ -5946,6 +5978,7 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
 {
     struct ddp__state *st;
     ddp_result r = DDP_OK;
+    ddp__coll last;
     if (!ctx) return ddp__no_state(ctx, "ddp_destroy");
     if (!ctx->st) return ctx->ended; /* destroyed already (or never initialised: DDP_OK) */
     st = ctx->st;
@@ -5953,10 +5986,15 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
         ctx->st = NULL;
         return DDP_OK;
     }
+    if ((r = ddp__claim_for_destroy(ctx, &st->busy, "ddp_destroy", "a collective of this ddp_ctx")) != DDP_OK) return r;
     ddp__unhold(&st->held);
     /* the last meeting: nobody leaves while others still expect it in a collective,
        and those that do expect it learn at once that it left */
-    if (!st->broken && st->be && ctx->world_size > 1) r = ddp__post(ctx, DDP__DESTROY, NULL, NULL, 0, DDP_F32, DDP_SUM, 0, NULL, NULL);
+    memset(&last, 0, sizeof last);
+    last.kind = DDP__DESTROY;
+    last.dtype = DDP_F32;
+    last.op = DDP_SUM;
+    if (!st->broken && st->be && ctx->world_size > 1) r = ddp__issue_one(ctx, &last, NULL, NULL);
     /* then rank 0's store stops listening before any rank returns: a rank that calls
        ddp_init again at once was let into the old store, which was ending (refused, or
        lost when it closed) */
@@ -7094,10 +7132,10 @@ static ddp_result ddp__grad_gone(const ddp_grad *g, const char *call)
    the regions' list (a double free); the second is refused, and the group stops. */
 static ddp_result ddp__grad_enter(ddp_grad *g, const char *call)
 {
-    if (!__atomic_exchange_n(&g->st->busy, 1, __ATOMIC_ACQUIRE)) return DDP_OK;
-    return ddp__break(g->ctx, ddp__fail(g->ctx, DDP_ERR_ARG, "%s: another thread is in a call of this ddp_grad: a "
-                                        "ddp_grad takes one call at a time (threads that share it order their calls, "
-                                        "alike on every rank)", call));
+    if (!ddp__claim(&g->st->busy, DDP__BUSY_CALL)) return DDP_OK;
+    return ddp__break(g->ctx, ddp__fail(g->ctx, DDP_ERR_ARG, "%s: another thread is in a call of this ddp_grad (or "
+                                        "destroys it): a ddp_grad takes one call at a time (threads that share it "
+                                        "order their calls, alike on every rank)", call));
 }
 static ddp_result ddp__grad_leave(ddp_grad *g, ddp_result r)
 {
@@ -7260,6 +7298,9 @@ void ddp_grad_destroy(ddp_grad *g)
 {
     ddp_ctx *ctx;
     if (!g) return;
+    if (g->st && ddp__claim_for_destroy(ddp__grad_live(g) ? g->ctx : NULL, &g->st->busy, "ddp_grad_destroy",
+                                        "a call of this ddp_grad") != DDP_OK)
+        return;
     if (g->st) {
         if (g->st->buckets && ddp__grad_live(g)) (void)ddp__grad_wait(g, 0); /* (ddp_destroy ended what was in flight) */
         if (g->st->buckets) DDP_FREE(g->st->buckets);

@@ -265,6 +265,100 @@ static void *twin_main(void *arg)
     return NULL;
 }
 
+/* A destroy while another thread of the rank is in a call (rank 1's helper thread waits
+   in a collective that rank 0 has not made): the group stops, that call returns, and
+   only then is the state freed (it was freed under the call: a crash, 3 runs of 3).
+   Mode 0: ddp_destroy during ddp_all_reduce; mode 1: ddp_grad_destroy during
+   ddp_grad_all_reduce. Rank 0 calls once rank 1 is done, and learns it failed. */
+typedef struct held_rank {
+    int rank, port, mode;
+    ddp_ctx ctx;
+    ddp_grad g;
+    ddp_result init, call, destroy, after;
+    char log[600];
+    pthread_barrier_t *gate;
+} held_rank;
+static void held_log(void *user, int level, const char *msg)
+{
+    held_rank *h = (held_rank *)user;
+    size_t n = strlen(h->log);
+    if (level == DDP_LOG_ERROR && n + 2 < sizeof h->log) snprintf(h->log + n, sizeof h->log - n, "%s|", msg);
+}
+static void *held_call(void *arg)
+{
+    held_rank *h = (held_rank *)arg;
+    static float x[2];
+    h->call = h->mode ? ddp_grad_all_reduce(&h->g) : ddp_all_reduce(&h->ctx, x, x, 1, DDP_F32, DDP_SUM, NULL);
+    return NULL;
+}
+static void *held_main(void *arg)
+{
+    held_rank *h = (held_rank *)arg;
+    float grads[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    ddp_desc d;
+    ddp_grad_desc gd;
+    pthread_t th;
+    memset(&d, 0, sizeof d);
+    d.world_size = 2;
+    d.rank = h->rank;
+    d.master_addr = "127.0.0.1";
+    d.master_port = h->port;
+    d.job_id = h->mode ? "held1" : "held0";
+    d.timeout_ms = 20000;
+    d.log = held_log;
+    d.log_user = h;
+    memset(&gd, 0, sizeof gd);
+    gd.grads = grads;
+    gd.count = 8;
+    h->init = ddp_init(&h->ctx, &d);
+    if (h->init == DDP_OK && h->mode) h->init = ddp_grad_init(&h->g, &h->ctx, &gd);
+    if (h->init != DDP_OK) {
+        pthread_barrier_wait(h->gate);
+        return NULL;
+    }
+    if (h->rank == 1) {
+        pthread_create(&th, NULL, held_call, h);
+        /* until the helper is inside its call (it stays there: rank 0 waits at the gate) */
+        while (!__atomic_load_n(h->mode ? &h->g.st->busy : &h->ctx.st->busy, __ATOMIC_ACQUIRE)) ddp__sleep_ms(1);
+        if (h->mode) ddp_grad_destroy(&h->g);
+        h->destroy = ddp_destroy(&h->ctx);
+        pthread_join(th, NULL);
+        pthread_barrier_wait(h->gate);
+    } else {
+        pthread_barrier_wait(h->gate);
+        h->call = h->mode ? ddp_grad_all_reduce(&h->g) : ddp_barrier(&h->ctx);
+        if (h->mode) ddp_grad_destroy(&h->g);
+        h->destroy = ddp_destroy(&h->ctx);
+    }
+    return NULL;
+}
+static void destroy_while_called(int mode)
+{
+    static const char *const want[2] = {"ddp_destroy while another thread is in a collective of this ddp_ctx",
+                                        "ddp_grad_destroy while another thread is in a call of this ddp_grad"};
+    pthread_t th[2];
+    pthread_barrier_t gate;
+    held_rank h[2];
+    int i, port = ddp__free_port();
+    char name[120];
+    pthread_barrier_init(&gate, NULL, 2);
+    for (i = 0; i < 2; i++) {
+        memset(&h[i], 0, sizeof h[i]);
+        h[i].rank = i;
+        h[i].port = port;
+        h[i].mode = mode;
+        h[i].gate = &gate;
+        pthread_create(&th[i], NULL, held_main, &h[i]);
+    }
+    for (i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&gate);
+    snprintf(name, sizeof name, "collectives.%s_while_another_thread_calls_stops_the_group", mode ? "grad_destroy" : "destroy");
+    CHECK(name, h[0].init == DDP_OK && h[1].init == DDP_OK && h[1].call != DDP_OK && h[1].destroy != DDP_OK &&
+          strstr(h[1].log, want[mode]) && h[0].call != DDP_OK && strstr(h[0].log, "rank 1"),
+          "init %d %d, rank 1's call %d and destroy %d, rank 0's call %d; rank 1 said '%s', rank 0 '%s'", (int)h[0].init,
+          (int)h[1].init, (int)h[1].call, (int)h[1].destroy, (int)h[0].call, h[1].log, h[0].log);
+}
+
 int main(int argc, char **argv)
 {
     static const int worlds[] = {1, 2, 3, 4, 5, 6};
@@ -294,6 +388,8 @@ int main(int argc, char **argv)
         CHECK("collectives.two_contexts_one_process", t[0].r == DDP_OK && t[1].r == DDP_OK && t[0].x == 3 && t[1].x == 3,
               "results %d %d, sums %g %g", (int)t[0].r, (int)t[1].r, t[0].x, t[1].x);
     }
+    destroy_while_called(0);
+    destroy_while_called(1);
     { /* a handle is its context's: another context's ddp_wait refuses it, and so does the
          context made after its own was destroyed (whose state may take the same memory);
          both returned DDP_OK */
