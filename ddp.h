@@ -5869,22 +5869,35 @@ static void ddp__warn_nproc(ddp_ctx *ctx, const ddp_desc *d)
         }
 }
 
-/* The built-in launcher's report pipe, "fd:inode" (checked: an inherited name may mean
-   another file), first thing in ddp_init: a rank that dies from here on is one that
-   called it, and its failures are told. */
+/* The built-in launcher's report pipe, "fd:inode:pid:rfd" (checked: an inherited name may
+   mean another file), first thing in ddp_init: a rank that dies from here on is one that
+   called it, and its failures are told. A rank whose inherited descriptors were closed
+   (Python's subprocess closes them, as do programs that daemonize) opens the pipe again
+   through the launcher's read end in /proc: without it, the launcher blamed the wrong rank
+   or said that one died before ddp_init. */
 static void ddp__launcher_pipe(ddp_ctx *ctx)
 {
     struct stat sb;
     unsigned long ino = 0;
-    int fd = -1;
+    int fd = -1, pid = 0, rfd = -1, n = 0;
     const char *v = getenv("DDP_LAUNCHER");
-    if (v && sscanf(v, "%d:%lu", &fd, &ino) == 2 && fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode) &&
-        (unsigned long)sb.st_ino == ino) {
-        char msg[32];
-        int n = snprintf(msg, sizeof msg, "\n%d %d\n", (int)getpid(), DDP__JOINING);
+    if (v && (n = sscanf(v, "%d:%lu:%d:%d", &fd, &ino, &pid, &rfd)) >= 2 &&
+        !(fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino) && n == 4 && pid > 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, rfd);
+        fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC); /* (its own file: nonblocking as the original) */
+        if (fd >= 0 && !(fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino)) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    if (n >= 2 && fd >= 0 && fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino) {
+        char msg[48];
+        const char *rank = getenv("RANK"); /* the launcher's: says which rank a wrapped program is */
+        int k = snprintf(msg, sizeof msg, "\n%d %d %d\n", (int)getpid(), DDP__JOINING, rank ? atoi(rank) : -1);
         fcntl(fd, F_SETFD, FD_CLOEXEC); /* the rank's own children are not ranks */
         ctx->st->report_fd = fd;
-        if (write(fd, msg, (size_t)n) < 0) {} /* this rank uses ddp.h: it ending before the others is a failure */
+        if (write(fd, msg, (size_t)k) < 0) {} /* this rank uses ddp.h: it ending before the others is a failure */
     }
 }
 
@@ -6230,12 +6243,14 @@ static int ddp__first_cause(const ddp__end *ends, int n)
 /* Reads what ranks said about their first failure ("pid code" lines, "pid code rank" for
    a timeout waiting for that rank; "pid code -2": the failure that broke its group, which
    replaces the first): said[rank] = code, waited[rank] = that rank;
-   joined[rank] 1 once it said it started ddp_init, 2 once it left with ddp_destroy. Each
+   joined[rank] 1 once it said it started ddp_init ("pid 1000 RANK": a pid the launcher
+   did not start is the program that a wrapper of rank RANK runs, alias[RANK], as under
+   `timeout` or a Python script), 2 once it left with ddp_destroy. Each
    line is one write below PIPE_BUF, but a read may end inside one: its start waits in
    part (size 64) for the next read. Ranks start each line with a newline too, so that
    bytes a program wrote to the pipe end before it; a NUL among them hides nothing. */
-static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, int *waited, unsigned char *joined,
-                              char *part)
+static void ddp__read_reports(int fd, const pid_t *pids, pid_t *alias, int n, int *said, int *waited,
+                              unsigned char *joined, char *part)
 {
     char buf[4096 + 64], *line, *end;
     size_t have;
@@ -6251,13 +6266,15 @@ static void ddp__read_reports(int fd, const pid_t *pids, int n, int *said, int *
             int pid = 0, code = 0, w = -1, w2 = -1, i;
             *end = 0; /* this line's fields only (sscanf would read on past a newline) */
             if (sscanf(line, "%d %d %d %d", &pid, &code, &w, &w2) < 2) continue;
+            if (code == DDP__JOINING && w >= 0 && w < n && pid > 0 && pids[w] != pid && !alias[w]) alias[w] = pid;
             for (i = 0; i < n; i++)
-                if (pids[i] == pid && (code == DDP__JOINING || code == DDP__LEAVING)) joined[i] = code == DDP__JOINING ? 1 : 2;
-                else if (pids[i] == pid && w == -2) { /* what broke its group: that counts (a refusal before may not) */
+                if (pids[i] != pid && alias[i] != pid) continue;
+                else if (code == DDP__JOINING || code == DDP__LEAVING) joined[i] = code == DDP__JOINING ? 1 : 2;
+                else if (w == -2) { /* what broke its group: that counts (a refusal before may not) */
                     said[i] = code;
                     waited[i] = w2 >= 0 && w2 < n && w2 != i ? w2 : -1; /* and, a timeout, for whom it waited */
                 }
-                else if (pids[i] == pid && said[i] < 0) {
+                else if (said[i] < 0) {
                     said[i] = code;
                     waited[i] = w >= 0 && w < n && w != i ? w : -1;
                 }
@@ -6285,7 +6302,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     ddp__end *ends;
     int *said, *waited, *halted, any_joined = 0;
     unsigned char *joined;
-    char port[16], job[40], num[16], secret[65], id[17], prefix[40], report[48] = "1", part[64] = "";
+    char port[16], job[40], num[16], secret[65], id[17], prefix[40], report[64] = "1", part[64] = "";
     const char *given = getenv("DDP_SECRET");
     unsigned char raw[40];
     static const int stops[] = {SIGINT, SIGTERM, SIGHUP};
@@ -6307,7 +6324,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         return 1;
     }
     pids = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *pids * (size_t)nproc));
-    started = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *started * (size_t)nproc));
+    started = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *started * 2 * (size_t)nproc)); /* then the wrapped programs' */
     ends = DDP__CAST(ddp__end *, DDP_MALLOC(sizeof *ends * (size_t)nproc));
     said = DDP__CAST(int *, DDP_MALLOC(sizeof *said * 2 * (size_t)nproc)); /* then waited */
     halted = DDP__CAST(int *, DDP_MALLOC(sizeof *halted * (size_t)nproc));
@@ -6318,7 +6335,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         return 1;
     }
     waited = said + nproc;
-    for (i = 0; i < nproc; i++) said[i] = waited[i] = -1, halted[i] = 0, joined[i] = 0;
+    for (i = 0; i < nproc; i++) said[i] = waited[i] = -1, halted[i] = 0, joined[i] = 0, started[nproc + i] = 0;
     /* ranks say how their first failure came about through a pipe (nonblocking: a rank
        never waits for the launcher), named to them with its inode */
     if (pipe(pipefd) == 0 && fstat(pipefd[1], &sb) == 0) {
@@ -6328,7 +6345,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
 #ifdef F_SETPIPE_SZ
         fcntl(pipefd[1], F_SETPIPE_SZ, 1 << 20); /* room for thousands of ranks' lines at once (else 64 KiB) */
 #endif
-        snprintf(report, sizeof report, "%d:%lu", pipefd[1], (unsigned long)sb.st_ino);
+        snprintf(report, sizeof report, "%d:%lu:%d:%d", pipefd[1], (unsigned long)sb.st_ino, (int)getpid(), pipefd[0]);
     }
     if (!ddp__random(raw, sizeof raw) && !(given && *given)) { /* a guessable secret lets a stranger in */
         DDP_FREE(pids); DDP_FREE(started); DDP_FREE(ends); DDP_FREE(said); DDP_FREE(halted); DDP_FREE(joined);
@@ -6429,7 +6446,8 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             ends[nends].caused = ends[nends].early = ends[nends].left = ends[nends].quiet = ends[nends].timed_out = 0;
             nends++;
         }
-        if (pipefd[0] >= 0) ddp__read_reports(pipefd[0], started, nproc, said, waited, joined, part); /* written before they exited */
+        if (pipefd[0] >= 0) /* written before they exited */
+            ddp__read_reports(pipefd[0], started, started + nproc, nproc, said, waited, joined, part);
         for (i = 0; i < nproc; i++) any_joined |= joined[i];
         for (i = 0; i < nends; i++) {
             ends[i].caused = said[ends[i].rank] == DDP_ERR_PEER || said[ends[i].rank] == DDP_ERR_ABORTED;

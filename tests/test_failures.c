@@ -391,7 +391,23 @@ static int launched_child(const char *mode)
     ddp_ctx ctx;
     ddp_desc d;
     float x = 1;
-    FILE *f = fopen(getenv("PID_FILE"), "a");
+    FILE *f;
+    if (strncmp(mode, "wrapped_", 8) == 0) { /* a wrapper (timeout, a Python script): the rank is its child */
+        pid_t pid = fork();
+        int st = 0;
+        if (pid == 0) {
+            execl("/proc/self/exe", "test_failures", "--launched", mode + 8, (char *)NULL);
+            _exit(127);
+        }
+        if (pid < 0 || waitpid(pid, &st, 0) != pid) return 10;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
+    if (strncmp(mode, "closefds_", 9) == 0) { /* its inherited descriptors closed, as Python's subprocess does */
+        int fd;
+        for (fd = 3; fd < 1024; fd++) close(fd);
+        mode += 9;
+    }
+    f = fopen(getenv("PID_FILE"), "a");
     if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
     /* rank 1 leaves before ddp_init with status 0: the others would wait DDP_TIMEOUT for it */
     if (strcmp(mode, "exit0_before_init") == 0 && getenv("RANK") && strcmp(getenv("RANK"), "1") == 0) return 0;
@@ -640,6 +656,16 @@ static void test_launcher_blame(const char *self)
     }
     CHECK("launcher.names_the_rank_that_left_mid_job", named == runs, "%d of %d runs named rank 1 with status 1; the first other: %s",
           named, runs, bad);
+    /* the same where the program is a wrapper's child (its reports come from a pid the
+       launcher did not start), or closed the descriptors it inherited (the report pipe's
+       among them): another rank was blamed, or rank 1 said to have left before ddp_init */
+    for (i = 0; i < 2; i++) {
+        rc = launch_to_file(self, i ? "closefds_vanish" : "wrapped_vanish", 3, out, 0);
+        CHECK(i ? "launcher.names_the_rank_that_left_mid_job_with_its_descriptors_closed"
+                : "launcher.names_the_rank_that_left_mid_job_under_a_wrapper",
+              rc == 1 && file_has(out, "ddp: rank 1 (pid ") && file_has(out, "status 0 while the others still needed it"),
+              "status %d, %s", rc, file_has(out, "ddp: rank 1 (pid ") ? "rank 1 named" : "rank 1 not named");
+    }
     /* the ranks stopped by one whose failure was its own and that goes on running: that one is named */
     for (named = 0, bad[0] = 0, i = 0; i < 2; i++) {
         rc = launch_to_file(self, "own_failure_alive", 3, out, 0);
