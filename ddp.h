@@ -3010,6 +3010,32 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline, char *why, s
 }
 
 /* One connection to MASTER_ADDR:MASTER_PORT, non-blocking once made; -1 with errno. */
+/* connect(), seen through where a signal interrupts it: the kernel goes on connecting (a
+   second connect() says EALREADY), so the socket is waited on for up to 5 s. A signal
+   every 100 us (a profiler's timer without SA_RESTART) failed every attempt. */
+static int ddp__connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    struct pollfd p;
+    int64_t deadline = ddp__now_ms() + 5000, left;
+    int err = 0, n;
+    socklen_t el = sizeof err;
+    if (connect(fd, addr, len) == 0) return 0;
+    if (errno != EINTR) return -1;
+    p.fd = fd;
+    p.events = POLLOUT;
+    for (;;) {
+        if ((left = deadline - ddp__now_ms()) <= 0 || (n = poll(&p, 1, (int)left)) == 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        if (n > 0) break;
+        if (errno != EINTR) return -1;
+    }
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) return -1;
+    errno = err;
+    return err ? -1 : 0;
+}
+
 static int ddp__dial(ddp_ctx *ctx, ddp_result *r)
 {
     ddp__settings *cfg = &ctx->st->cfg;
@@ -3031,7 +3057,7 @@ static int ddp__dial(ddp_ctx *ctx, ddp_result *r)
         if (fd < 0) { err = errno; continue; }
         tv.tv_sec = 5; tv.tv_usec = 0; /* bounds connect() to an unreachable host */
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+        if (ddp__connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
             /* connected to itself: a port in the range the kernel picks local ports from, with
                nothing listening yet, can be its own peer (TCP's simultaneous open); nobody is there */
             struct sockaddr_storage me, peer;

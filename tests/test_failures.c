@@ -6,6 +6,7 @@
 #include "test.h"
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 static double now_s(void) { return ddp__now_ms() / 1000.0; }
 
@@ -421,7 +422,19 @@ static int launched_child(const char *mode)
         if (quiet(&ctx, &d) != DDP_OK) raise(SIGSEGV);
         return 10;
     }
+    if (strcmp(mode, "ticking") == 0) { /* a signal every 100 us without SA_RESTART (a profiler's timer) */
+        struct sigaction sa;
+        struct itimerval it = {{0, 100}, {0, 100}};
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = count_term;
+        sigaction(SIGALRM, &sa, NULL);
+        setitimer(ITIMER_REAL, &it, NULL);
+    }
     if (quiet(&ctx, &d) != DDP_OK) return 10;
+    if (strcmp(mode, "ticking") == 0) {
+        const ddp_result r = ddp_all_reduce(&ctx, &x, &x, 1, DDP_F32, DDP_SUM, NULL);
+        return r == DDP_OK && x == (float)ctx.world_size && ddp_destroy(&ctx) == DDP_OK ? 0 : 11;
+    }
     if (strcmp(mode, "exit3") == 0 && ctx.rank == 2) return 3;
     if (strcmp(mode, "segv") == 0 && ctx.rank == 1) raise(SIGSEGV);
     if (strcmp(mode, "wait") == 0 && ctx.rank != 0) pause(); /* until a signal ends it */
@@ -656,6 +669,12 @@ static void test_launcher_blame(const char *self)
     }
     CHECK("launcher.names_the_rank_that_left_mid_job", named == runs, "%d of %d runs named rank 1 with status 1; the first other: %s",
           named, runs, bad);
+    /* ddp_init under a signal every 100 us: its connect() was interrupted every time, and
+       every rank failed ("cannot reach rank 0's store ... Interrupted system call") */
+    setenv("DDP_TIMEOUT", "3", 1); /* (retried until it timed out) */
+    rc = launch_to_file(self, "ticking", 3, out, 0);
+    CHECK("launcher.ranks_meet_under_a_signal_every_100us", rc == 0, "status %d", rc);
+    setenv("DDP_TIMEOUT", "600", 1);
     /* the same where the program is a wrapper's child (its reports come from a pid the
        launcher did not start), or closed the descriptors it inherited (the report pipe's
        among them): another rank was blamed, or rank 1 said to have left before ddp_init */
