@@ -2965,8 +2965,8 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline, char *why, s
     if (ddp__store_io(fd, DDP__HELLO, cfg->job_id, hello, (uint32_t)strlen(hello), deadline, &status, &reply, NULL) != 0) {
         if (errno == ETIMEDOUT) { /* it took the connection and never answered (an HTTP server waits for a line) */
             snprintf(why, whysize, "cannot reach rank 0's store at %.100s:%d within %.*f s: what listens there took the "
-                     "connection but never answered the hello (another program on MASTER_PORT?)", cfg->master_addr,
-                     cfg->master_port, DDP__SECONDS(cfg->timeout_ms));
+                     "connection but never answered the hello (another program on MASTER_PORT, or rank 0 stopped?)",
+                     cfg->master_addr, cfg->master_port, DDP__SECONDS(cfg->timeout_ms));
             return -3;
         }
         if (errno != EPROTO) return 0;
@@ -3145,6 +3145,9 @@ static ddp_result ddp__port_taken(ddp_ctx *ctx)
     if (fd >= 0) {
         said = ddp__store_hello(ctx, fd, ddp__now_ms() + 2000, why, sizeof why);
         if (said == 1) snprintf(why, sizeof why, "a ddp store of another version holds it");
+        if (said == -3) /* (asked for 2 s, not the timeout it names) */
+            snprintf(why, sizeof why, "what listens there took the connection but did not answer a ddp store's hello "
+                     "within 2 s");
         close(fd);
     }
     return ddp__fail(ctx, DDP_ERR_ENV, "rank 0 cannot open the store on %s:%d, the port is in use: %s%s",
@@ -5493,9 +5496,10 @@ static ddp_result ddp__check(ddp_ctx *ctx, const ddp__coll *c)
                              : c->kind == DDP__REDUCE_SCATTER ? b == a + mine
                                                               : a == b;
         if (!in_place && a < b + rbytes && b < a + sbytes)
-            return ddp__fail(ctx, DDP_ERR_ARG, "%s: send and recv overlap without being in place (%s)", name,
-                             c->kind == DDP__ALL_REDUCE ? "the same buffer" : c->kind == DDP__ALL_GATHER
-                                 ? "send at recv + rank x count" : "recv at send + rank x count");
+            return ddp__fail(ctx, DDP_ERR_ARG, "%s: send and recv overlap without being in place (%s), or %llu "
+                             "elements are more than they hold", name, c->kind == DDP__ALL_REDUCE ? "the same buffer"
+                             : c->kind == DDP__ALL_GATHER ? "send at recv + rank x count" : "recv at send + rank x count",
+                             (unsigned long long)c->count);
     }
     if (c->root < 0 || c->root >= ctx->world_size)
         return ddp__fail(ctx, DDP_ERR_ARG, "%s: root %d is not a rank of a world of %d", name, c->root, ctx->world_size);
