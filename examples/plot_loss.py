@@ -10,21 +10,40 @@ title is --title, or the runs' labels. Needs matplotlib
 (pip install matplotlib, or apt install python3-matplotlib)."""
 import argparse
 import json
+import os
+import stat
 import sys
+
+
+def number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def read_log(path):
     """the log's rows, or exit with one line"""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would be read until a writer came
+            sys.exit(f"plot_loss.py: {path} is not a regular file")
         with open(path) as f:
             rows = [json.loads(line) for line in f if line.strip()]
-        if not all({"step", "loss"} <= r.keys() for r in rows):
-            raise ValueError("a row without its step or loss")
+        if not all(number(r.get("step")) and number(r.get("loss")) and number(r.get("val_loss", 0)) for r in rows):
+            raise ValueError("a row without its step or loss as numbers")
         return rows
     except OSError as e:
         sys.exit(f"plot_loss.py: {path}: {e.strerror}")
     except (ValueError, AttributeError):
         sys.exit(f"plot_loss.py: {path} is not a train_gpt --log file (one JSON object per step)")
+
+
+def split_run(run):
+    """(LABEL, FILE) of LABEL=FILE or FILE; either may hold '=': the split whose FILE exists"""
+    if os.path.exists(run):
+        return "", run
+    for k, c in enumerate(run):
+        if c == "=" and os.path.exists(run[k + 1:]):
+            return run[:k], run[k + 1:]
+    label, _, path = run.rpartition("=")
+    return label, path
 
 
 def main():
@@ -44,7 +63,7 @@ def main():
     titles = []
     styles = [dict(lw=3.0, alpha=0.45), dict(lw=1.2, ls="--")]  # later runs drawn over earlier ones
     for i, run in enumerate(args.runs):
-        label, _, path = run.rpartition("=")
+        label, path = split_run(run)
         rows = read_log(path)
         if not rows:
             sys.exit(f"plot_loss.py: {path} holds no steps (a train_gpt --log file has one JSON object per step)")

@@ -417,14 +417,21 @@ ST_DEF int st_read_tensor(const st_json *j, int t, st_tensor *ts, size_t size, c
         if (field == 1) {
             ok = type == ST_JSON_STRING && st_json_string(j, v, ts->dtype, sizeof ts->dtype);
         } else if (field == 2) {
-            ok = type == ST_JSON_ARRAY && len <= ST_MAX_DIMS;
+            if (type == ST_JSON_ARRAY && len > ST_MAX_DIMS) {
+                snprintf(err, errsize, "tensor %s has %d dimensions, %d at most: past this reader's limits "
+                         "(examples/safetensors.h), though the format allows it", ts->name, len, ST_MAX_DIMS);
+                return 0;
+            }
+            ok = type == ST_JSON_ARRAY;
             for (e = 0; ok && e < len; e++) ok = st_json_u64(j, v + 1 + e, &ts->shape[e]);
             ts->ndim = len;
         } else if (field == 4) {
             ok = type == ST_JSON_ARRAY && len == 2 && st_json_u64(j, v + 1, &off[0]) && st_json_u64(j, v + 2, &off[1]);
+        } else {
+            ok = 1; /* another key: ignored, as the format's own reader does */
         }
         if (!ok) {
-            snprintf(err, errsize, "tensor %s: bad or unknown entry '%s'", ts->name, key);
+            snprintf(err, errsize, "tensor %s: bad entry '%s'", ts->name, key);
             return 0;
         }
     }
@@ -432,8 +439,15 @@ ST_DEF int st_read_tensor(const st_json *j, int t, st_tensor *ts, size_t size, c
         snprintf(err, errsize, "tensor %s lacks dtype, shape or data_offsets", ts->name);
         return 0;
     }
-    if (!st_dtype_size(ts->dtype)) {
-        snprintf(err, errsize, "tensor %s has the unknown dtype '%s'", ts->name, ts->dtype);
+    if (!st_dtype_size(ts->dtype)) { /* the format's dtypes of under a byte, 8-bit floats, complex numbers */
+        static const char *const other[] = {"F4", "F6_E2M3", "F6_E3M2", "F8_E5M2", "F8_E4M3", "F8_E8M0", "C64"};
+        size_t o;
+        for (o = 0; o < sizeof other / sizeof other[0] && strcmp(ts->dtype, other[o]) != 0; o++) {}
+        if (o < sizeof other / sizeof other[0])
+            snprintf(err, errsize, "tensor %s has the dtype '%s': past this reader's limits (examples/safetensors.h), "
+                     "though the format allows it", ts->name, ts->dtype);
+        else
+            snprintf(err, errsize, "tensor %s has the unknown dtype '%s'", ts->name, ts->dtype);
         return 0;
     }
     bytes = st_dtype_size(ts->dtype);
@@ -564,7 +578,9 @@ ST_DEF int st_parse_header(st_file *f, const char *header, size_t hlen, size_t d
             break;
         }
         if (strcmp(key, "__metadata__") == 0) { /* string values only, as the format says */
-            const int count = j.tok[k + 1].type == ST_JSON_OBJECT ? j.tok[k + 1].size : -1;
+            /* (null: none, as the format's own reader takes it) */
+            const int count = j.tok[k + 1].type == ST_JSON_OBJECT ? j.tok[k + 1].size
+                              : j.tok[k + 1].type == ST_JSON_LITERAL && j.s[j.tok[k + 1].start] == 'n' ? 0 : -1;
             int m, e = k + 2, o, twice = 0, sum = 0;
             if (metadata++) {
                 snprintf(why, whysize, "two __metadata__ objects");

@@ -2678,7 +2678,7 @@ static int compare_checkpoints(const char *a_path, const char *b_path, const cha
     }
     for (i = 0; i < a.n && ok; i++) {
         const st_tensor *ta = &a.t[i], *tb = st_find(&b, ta->name);
-        double diff = 0.0, scale = 0.0;
+        double diff = 0.0, scale = 0.0; /* diff: half the largest difference (1e308 - -1e308 is no inf) */
         size_t e;
         int same_shape = tb && ta->ndim == tb->ndim && strcmp(ta->dtype, tb->dtype) == 0;
         if (strncmp(ta->name, prefix, strlen(prefix)) != 0) continue;
@@ -2699,11 +2699,11 @@ static int compare_checkpoints(const char *a_path, const char *b_path, const cha
             if ((!isfinite(x) || !isfinite(y)) && !*nonfinite)
                 snprintf(nonfinite, sizeof nonfinite, "%s element %zu is %g in %s and %g in %s", ta->name, e, x, a_path,
                          y, b_path);
-            diff = fmax(diff, fabs(x - y));
+            diff = fmax(diff, fabs(0.5 * x - 0.5 * y));
             scale = fmax(scale, fmax(fabs(x), fabs(y)));
         }
-        if (diff > 0 && diff / scale > worst) { /* (diff > 0: scale > 0) */
-            worst = diff / scale;
+        if (diff > 0 && 2.0 * (diff / scale) > worst) { /* (diff > 0: scale > 0) */
+            worst = 2.0 * (diff / scale);
             snprintf(worst_name, sizeof worst_name, "%s", ta->name);
         }
     }

@@ -356,10 +356,13 @@ else
               "04_gradsync/draw_trace.py|$tmp/trace.json $tmp/none/x.png|cannot write .*: No such file or directory$" \
               "01_launch/draw_job.py|$tmp/trace.json $tmp/x.png|trace.json is not what ranks --nproc N printed" \
               "01_launch/draw_job.py|$tmp/ranks.txt $tmp/none/x.png|cannot write .*: No such file or directory$" \
-              "01_launch/draw_job.py||^usage: python3 draw_job.py "; do
+              "01_launch/draw_job.py||^usage: python3 draw_job.py " \
+              "04_gradsync/draw_trace.py|$tmp/fifo $tmp/x.png|fifo is not a regular file$" \
+              "01_launch/draw_job.py|$tmp/fifo $tmp/x.png|fifo is not a regular file$"; do
     IFS='|' read -r script args want <<<"$case"
+    [ -p "$tmp/fifo" ] || mkfifo "$tmp/fifo" # (read until a writer came: for good)
     # shellcheck disable=SC2086 # $args is a word list
-    out=$("$py" "examples/lessons/$script" $args 2>&1)
+    out=$(timeout 20 "$py" "examples/lessons/$script" $args 2>&1)
     rc=$?
     [ $rc -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "$want" <<<"$out"
     report "lessons.draw_scripts: $(basename "$script") ${args//$tmp\//} says what is wrong in one line" $? "exit $rc: $(head -c 300 <<<"$out")"

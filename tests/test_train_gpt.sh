@@ -246,10 +246,19 @@ report "plot_loss.py without matplotlib: what to install, exit 1" $? "exit $rc: 
 if python3 -c 'import matplotlib' 2>/dev/null; then
   python3 "$plot" "one process=one.jsonl" four.jsonl -o curve.png >plot.txt 2>&1 && [ -s curve.png ]
   report "plot_loss.py draws a log" $? "$(tail -n 2 plot.txt)"
+  cp one.jsonl lr=0.003.jsonl # a file name with '=', alone and after a label (its tail was taken for the file)
+  python3 "$plot" lr=0.003.jsonl "run=lr=0.003.jsonl" -o eq.png >plot.txt 2>&1 && [ -s eq.png ]
+  report "plot_loss.py draws a log whose name holds '='" $? "$(tail -n 2 plot.txt)"
+  mkfifo fifo.jsonl # (read until a writer came: for good)
+  printf '{"step": 1, "loss": "5.1"}\n' >text.jsonl # (drawn as a category)
+  printf '{"step": 1, "loss": 5.1, "val_loss": "x"}\n' >textval.jsonl # (a traceback)
   for case in "none.jsonl|none.jsonl: No such file or directory" "one.txt|one.txt is not a train_gpt --log file (one JSON object per step)" \
-              "one.jsonl -o none/c.png|cannot write none/c.png: No such file or directory"; do
+              "one.jsonl -o none/c.png|cannot write none/c.png: No such file or directory" \
+              "fifo.jsonl|fifo.jsonl is not a regular file" \
+              "text.jsonl|text.jsonl is not a train_gpt --log file (one JSON object per step)" \
+              "textval.jsonl|textval.jsonl is not a train_gpt --log file (one JSON object per step)"; do
     IFS='|' read -r args want <<<"$case"
-    out=$(python3 "$plot" $args 2>&1) # (a word list)
+    out=$(timeout 20 python3 "$plot" $args 2>&1) # (a word list)
     rc=$?
     [ $rc -eq 1 ] && [ "$out" = "plot_loss.py: $want" ]
     report "plot_loss.py $args: one line, exit 1" $? "exit $rc: $(head -c 300 <<<"$out")"
@@ -551,6 +560,33 @@ report "train_gpt: an escaped name is named as such (not 'longer than 95 bytes')
 one_line_error "a metadata value of 128 bytes" $tiny --resume longmeta.st
 grep -q "longmeta.st: unsupported safetensors header: __metadata__ has a value of 128 bytes or more.*: past this reader's limits" err.txt
 report "train_gpt: a metadata value past the reader's limit is unsupported, not corrupt" $? "$(cat err.txt)"
+# valid files of other writers: 8-bit floats and 9 dimensions are past the reader's limits
+# (they were "corrupt"); a tensor's extra key and a null __metadata__ are taken, as the
+# format's own reader takes them; --compare of finite F64 values near DBL_MAX is 2, not inf
+python3 - <<'EOF2'
+import struct
+def w(name, hdr, data):
+    h = hdr.encode(); open(name, 'wb').write(struct.pack('<Q', len(h)) + h + data)
+w('f8.st', '{"a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}}', bytes(2))
+w('dims9.st', '{"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,2],"data_offsets":[0,8]}}', bytes(8))
+w('extra.st', '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":[1,{"y":2}]}}', struct.pack('<2f', 1, 2))
+w('metanull.st', '{"__metadata__":null,"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', struct.pack('<2f', 1, 2))
+w('big1.st', '{"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}', struct.pack('<d', 1e308))
+w('big2.st', '{"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}', struct.pack('<d', -1e308))
+EOF2
+for f in f8 dims9; do
+  one_line_error "--compare of a valid file past the reader's limits ($f)" --compare $f.st $f.st
+  grep -q "^train_gpt: $f.st: unsupported safetensors header: .*past this reader's limits" err.txt
+  report "train_gpt: $f.st is unsupported, not corrupt" $? "$(cat err.txt)"
+done
+for f in extra metanull; do
+  out=$(timeout 20 "$bin" --compare $f.st $f.st 2>&1)
+  [ $? -eq 0 ] && [ "$out" = "max_rel_diff 0.000e+00 over 1 tensors" ]
+  report "train_gpt: $f.st is read as the format's own reader reads it" $? "$out"
+done
+out=$(timeout 20 "$bin" --compare big1.st big2.st 2>&1)
+[ $? -eq 0 ] && [ "$out" = "max_rel_diff 2.000e+00 over 1 tensors, worst a" ]
+report "train_gpt: --compare of 1e308 and -1e308 is 2" $? "$out"
 one_line_error "a negative Adam second moment" $tiny --resume negv.st --save negv_out.st --steps 9
 grep -q "opt.v.wte.weight holds -1 at element 0 (Adam's second moment is never negative)" err.txt && [ ! -e negv_out.st ]
 report "train_gpt: a negative second moment is refused, nothing saved" $? "$(cat err.txt)"

@@ -3,6 +3,7 @@
 #   python3 examples/lessons/01_launch/draw_job.py examples/lessons/01_launch/ranks.txt examples/lessons/01_launch/my_job.png
 # The launcher, one box per rank (its rank, local rank and device), the store that
 # rank 0 hosts for the rendezvous, and the backend that carries the collectives.
+import os
 import re
 import sys
 
@@ -18,6 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+if os.path.exists(sys.argv[1]) and not os.path.isfile(sys.argv[1]):  # a FIFO: read for good
+    sys.exit(f"draw_job.py: {sys.argv[1]} is not a regular file")
 try:
     with open(sys.argv[1]) as f:
         text = f.read()

@@ -6,6 +6,7 @@
 # where its name fits inside it; grey is what no colour names: the part of an outer span
 # ("step N") that none of its inner ones covers, and collectives outside the buckets.
 import json
+import os
 import re
 import sys
 
@@ -28,6 +29,8 @@ def color(name):
     return next((c for key, c in COLORS if key in name), COLORS[-1][1])
 
 
+if os.path.exists(sys.argv[1]) and not os.path.isfile(sys.argv[1]):  # a FIFO: read for good
+    sys.exit(f"draw_trace.py: {sys.argv[1]} is not a regular file")
 try:
     with open(sys.argv[1]) as f:
         spans = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
