@@ -3307,8 +3307,13 @@ static ddp_result ddp__shm_abort(ddp_ctx *ctx, ddp_result code)
 {
     ddp__shm *h = ddp__cpu_of(ctx)->shm;
     uint32_t none = 0;
+    char *why = h->why[ctx->rank], *cut;
     pthread_mutex_lock(&ctx->st->log_mu);
-    ddp__copy(h->why[ctx->rank], sizeof h->why[0], ctx->st->err);
+    if (ddp__copy(why, sizeof h->why[0], ctx->st->err) >= sizeof h->why[0]) { /* cut at a word: "...every ran" */
+        why[sizeof h->why[0] - 4] = 0;
+        cut = strrchr(why, ' ');
+        strcpy(cut && cut > why + sizeof h->why[0] / 2 ? cut : why + sizeof h->why[0] - 4, "...");
+    }
     pthread_mutex_unlock(&ctx->st->log_mu);
     __atomic_compare_exchange_n(&h->aborted, &none, (uint32_t)ctx->rank + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     syscall(SYS_futex, &h->gen, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
