@@ -246,18 +246,25 @@ static void quiet(void *user, int level, const char *msg) { (void)user; (void)le
 /* Two ranks of one job as two threads of this process: no hidden global state. */
 typedef struct twin { int rank, port; ddp_result r; float x; } twin;
 
+/* rank of a world of 2 whose ranks are threads of this process */
+static ddp_desc twin_desc(int rank, int port, const char *job)
+{
+    ddp_desc d;
+    memset(&d, 0, sizeof d);
+    d.world_size = 2;
+    d.rank = rank;
+    d.master_addr = "127.0.0.1";
+    d.master_port = port;
+    d.job_id = job;
+    d.timeout_ms = 20000;
+    return d;
+}
+
 static void *twin_main(void *arg)
 {
     twin *t = (twin *)arg;
     ddp_ctx ctx;
-    ddp_desc d;
-    memset(&d, 0, sizeof d);
-    d.world_size = 2;
-    d.rank = t->rank;
-    d.master_addr = "127.0.0.1";
-    d.master_port = t->port;
-    d.job_id = "twins";
-    d.timeout_ms = 20000;
+    ddp_desc d = twin_desc(t->rank, t->port, "twins");
     t->x = (float)(t->rank + 1);
     if ((t->r = ddp_init(&ctx, &d)) != DDP_OK) return NULL;
     t->r = ddp_all_reduce(&ctx, &t->x, &t->x, 1, DDP_F32, DDP_SUM, NULL);
@@ -295,16 +302,9 @@ static void *held_main(void *arg)
 {
     held_rank *h = (held_rank *)arg;
     float grads[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    ddp_desc d;
+    ddp_desc d = twin_desc(h->rank, h->port, h->mode ? "held1" : "held0");
     ddp_grad_desc gd;
     pthread_t th;
-    memset(&d, 0, sizeof d);
-    d.world_size = 2;
-    d.rank = h->rank;
-    d.master_addr = "127.0.0.1";
-    d.master_port = h->port;
-    d.job_id = h->mode ? "held1" : "held0";
-    d.timeout_ms = 20000;
     d.log = held_log;
     d.log_user = h;
     memset(&gd, 0, sizeof gd);
