@@ -1242,6 +1242,7 @@ struct ddp__state {
     ddp__settings cfg;
     ddp_result broken;       /* set once a collective fails: later ones refuse */
     int busy;                /* a collective call is in progress (from which thread: see ddp__issue) */
+    int waiting;             /* threads in ddp_wait (atomic): ddp_destroy frees the state after they leave */
     char cause[300];         /* err when the first refusal came: what every refusal cites */
     int store_fd;            /* connection to rank 0's store, -1 in a world of one */
     int pmi_fd;              /* Hydra's PMI connection once asked for the kvsname, else -1 */
@@ -5670,6 +5671,7 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
     if (!ddp__broken(st) && (!work->seq || work->owner != st->id || (!st->be->wait && st->worker_started && work->seq > st->queued)))
         return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
                          "(its call failed, it was never made, or it was another context's)");
+    __atomic_add_fetch(&st->waiting, 1, __ATOMIC_ACQ_REL);
     ddp_trace_begin(ctx, "wait"); /* nothing without tracing */
     if (ddp__broken(st)) {
         char what[40];
@@ -5681,6 +5683,7 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
         r = ddp__drain(ctx, work->seq);
     if (r != DDP_OK) ddp__broke(ctx, r);
     ddp_trace_end(ctx);
+    __atomic_sub_fetch(&st->waiting, 1, __ATOMIC_ACQ_REL);
     return r;
 }
 
@@ -6056,6 +6059,15 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
         if (write(st->report_fd, msg, (size_t)n) < 0) {}
     }
     if (r == DDP_OK) r = st->broken; /* the job failed before: a program that returns this exits non-zero */
+    { /* another thread's ddp_wait: its work is done (or the group broken), so it leaves soon */
+        const int64_t deadline = ddp__now_ms() + st->cfg.timeout_ms + 1000;
+        while (__atomic_load_n(&st->waiting, __ATOMIC_ACQUIRE))
+            if (ddp__now_ms() > deadline)
+                return ddp__fail(ctx, DDP_ERR_TIMEOUT, "ddp_destroy: another thread stayed in ddp_wait past the "
+                                 "timeout: the context is left allocated");
+            else
+                ddp__sleep_ms(1);
+    }
     ddp__release(ctx);
     ddp__trace_free(st);
     pthread_mutex_destroy(&st->mu);
