@@ -1232,6 +1232,13 @@ typedef struct ddp__held {
 } ddp__held;
 enum { DDP__HELD_CTX = 1, DDP__HELD_GRAD, DDP__HELD_SAMPLER };
 
+/* One call at a time per context and per ddp_grad: state 0, DDP__BUSY_CALL (by that
+   thread) or DDP__BUSY_DESTROY (atomics: see ddp__claim). */
+typedef struct ddp__busy {
+    int state;
+    pthread_t by; /* 0 where none (glibc's threads are never 0) */
+} ddp__busy;
+
 struct ddp__state {
     ddp__held held;           /* first: the list's node is the state */
     char err[400];
@@ -1241,7 +1248,7 @@ struct ddp__state {
                                 user's log callback is called from one thread at a time */
     ddp__settings cfg;
     ddp_result broken;       /* set once a collective fails: later ones refuse */
-    int busy;                /* a collective call is in progress (from which thread: see ddp__issue) */
+    ddp__busy busy;          /* a collective call is in progress (from which thread: see ddp__issue) */
     int waiting;             /* threads in ddp_wait (atomic): ddp_destroy frees the state after they leave */
     char cause[300];         /* err when the first refusal came: what every refusal cites */
     int store_fd;            /* connection to rank 0's store, -1 in a world of one */
@@ -1290,6 +1297,30 @@ static void ddp__unhold(ddp__held *h)
     pthread_mutex_lock(&ddp__held_mu);
     for (p = &ddp__held_list; *p && *p != h; p = &(*p)->next) {}
     if (*p) *p = h->next;
+    pthread_mutex_unlock(&ddp__held_mu);
+}
+
+/* A destroy takes its state out of the list first: 1 where this call took it, 0 where the
+   state is a copy that fork() made (the parent's), -1 where it is not there: another
+   thread's destroy took it (nothing of it is read: it may be gone). */
+static int ddp__unhold_mine(ddp__held *h)
+{
+    ddp__held **p;
+    int took = -1;
+    pthread_mutex_lock(&ddp__held_mu);
+    for (p = &ddp__held_list; *p && *p != h; p = &(*p)->next) {}
+    if (*p) took = h->pid == getpid();
+    if (took == 1) *p = h->next;
+    pthread_mutex_unlock(&ddp__held_mu);
+    return took;
+}
+
+/* ... and puts it back where the destroy left it allocated */
+static void ddp__rehold(ddp__held *h)
+{
+    pthread_mutex_lock(&ddp__held_mu);
+    h->next = ddp__held_list;
+    ddp__held_list = h;
     pthread_mutex_unlock(&ddp__held_mu);
 }
 
@@ -5580,23 +5611,32 @@ static ddp_result ddp__issue_one(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_w
     return r;
 }
 
-/* One call at a time per context and per ddp_grad: busy is 0, DDP__BUSY_CALL or
-   DDP__BUSY_DESTROY. ddp__claim takes it where it is free, else says who holds it. */
+/* ddp__claim takes the call where it is free (0), else says who holds it. */
 enum { DDP__BUSY_CALL = 1, DDP__BUSY_DESTROY = 2 };
-static int ddp__claim(int *busy, int as)
+static int ddp__claim(ddp__busy *b, int as)
 {
     int held = 0;
-    return __atomic_compare_exchange_n(busy, &held, as, 0, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE) ? 0 : held;
+    if (!__atomic_compare_exchange_n(&b->state, &held, as, 0, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE)) return held;
+    __atomic_store_n(&b->by, pthread_self(), __ATOMIC_RELAXED);
+    return 0;
+}
+static void ddp__unclaim(ddp__busy *b)
+{
+    __atomic_store_n(&b->by, (pthread_t)0, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->state, 0, __ATOMIC_RELEASE);
 }
 
-/* A destroy while another thread is in a call: the group stops (so that call returns),
-   and the state is freed only once the call has left it (it was freed under the call: a
-   crash). Past the timeout, nothing is freed. Another destroy at once is refused. */
-static ddp_result ddp__claim_for_destroy(ddp_ctx *ctx, int *busy, const char *call, const char *what)
+/* A destroy (the one that took the state out of the list) while another thread is in a
+   call: the group stops (so that call returns), and the state is freed only once the call
+   has left it (it was freed under the call: a crash). Past the timeout, or from inside the
+   call itself (a log callback), nothing is freed. */
+static ddp_result ddp__claim_for_destroy(ddp_ctx *ctx, ddp__busy *b, const char *call, const char *what)
 {
     int64_t deadline = ddp__now_ms() + (ctx && ctx->st ? ctx->st->cfg.timeout_ms : 0) + 1000;
-    int held = ddp__claim(busy, DDP__BUSY_DESTROY), said = 0;
-    while (held == DDP__BUSY_CALL) {
+    int said = 0;
+    while (ddp__claim(b, DDP__BUSY_DESTROY)) {
+        if (pthread_equal(__atomic_load_n(&b->by, __ATOMIC_RELAXED), pthread_self()))
+            return ddp__fail(ctx, DDP_ERR_ARG, "%s inside %s on the same thread (a log callback?): refused", call, what);
         if (!said++ && ctx && ctx->st)
             ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s while another thread is in %s: the group stops, and it is "
                                       "freed once that call returns", call, what));
@@ -5604,9 +5644,8 @@ static ddp_result ddp__claim_for_destroy(ddp_ctx *ctx, int *busy, const char *ca
             return ddp__fail(ctx, DDP_ERR_TIMEOUT, "%s: another thread stayed in %s past the timeout: left allocated",
                              call, what);
         ddp__sleep_ms(1);
-        held = ddp__claim(busy, DDP__BUSY_DESTROY);
     }
-    return held ? ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread destroys it already", call) : DDP_OK;
+    return DDP_OK;
 }
 
 /* One call at a time per context: a second thread's collective while one is in progress
@@ -5617,12 +5656,16 @@ static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work 
     ddp_result r;
     if (work) { work->seq = 0; work->event = NULL; work->owner = 0; } /* a refused call leaves a handle ddp_wait refuses */
     if (!ctx || !ctx->st) return ddp__no_state(ctx, ddp__colls[c->kind].name);
-    if (ddp__claim(&ctx->st->busy, DDP__BUSY_CALL))
-        return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread is in a collective of this ddp_ctx "
-                                         "(or destroys it): a context takes one call at a time (threads that share it "
-                                         "order their calls, alike on every rank)", ddp__colls[c->kind].name));
+    switch (ddp__claim(&ctx->st->busy, DDP__BUSY_CALL)) {
+    case DDP__BUSY_DESTROY: /* (its state is being freed: nothing of it is written) */
+        return ddp__fail(NULL, DDP_ERR_ARG, "%s: another thread destroys this ddp_ctx", ddp__colls[c->kind].name);
+    case DDP__BUSY_CALL:
+        return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread is in a collective of this ddp_ctx: a "
+                                         "context takes one call at a time (threads that share it order their calls, "
+                                         "alike on every rank)", ddp__colls[c->kind].name));
+    }
     r = ddp__issue_one(ctx, c, stream, work);
-    __atomic_store_n(&ctx->st->busy, 0, __ATOMIC_RELEASE);
+    ddp__unclaim(&ctx->st->busy);
     return r;
 }
 
@@ -6033,12 +6076,17 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
     if (!ctx) return ddp__no_state(ctx, "ddp_destroy");
     if (!ctx->st) return ctx->ended; /* destroyed already (or never initialised: DDP_OK) */
     st = ctx->st;
-    if (st->held.pid != getpid()) { /* a child of fork(): its copy goes with it, the parent's group is not its own */
+    switch (ddp__unhold_mine(&st->held)) {
+    case 0: /* a child of fork(): its copy goes with it, the parent's group is not its own */
         ctx->st = NULL;
         return DDP_OK;
+    case -1: /* (nothing of it is read: it may be gone) */
+        return ddp__fail(NULL, DDP_ERR_ARG, "ddp_destroy: another thread destroys this ddp_ctx already");
     }
-    if ((r = ddp__claim_for_destroy(ctx, &st->busy, "ddp_destroy", "a collective of this ddp_ctx")) != DDP_OK) return r;
-    ddp__unhold(&st->held);
+    if ((r = ddp__claim_for_destroy(ctx, &st->busy, "ddp_destroy", "a collective of this ddp_ctx")) != DDP_OK) {
+        ddp__rehold(&st->held);
+        return r;
+    }
     /* the last meeting: nobody leaves while others still expect it in a collective,
        and those that do expect it learn at once that it left */
     memset(&last, 0, sizeof last);
@@ -6062,10 +6110,11 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
     { /* another thread's ddp_wait: its work is done (or the group broken), so it leaves soon */
         const int64_t deadline = ddp__now_ms() + st->cfg.timeout_ms + 1000;
         while (__atomic_load_n(&st->waiting, __ATOMIC_ACQUIRE))
-            if (ddp__now_ms() > deadline)
+            if (ddp__now_ms() > deadline) {
+                ddp__rehold(&st->held);
                 return ddp__fail(ctx, DDP_ERR_TIMEOUT, "ddp_destroy: another thread stayed in ddp_wait past the "
                                  "timeout: the context is left allocated");
-            else
+            } else
                 ddp__sleep_ms(1);
     }
     ddp__release(ctx);
@@ -7168,7 +7217,7 @@ struct ddp__grad_state {
     size_t lo, hi;             /* what they span: a region outside needs no overlap check */
     int accumulated;           /* steps ended under no_sync since the last sync */
     uint64_t ctx_id;           /* its context's id (ddp_ctx's st->id): a ddp_ctx destroyed and set up again is another */
-    int busy;                  /* a call in progress (atomic): a second thread's is refused */
+    ddp__busy busy;            /* a call in progress: a second thread's is refused */
 };
 
 /* The sync and its context are the ones ddp_grad_init set up; else DDP_ERR_ARG, said in
@@ -7197,14 +7246,17 @@ static ddp_result ddp__grad_gone(const ddp_grad *g, const char *call)
    the regions' list (a double free); the second is refused, and the group stops. */
 static ddp_result ddp__grad_enter(ddp_grad *g, const char *call)
 {
-    if (!ddp__claim(&g->st->busy, DDP__BUSY_CALL)) return DDP_OK;
-    return ddp__break(g->ctx, ddp__fail(g->ctx, DDP_ERR_ARG, "%s: another thread is in a call of this ddp_grad (or "
-                                        "destroys it): a ddp_grad takes one call at a time (threads that share it "
-                                        "order their calls, alike on every rank)", call));
+    switch (ddp__claim(&g->st->busy, DDP__BUSY_CALL)) {
+    case 0: return DDP_OK;
+    case DDP__BUSY_DESTROY: return ddp__fail(NULL, DDP_ERR_ARG, "%s: another thread destroys this ddp_grad", call);
+    }
+    return ddp__break(g->ctx, ddp__fail(g->ctx, DDP_ERR_ARG, "%s: another thread is in a call of this ddp_grad: a "
+                                        "ddp_grad takes one call at a time (threads that share it order their calls, "
+                                        "alike on every rank)", call));
 }
 static ddp_result ddp__grad_leave(ddp_grad *g, ddp_result r)
 {
-    __atomic_store_n(&g->st->busy, 0, __ATOMIC_RELEASE);
+    ddp__unclaim(&g->st->busy);
     return r;
 }
 
@@ -7363,14 +7415,21 @@ void ddp_grad_destroy(ddp_grad *g)
 {
     ddp_ctx *ctx;
     if (!g) return;
-    if (g->st && ddp__claim_for_destroy(ddp__grad_live(g) ? g->ctx : NULL, &g->st->busy, "ddp_grad_destroy",
-                                        "a call of this ddp_grad") != DDP_OK)
-        return;
     if (g->st) {
-        if (g->st->buckets && ddp__grad_live(g)) (void)ddp__grad_wait(g, 0); /* (ddp_destroy ended what was in flight) */
+        const int took = ddp__unhold_mine(&g->st->held); /* 0: a child of fork() frees its copy, the group left alone */
+        if (took < 0) {
+            ddp__fail(NULL, DDP_ERR_ARG, "ddp_grad_destroy: another thread destroys this ddp_grad already");
+            return;
+        }
+        if (took && ddp__claim_for_destroy(ddp__grad_live(g) ? g->ctx : NULL, &g->st->busy, "ddp_grad_destroy",
+                                           "a call of this ddp_grad") != DDP_OK) {
+            ddp__rehold(&g->st->held);
+            return;
+        }
+        if (took && g->st->buckets && ddp__grad_live(g))
+            (void)ddp__grad_wait(g, 0); /* (ddp_destroy ended what was in flight) */
         if (g->st->buckets) DDP_FREE(g->st->buckets);
         if (g->st->regions) DDP_FREE(g->st->regions);
-        ddp__unhold(&g->st->held);
         DDP_FREE(g->st);
     }
     ctx = g->ctx;

@@ -319,7 +319,7 @@ static void *held_main(void *arg)
     if (h->rank == 1) {
         pthread_create(&th, NULL, held_call, h);
         /* until the helper is inside its call (it stays there: rank 0 waits at the gate) */
-        while (!__atomic_load_n(h->mode ? &h->g.st->busy : &h->ctx.st->busy, __ATOMIC_ACQUIRE)) ddp__sleep_ms(1);
+        while (!__atomic_load_n(h->mode ? &h->g.st->busy.state : &h->ctx.st->busy.state, __ATOMIC_ACQUIRE)) ddp__sleep_ms(1);
         if (h->mode) ddp_grad_destroy(&h->g);
         h->destroy = ddp_destroy(&h->ctx);
         pthread_join(th, NULL);
