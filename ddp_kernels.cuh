@@ -2723,8 +2723,11 @@ static __global__ void ddp__att_softmax_kernel(F *P, float *lse, const float *S,
     const float *s = S + row * T;
     F *p = P + row * T;
     float m = -INFINITY, l = 0.0f;
+    /* scores times scale rounded (__fmul_rn), here and below: with the product fused into
+       expf's argument (fma(s, scale, -m)) p was exp of its rounding error, 1.008 for a lone
+       key at scores of 1e5 (CPU: exact), and the gradients 1e2-1e3 times off */
     for (int j = lane; j <= t; j += 32) { /* online max and sum, per lane */
-        const float x = s[j] * scale, mn = fmaxf(m, x);
+        const float x = __fmul_rn(s[j], scale), mn = fmaxf(m, x);
         l = l * expf(m - mn) + expf(x - mn);
         m = mn;
     }
@@ -2736,11 +2739,12 @@ static __global__ void ddp__att_softmax_kernel(F *P, float *lse, const float *S,
         m = mn;
     }
     const float inv = 1.0f / l;
-    for (int j = lane; j < T; j += 32) p[j] = ddp__to<F>(j <= t ? expf(s[j] * scale - m) * inv : 0.0f);
+    for (int j = lane; j < T; j += 32) p[j] = ddp__to<F>(j <= t ? expf(__fmul_rn(s[j], scale) - m) * inv : 0.0f);
     if (lane == 0) lse[h0 * T + row] = m + logf(l);
 }
 
-/* p = exp(s scale - lse) and ds = p (dp - D) scale for keys j <= t, zeros after */
+/* p = exp(s scale - lse) and ds = p (dp - D) scale for keys j <= t, zeros after; s scale
+   rounded as the forward's, and its exponent at most 0 as the CPU twin's */
 template <typename F>
 static __global__ void ddp__att_softmax_backward_kernel(F *P, F *dS, const float *S, const float *dP, const float *lse,
                                                         const float *Dd, long h0, long heads, int T, float scale)
@@ -2751,7 +2755,7 @@ static __global__ void ddp__att_softmax_backward_kernel(F *P, F *dS, const float
         const int j = (int)(i % T), t = (int)(row % T);
         float p = 0.0f, ds = 0.0f;
         if (j <= t) {
-            p = expf(S[i] * scale - lse[h0 * T + row]);
+            p = expf(fminf(__fmul_rn(S[i], scale) - lse[h0 * T + row], 0.0f));
             ds = p * (dP[i] - Dd[h0 * T + row]) * scale;
         }
         P[i] = ddp__to<F>(p);

@@ -452,6 +452,25 @@ template <typename F> static void t_gelu_tails(const Shape &, Result *r)
     }
 }
 
+/* Scores of about 1e5 (inputs x300, head size 8), the tensor-core path: its softmax took
+   exp(fma(s, scale, -m)) against a max of the rounded products, exp of the rounding error
+   (a lone key weighed 1.008, output 4 off); the CPU twin is exact here. Forward only: the
+   backward at such scores is ill-conditioned on the CPU too (0.04 off float64). */
+template <typename F> static void t_attention_large_scores(const Shape &, Result *r)
+{
+    Bufs m;
+    const int B = 2, T = 8, C = 16, NH = 2, BT = B * T;
+    auto x = rnd((size_t)BT * 3 * C, 300.0f);
+    F *dx = m.up<F>(x), *dout = m.alloc<F>((size_t)BT * C);
+    float *dlse = m.alloc<float>((size_t)B * NH * T);
+    ALLOCATED(dx && dout && dlse);
+    CK(ddp_attention_forward_gpu(&g_ctx, dout, dlse, dx, B, T, C, NH, 0));
+    std::vector<float> out((size_t)BT * C), lse((size_t)B * NH * T), got;
+    ddp_attention_forward_cpu(out.data(), lse.data(), x.data(), B, T, C, NH);
+    CK(down(got, dout, out.size())); WORST(got, out);
+    CK(down(got, dlse, lse.size())); WORST(got, lse);
+}
+
 template <typename F> static void t_gelu_bwd(const Shape &s, Result *r)
 {
     Bufs m;
@@ -683,6 +702,7 @@ static const Check once[] = {
     CASE("matmul.vocab50257", t_matmul_vocab), CASE("attention.many_heads", t_attention_many_heads),
     CASE("attention.many_heads.streaming", t_attention_many_heads_streaming), CASE("empty_batch", t_empty), CASE("zero_width", t_zero_width),
     CASE("crossentropy.vocab4099", t_crossentropy_wide), CASE("gelu.tails", t_gelu_tails),
+    CASE("attention.large_scores", t_attention_large_scores),
 };
 /* the checks whose backward runs twice, for the determinism lines */
 static bool reruns(const char *name)

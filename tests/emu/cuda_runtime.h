@@ -378,6 +378,18 @@ template <class T, class U> static inline T atomicCAS(T *p, U cmp, U v) { T old 
 namespace emu { float device_rsqrtf(float x); } /* as CUDA's may round it (emu.cpp) */
 static inline float rsqrtf(float x) { return emu::device_rsqrtf(x); }
 static inline float __fdividef(float a, float b) { return a / b; }
+/* a product nvcc never fuses into a multiply-add: rounded here too (the empty asm keeps g++'s
+   contraction from seeing through it once inlined into fused device code) */
+static inline float __fmul_rn(float a, float b)
+{
+    float r = a * b;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __asm__ volatile("" : "+x"(r));
+#elif defined(__GNUC__)
+    __asm__ volatile("" : "+w"(r));
+#endif
+    return r;
+}
 #define EMU_MINMAX(T)                                                   \
     static inline T min(T a, T b) { return a < b ? a : b; }           \
     static inline T max(T a, T b) { return a > b ? a : b; }
