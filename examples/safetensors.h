@@ -407,7 +407,13 @@ ST_DEF int st_read_tensor(const st_json *j, int t, st_tensor *ts, size_t size, c
         const int v = k + 1, len = j->tok[v].size;
         const st_json_type type = j->tok[v].type;
         int e, ok = 0, field;
-        if (!st_json_string(j, k, key, sizeof key)) key[0] = 0;
+        if (!st_json_string(j, k, key, sizeof key)) { /* "dt\u0079pe" is dtype to other readers: a second one */
+            if (memchr(j->s + j->tok[k].start, '\\', j->tok[k].end - j->tok[k].start)) {
+                snprintf(err, errsize, "tensor %s has a key with an escape other than \\\" \\\\ \\/", ts->name);
+                return 0;
+            }
+            key[0] = 0; /* long, so none of the three */
+        }
         field = strcmp(key, "dtype") == 0 ? 1 : strcmp(key, "shape") == 0 ? 2 : strcmp(key, "data_offsets") == 0 ? 4 : 0;
         if (seen & field) { /* readers differ on which one counts, as for a name twice */
             snprintf(err, errsize, "tensor %s has '%s' twice", ts->name, key);

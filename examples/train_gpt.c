@@ -2136,23 +2136,21 @@ static int ranks_agree(trainer *t, char *err, size_t errsize)
 {
     const options *o = &t->o;
     const config *c = &o->cfg;
-    char model[48], types[32], saves[32], rest[64], resumed[20] = "none";
+    char model[48], saves[32], rest[64], resumed[20] = "none";
     ddp_metric m;
     ddp_result r;
     int k;
     snprintf(model, sizeof model, "%d, %d, %d, %d, %d", c->layers, c->heads, c->dim, c->ctx, c->vocab);
-    snprintf(types, sizeof types, "%s, %s", o->bf16 < 0 ? "(default)" : o->bf16 ? "bf16" : "fp32",
-             o->allreduce_bf16 ? "bf16" : "fp32"); /* NCCL would sum mismatched buffers without a word */
     snprintf(saves, sizeof saves, "%s, %d", o->save ? "a file" : "none", o->save_every);
     snprintf(rest, sizeof rest, "%d, %d, %s, %s", o->val_every, t->stop, o->trace ? "a file" : "none",
              o->bench_no_sync ? "on" : "off"); /* each changes the collectives a step calls */
     if ((r = ddp_agree_on(&t->ctx, "--layers, --heads, --dim, --ctx, --vocab", model)) != DDP_OK ||
-        (r = ddp_agree_on(&t->ctx, "--dtype, --allreduce", types)) != DDP_OK ||
         (r = ddp_agree_on(&t->ctx, "--save (rank 0 saves), --save-every", saves)) != DDP_OK ||
         (r = ddp_agree_on(&t->ctx, "--val-every, the last step (--stop-after), --trace (rank 0 writes it), "
                                    "--bench-no-sync", rest)) != DDP_OK)
         return ddp_reason(t, "ddp_agree_on", r, err, errsize);
-    for (k = 0; k < RUN_KEYS; k++)
+    for (k = 0; k < RUN_KEYS; k++) /* precision as trained: NCCL would sum mismatched buffers without a word
+                                       (--dtype bf16 on one rank and the GPU's default on another agree) */
         if ((r = ddp_agree_on(&t->ctx, run_keys[k][1], t->id.v[k])) != DDP_OK)
             return ddp_reason(t, "ddp_agree_on", r, err, errsize);
     memset(&m, 0, sizeof m);

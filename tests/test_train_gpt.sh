@@ -571,6 +571,7 @@ w('f8.st', '{"a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}}', bytes(2
 w('dims9.st', '{"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,2],"data_offsets":[0,8]}}', bytes(8))
 w('extra.st', '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":[1,{"y":2}]}}', struct.pack('<2f', 1, 2))
 w('metanull.st', '{"__metadata__":null,"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', struct.pack('<2f', 1, 2))
+w('escdup.st', '{"a":{"dtype":"F32","dt\\u0079pe":"F16","shape":[2],"data_offsets":[0,8]}}', bytes(8))
 w('big1.st', '{"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}', struct.pack('<d', 1e308))
 w('big2.st', '{"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}', struct.pack('<d', -1e308))
 EOF2
@@ -579,6 +580,9 @@ for f in f8 dims9; do
   grep -q "^train_gpt: $f.st: unsupported safetensors header: .*past this reader's limits" err.txt
   report "train_gpt: $f.st is unsupported, not corrupt" $? "$(cat err.txt)"
 done
+one_line_error "a tensor's key escaped (dtype twice, as other readers read it)" --compare escdup.st escdup.st
+grep -q "escdup.st: corrupt safetensors header: tensor a has a key with an escape" err.txt
+report "train_gpt: an escaped key is refused, not taken for an unknown one" $? "$(cat err.txt)"
 for f in extra metanull; do
   out=$(timeout 20 "$bin" --compare $f.st $f.st 2>&1)
   [ $? -eq 0 ] && [ "$out" = "max_rel_diff 0.000e+00 over 1 tensors" ]

@@ -32,6 +32,7 @@
 # DDP_CPU_TWIN when set (make check-gpu: tests/train_gpt_twin, built to run on any
 # x86-64), else examples/train_gpt.
 cd "$(dirname "$0")/.." || exit 1
+. tests/lib.sh
 cpu=${DDP_CPU_TWIN:-$PWD/examples/train_gpt}
 gpu=${1:-${DDP_GPU_BIN:-examples/train_gpt_gpu}}
 case $gpu in /*) ;; *) gpu=$PWD/$gpu ;; esac
@@ -46,15 +47,9 @@ info=$("$gpu" --device-info 2>&1) || skip "${info:-train_gpt_gpu --device-info f
 echo "# $info"
 ngpu=$(sed -n 's/^train_gpt: \([0-9]*\) GPU(s).*/\1/p' <<<"$info")
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 head -c 60000 "$OLDPWD/examples/train_gpt.c" >data.txt # text from examples/, which check-gpu carries
 tiny="--layers 2 --heads 2 --dim 64 --ctx 32 --batch-size 8 --data data.txt --steps 6 --val-every 6 --sample-len 0 --seed 3"
-fail=0
-report() { # name ok why
-  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1: $3"; fail=1; fi
-}
 timeout 120 "$cpu" $tiny --stop-after 1 --save init.st >init.txt 2>&1
 report "train_gpt (CPU) trains step 1" $? "$(tail -n 2 init.txt | tr '\n' ' ')"
 timeout 120 "$cpu" $tiny --resume init.st --save cpu.st --sample-len 60 >cpu.txt 2>&1
@@ -106,6 +101,24 @@ for n in 2 4; do
   close_norms "train_gpt_gpu on $n ranks" "gpu$n"
   close_tensors "train_gpt_gpu on $n ranks" "gpu$n" opt.m. 1e-3
 done
+# ranks started by hand agree on the precision they train in: --dtype bf16 beside the
+# GPU's default (bf16) trains (it was refused: "(default)" against "bf16"); --dtype fp32
+# beside it is named on both ranks
+if [ "${ngpu:-0}" -ge 2 ]; then
+  for want in "bf16:0" "fp32:1"; do
+    port=$(free_port)
+    hand() { MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$1 LOCAL_RANK=$1 DDP_TIMEOUT=60 \
+      timeout 120 "$gpu" $tiny --batch-size 4 --resume init.st --stop-after 3 "${@:2}" >"hand$1.txt" 2>&1; }
+    hand 0 --dtype "${want%%:*}" &
+    hand 1; rc1=$?
+    wait $!; rc0=$?
+    if [ "${want#*:}" = 0 ]; then [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ]
+    else [ $rc0 -eq 1 ] && [ $rc1 -eq 1 ] && grep -q "ranks disagree on precision .*: rank [01] has bf16, all-reduce fp32, rank [01] has fp32, all-reduce fp32" hand0.txt hand1.txt
+    fi
+    report "train_gpt_gpu: ranks by hand, --dtype ${want%%:*} beside the default: $([ "${want#*:}" = 0 ] && echo trains || echo named)" $? \
+      "exit $rc0 and $rc1: $(grep -h -m1 -e 'train_gpt:' -e 'ddp:' hand0.txt hand1.txt | head -c 300 | tr '\n' '|')"
+  done
+fi
 
 for run in "bf16:" "bf16_allreduce:--allreduce bf16"; do
   tag=${run%%:*}
