@@ -3041,7 +3041,6 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline, char *why, s
     return 1;
 }
 
-/* One connection to MASTER_ADDR:MASTER_PORT, non-blocking once made; -1 with errno. */
 /* connect(), seen through where a signal interrupts it: the kernel goes on connecting (a
    second connect() says EALREADY), so the socket is waited on for up to 5 s. A signal
    every 100 us (a profiler's timer without SA_RESTART) failed every attempt. */
@@ -3068,6 +3067,7 @@ static int ddp__connect(int fd, const struct sockaddr *addr, socklen_t len)
     return err ? -1 : 0;
 }
 
+/* One connection to MASTER_ADDR:MASTER_PORT, non-blocking once made; -1 with errno. */
 static int ddp__dial(ddp_ctx *ctx, ddp_result *r)
 {
     ddp__settings *cfg = &ctx->st->cfg;
