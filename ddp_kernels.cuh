@@ -199,7 +199,9 @@
         tile where the CPU has it (train_gpt 2.3-3x as fast built so on Zen 3); the
         GPU's GELU in the CPU twin's form (0.5 x (1 + tanh) cancelled below x = -4 and
         gave NaN past |x| ~ 1.8e19); C = 0 through the GPU's matmul (out = bias),
-        layernorm and embedding as on the CPU, and refused by attention in a line.
+        layernorm and embedding as on the CPU, and refused by attention in a line; the
+        tensor-core attention's softmax on the rounded products it took its max of (a
+        fused product gave outputs 4 off at scores of 1e5).
    0.1  first version: CPU twins with finite-difference tests, GPU kernels.
 */
 #ifndef DDP_KERNELS_CUH
@@ -1738,7 +1740,8 @@ static inline cudaError_t ddp__fail(ddp_kernels_ctx *ctx, cudaError_t err, const
 
 /* "" or the cause of the last failure this context saw, in words: "no CUDA device:
    cudaGetDeviceCount: ..., driver 12.4, runtime 13.0", "cuBLAS matmul m=.. n=.. k=..:
-   ...", "attention: C=640, NH=4: needs C % NH == 0 and 1 <= C/NH <= 128". The returned cudaError_t says only the kind. */
+   ...", "attention: C=640, NH=4: needs C % NH == 0 and 1 <= C/NH <= 128". The returned
+   cudaError_t says only the kind. */
 static inline const char *ddp_kernels_error(const ddp_kernels_ctx *ctx) { return ctx->error; }
 
 static inline void ddp__lt_plan_free(ddp__lt_plan *pl)
