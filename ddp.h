@@ -229,7 +229,11 @@
                       refused; ddp_metric_reduce of reduced metrics refused (a
                       ddp_metric holds `reduced`); a call on a destroyed ddp_grad
                       named in ddp_error; a launcher killed by SIGKILL leaves a
-                      watchdog that ends what the ranks started
+                      watchdog that ends what the ranks started; ddp_destroy and
+                      ddp_grad_destroy while another thread is in a call stop the
+                      group and free once it returns; the launcher names a rank run
+                      by a wrapper or that closed its descriptors; a connect()
+                      interrupted by a signal waited through; nested launchers said
      0.2 (2026-12-02) fingerprints on every collective, settings compared at init,
                       store admission (job id, duplicate ranks, DDP_SECRET), bounded
                       store, per-launch job ids, arenas swept after crashes, host
