@@ -27,8 +27,8 @@ mutant accumulate_overwritten $K '            gv[k] += (dv[k] * wv[k] - dn_mean'
   tests/test_kernels_gpu layernorm.backward '^FAIL kernels_gpu\.layernorm\.backward'
 # attention by products: a softmax that lets each query see later keys, and dq
 # written over dinp instead of added to it
-mutant products_unmasked $K 'p[j] = ddp__to<F>(j <= t ? expf(s[j] * scale - m) * inv : 0.0f);' \
-  'p[j] = ddp__to<F>(expf(s[j] * scale - m) * inv);' \
+mutant products_unmasked $K 'p[j] = ddp__to<F>(j <= t ? expf(__fmul_rn(s[j], scale) - m) * inv : 0.0f);' \
+  'p[j] = ddp__to<F>(expf(__fmul_rn(s[j], scale) - m) * inv);' \
   tests/test_kernels_gpu attention.forward.fp32 '^FAIL kernels_gpu\.attention\.forward\.fp32\.odd'
 mutant products_dq_overwritten $K '(dinp, (const float *)dq, C3, h0, g, T, NH, hs, 1);' \
   '(dinp, (const float *)dq, C3, h0, g, T, NH, hs, 0);' \
