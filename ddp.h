@@ -5960,30 +5960,31 @@ static void ddp__warn_nproc(ddp_ctx *ctx, const ddp_desc *d)
    (Python's subprocess closes them, as do programs that daemonize) opens the pipe again
    through the launcher's read end in /proc: without it, the launcher blamed the wrong rank
    or said that one died before ddp_init. */
-static void ddp__launcher_pipe(ddp_ctx *ctx)
+static int ddp__is_report_pipe(int fd, unsigned long ino)
 {
     struct stat sb;
+    return fd >= 0 && fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino;
+}
+
+static void ddp__launcher_pipe(ddp_ctx *ctx)
+{
     unsigned long ino = 0;
-    int fd = -1, pid = 0, rfd = -1, n = 0;
-    const char *v = getenv("DDP_LAUNCHER");
-    if (v && (n = sscanf(v, "%d:%lu:%d:%d", &fd, &ino, &pid, &rfd)) >= 2 &&
-        !(fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino) && n == 4 && pid > 0) {
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, rfd);
-        fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC); /* (its own file: nonblocking as the original) */
-        if (fd >= 0 && !(fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino)) {
-            close(fd);
-            fd = -1;
+    int fd = -1, pid = 0, rfd = -1, n;
+    char msg[48];
+    const char *v = getenv("DDP_LAUNCHER"), *rank = getenv("RANK"); /* the launcher's: which rank a wrapped program is */
+    if (!v || (n = sscanf(v, "%d:%lu:%d:%d", &fd, &ino, &pid, &rfd)) < 2) return;
+    if (!ddp__is_report_pipe(fd, ino)) { /* closed, or another file by now */
+        snprintf(msg, sizeof msg, "/proc/%d/fd/%d", pid, rfd);
+        fd = n == 4 && pid > 0 ? open(msg, O_WRONLY | O_NONBLOCK | O_CLOEXEC) : -1; /* (nonblocking as the original) */
+        if (!ddp__is_report_pipe(fd, ino)) {
+            if (fd >= 0) close(fd);
+            return;
         }
     }
-    if (n >= 2 && fd >= 0 && fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino) {
-        char msg[48];
-        const char *rank = getenv("RANK"); /* the launcher's: says which rank a wrapped program is */
-        int k = snprintf(msg, sizeof msg, "\n%d %d %d\n", (int)getpid(), DDP__JOINING, rank ? atoi(rank) : -1);
-        fcntl(fd, F_SETFD, FD_CLOEXEC); /* the rank's own children are not ranks */
-        ctx->st->report_fd = fd;
-        if (write(fd, msg, (size_t)k) < 0) {} /* this rank uses ddp.h: it ending before the others is a failure */
-    }
+    n = snprintf(msg, sizeof msg, "\n%d %d %d\n", (int)getpid(), DDP__JOINING, rank ? atoi(rank) : -1);
+    fcntl(fd, F_SETFD, FD_CLOEXEC); /* the rank's own children are not ranks */
+    ctx->st->report_fd = fd;
+    if (write(fd, msg, (size_t)n) < 0) {} /* this rank uses ddp.h: it ending before the others is a failure */
 }
 
 ddp_result ddp_init(ddp_ctx *ctx, const ddp_desc *desc)
