@@ -464,6 +464,15 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #define DDP__MR 12
 #define DDP__NR 32
 #define DDP__KC 128 /* depth of a panel of b: 16 KB */
+/* a weight gradient's steps walked tile by tile up to 256 deep (a panel of 32 KB and a
+   tile's a of 12 KB in a 48 KB L1): at ctx 256 on an AMD EPYC family 26, 2 threads, the
+   gradients with 384 inputs 2-3% faster and with 1536 inputs 9% than panel by panel */
+#define DDP__KT 256
+/* a weight gradient's b (the layer's input) read where it lies when its rows are less than
+   a page apart, not packed: with 512 inputs 10% faster, with 384 4%, with 128 0-7% on the
+   AMD EPYC family 26; rows a page apart or more (1536 inputs) 22% slower, so packed; the
+   input gradient's weight, tried the same way, 7-9% slower */
+#define DDP__B_IN_PLACE 1
 #define DDP__TILE_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define DDP__AVX512_TILE
 #define DDP_KERNELS_CPU_TILE "12 x 32, AVX-512" /* what the CPU matmuls run on, for benchmarks' reports */
@@ -513,6 +522,12 @@ static inline int ddp__cpu_avx2(void)
 #else
 #define DDP__KC 256 /* depth of a panel of b: 16 KB */
 #endif
+#endif
+#ifndef DDP__KT
+#define DDP__KT DDP__KC /* most k of a step that a weight gradient's tasks walk tile by tile */
+#endif
+#ifndef DDP__B_IN_PLACE
+#define DDP__B_IN_PLACE 0 /* (measured on AVX-512 only) */
 #endif
 #define DDP__MC 255 /* most rows of a that one task walks per panel: ~128 KB of a in L2 */
 #define DDP__MD 96  /* most rows of a task over every panel: a's rows for a step (<= 96 KB) stay in L2 */
@@ -826,13 +841,14 @@ static inline int ddp__gemm_a_by_step(int K, int step)
    panel of a step (a tile's packed rows of a stay in L1, its rows of csum are written in
    runs), rather than panel by panel (a panel of b stays in L1 while the block's tiles walk
    down it, and each panel adds to a column of csum rows N doubles apart): where csum's
-   rows are 256 doubles or longer and a step is one panel deep. On an AMD EPYC family 25
+   rows are 256 doubles or longer and a step at most DDP__KT deep (a panel, or two with the
+   AVX-512 tile, whose panels are half as deep as a 48 KB L1 holds). On an AMD EPYC family 25
    (one thread) the weight gradients with 256-1536 inputs ran 3-34% faster so, and with
    128 inputs as fast or up to 16% slower; the forward and the input gradient, tried the
    same way, were no faster. */
 static inline int ddp__gemm_by_tile(int N, int K, int sum, int seg)
 {
-    return sum && N >= 256 && K > DDP__KC && ddp__gemm_step(K, sum, seg) <= DDP__KC;
+    return sum && N >= 256 && K > DDP__KC && ddp__gemm_step(K, sum, seg) <= DDP__KT;
 }
 
 /* Floats of ddp__gemm's scratch: b packed whole (K, N rounded up to whole panels) when its
@@ -920,7 +936,11 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
     const size_t bfl = scratch ? ddp__gemm_b_floats(M, N, K) : 0;
     const size_t afl = scratch ? ddp__gemm_a_floats(M, K, ak, step, by_tile, 1) : 0; /* with by_step: one thread's */
     float *bpk = bfl ? scratch : NULL, *apk = afl ? scratch + bfl + (by_step ? (size_t)tid * afl : 0) : NULL;
-    const int bjobs = bpk ? panels * depths : 0, jobs = bjobs + (apk && !by_step ? (K + 15) / 16 : 0);
+    /* with DDP__B_IN_PLACE, a weight gradient's whole panels of b are read where they lie when
+       b's rows are less than a page apart (ldb apart, DDP__NR floats of a row per k); a last
+       panel that is partial is packed still */
+    const int whole = DDP__B_IN_PLACE && csum && bpk && bn == 1 && bk * sizeof(float) < 4096 ? N / DDP__NR : 0;
+    const int bjobs = bpk ? (panels - whole) * depths : 0, jobs = bjobs + (apk && !by_step ? (K + 15) / 16 : 0);
     /* b's panel at column n0, from depth k0 (of a step, kd deep, where the tasks go tile by tile: a
        step's panels side by side, in the order a tile walks them; else a panel's every k in a run) */
 #define DDP__BPK(n0, k0, kd) (by_tile ? bpk + (size_t)(k0) * panels * DDP__NR + (size_t)(n0) * (kd) \
@@ -929,7 +949,8 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
         DDP__OMP(for schedule(dynamic))
         for (int t = 0; t < jobs; t++)
             if (t < bjobs) {
-                const int n0 = t / depths * DDP__NR, k0 = t % depths * pdepth, kd = K - k0 < pdepth ? K - k0 : pdepth;
+                const int n0 = (whole + t / depths) * DDP__NR, k0 = t % depths * pdepth;
+                const int kd = K - k0 < pdepth ? K - k0 : pdepth;
                 ddp__gemm_pack(DDP__BPK(n0, k0, kd), b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kd,
                                N - n0 < DDP__NR ? N - n0 : DDP__NR);
             } else {
@@ -937,8 +958,11 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                 ddp__gemm_pack_a(apk, a, am, ak, M, K, k0, K - k0 < 16 ? K : k0 + 16);
             }
     }
-/* the tile at row m, columns n0 (nv of them), depth k0 (kc deep) of this step, from the panel at bp */
-#define DDP__GEMM_AT(m, n0, nv, k0, kc, bp) {                                                                       \
+/* b's panel at column n0 from depth k0 where the tiles read it (in place, or packed), and its rows' distance */
+#define DDP__BAT(n0, k0, kd) ((n0) < whole * DDP__NR ? b + (size_t)(k0) * bk + (n0) : DDP__BPK(n0, k0, kd))
+#define DDP__BLD(n0) ((n0) < whole * DDP__NR ? bk : (size_t)DDP__NR)
+/* the tile at row m, columns n0 (nv of them), depth k0 (kc deep) of this step, from the panel at bp, rows ldb apart */
+#define DDP__GEMM_AT(m, n0, nv, k0, kc, bp, ldb) {                                                                       \
     const size_t ta = (size_t)(((m) - m0) / DDP__MR) * step + (size_t)((k0) - s0); /* in a by_step region */      \
     const int mv = m1 - (m) < DDP__MR ? m1 - (m) : DDP__MR; /* rows stored; packed a has all DDP__MR */              \
     for (int i = (m) + DDP__MR; i < (m) + 2 * DDP__MR && i < m1 && !csum; i++) {                                     \
@@ -950,7 +974,7 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                    apk && by_step ? apk + ta * DDP__MR                                                               \
                    : apk ? apk + ((size_t)((m) / DDP__MR) * K + (k0)) * DDP__MR                                      \
                        : a + (size_t)(m) * am + (size_t)(k0) * ak,                                                   \
-                   apk ? 1 : am, apk ? DDP__MR : ak, apk ? DDP__MR : mv, (bp), DDP__NR, DDP__NR, (kc),                \
+                   apk ? 1 : am, apk ? DDP__MR : ak, apk ? DDP__MR : mv, (bp), (ldb), DDP__NR, (kc),                  \
                    !accumulate && (k0) == (csum ? s0 : 0), bias ? bias + (n0) : NULL,                                 \
                    csum && (k0) + (kc) >= s1 ? csum + (size_t)(m) * N + (n0) : NULL, (size_t)N);                     \
 }
@@ -966,7 +990,7 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                 for (int m = m0; m < m1; m += DDP__MR)
                     for (int p = p0; p < p1; p++) {
                         const int n0 = p * DDP__NR, nv = N - n0 < DDP__NR ? N - n0 : DDP__NR;
-                        DDP__GEMM_AT(m, n0, nv, s0, s1 - s0, DDP__BPK(n0, s0, s1 - s0))
+                        DDP__GEMM_AT(m, n0, nv, s0, s1 - s0, DDP__BAT(n0, s0, s1 - s0), DDP__BLD(n0))
                     }
             } else
                 for (int p = p0; p < p1; p++) {
@@ -975,12 +999,15 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                         const int kc = s1 - k0 < DDP__KC ? s1 - k0 : DDP__KC;
                         if (!bpk) ddp__gemm_pack(own, b + (size_t)k0 * bk + (size_t)n0 * bn, bk, bn, kc, nv);
                         for (int m = m0; m < m1; m += DDP__MR)
-                            DDP__GEMM_AT(m, n0, nv, k0, kc, bpk ? DDP__BPK(n0, k0, kc) : own)
+                            DDP__GEMM_AT(m, n0, nv, k0, kc, bpk ? DDP__BAT(n0, k0, kc) : own,
+                                         bpk ? DDP__BLD(n0) : (size_t)DDP__NR)
                     }
                 }
         }
     }
 #undef DDP__GEMM_AT
+#undef DDP__BLD
+#undef DDP__BAT
 #undef DDP__BPK
 }
 

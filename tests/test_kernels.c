@@ -278,7 +278,9 @@ static void test_matmul_blocked(void)
    into zeros) added in double, bit for bit, also past one panel of depth (T > DDP__KC: 256;
    384 with AVX2, 128 with AVX-512) and past one block of rows (OC > 255: the panels packed
    once for all blocks), with dout packed (OC >= 1024), tile by tile (C >= 256, B*T past a
-   panel, T within one: ddp__gemm_by_tile), and with one thread as with many. */
+   panel, T within one, or within two with AVX-512: ddp__gemm_by_tile), with the input read
+   in place (AVX-512: its whole panels, rows less than a page apart: C < 1024) or packed, and
+   with one thread as with many. */
 static int sum_tiled; /* shapes that went tile by tile with b packed (rows past one tile) */
 static void matmul_sum_case(int SB, int ST, int SC, int SOC, int *same, int *threads)
 {
@@ -332,11 +334,14 @@ static void test_matmul_sum(void)
     matmul_sum_case(4, 97, 257, 1030, &same, &threads);
     matmul_sum_case(2, DDP__KC, 256, 13, &same, &threads);
     matmul_sum_case(2, DDP__KC / 2 + 1, 263, 13, &same, &threads);
+    matmul_sum_case(3, 200, 270, 40, &same, &threads);  /* runs past an AVX-512 panel, within DDP__KT */
+    matmul_sum_case(3, 150, 1030, 13, &same, &threads); /* inputs a page apart: packed */
+    matmul_sum_case(3, 150, 40, 37, &same, &threads);   /* a whole panel (AVX-512: in place) and a partial one */
     matmul_sum_case(2, 150, 4, 0, &same, &threads);   /* no outputs, k past a panel: nothing to do, no crash */
     CHECK("kernels.matmul.sum_per_sequence", same && threads, "the double sum %s the per-sequence fp32 gradients; "
           "one thread %s", same ? "matches" : "differs from", threads ? "agrees" : "differs");
-    CHECK("kernels.matmul.sum_tile_by_tile", sum_tiled == 4, "%d of the 4 tile-by-tile shapes go tile by tile "
-          "with panels %d deep", sum_tiled, DDP__KC);
+    CHECK("kernels.matmul.sum_tile_by_tile", sum_tiled == 6, "%d of the 6 tile-by-tile shapes go tile by tile "
+          "with panels %d deep (runs up to %d)", sum_tiled, DDP__KC, DDP__KT);
 }
 
 /* The written input gradient: the bits of ddp_matmul_backward_cpu into zeros, then of
