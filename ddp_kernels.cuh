@@ -447,7 +447,9 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
    an AMD EPYC family 23, against 1.3x so); a weight gradient's sum with long rows walks
    a step tile by tile rather than panel by panel (ddp__gemm_by_tile). The panels are
    packed once per call for all row blocks (into a scratch the call allocates; without it,
-   each task packs its own), and so is a where it is strided along k by a page. Each
+   each task packs its own; with the AVX-512 tile a weight gradient reads b's whole panels
+   where they lie when b's rows are less than a page apart), and so is a where it is
+   strided along k by a page. Each
    element of c is one chain of multiply-adds in ascending k, started from init (bias,
    zero, or c itself) and stored in fp32 between panels, so its bits do not depend on the
    blocking, on which other rows are in the batch, or on how many threads share the tasks. */
@@ -1240,6 +1242,15 @@ static inline ddp__att_b ddp__att_panels(float *buf, const float *src, size_t ld
     return b;
 }
 
+/* Attention's products out of line with the AVX-512 tile: inlined into the forward, gcc kept
+   two accumulators of the scores' tile on the stack (a store and a load every k), and the
+   forward ran 13% (ctx 128, head size 32) to 31% (ctx 256, 64) slower on an AMD EPYC family
+   26, one thread. The AVX2 tile, built for that CPU, was 3% faster inlined. */
+#if defined(DDP__AVX512_TILE) && defined(__GNUC__) && !defined(__CUDACC__)
+#define DDP__ATT_PRODUCT_FN __attribute__((noinline, unused)) /* (unused: no warning where attention is not called) */
+#else
+#define DDP__ATT_PRODUCT_FN inline
+#endif
 /* c (m, n) (+)= a (m, kc) @ b (kc, n) through ddp__gemm_tile, with a(i,k) = a[i am + k ak];
    start: c = the product. whole: c has room for whole tiles (m up to a multiple of
    DDP__MR, n up to one of the panels' width), which are then stored whole, in vectors,
@@ -1247,7 +1258,7 @@ static inline ddp__att_b ddp__att_panels(float *buf, const float *src, size_t ld
    the same bits either way. A panel with more than 16 columns left takes the AVX-512 tile
    32 wide (a broadcast for two multiply-adds: attention 5-20% faster on an AMD EPYC
    family 26 at head sizes 32 and 64), else 16; the bits are the same either way. */
-static inline void ddp__att_product(float *c, size_t ldc, const float *a, size_t am, size_t ak, ddp__att_b b, int m,
+static DDP__ATT_PRODUCT_FN void ddp__att_product(float *c, size_t ldc, const float *a, size_t am, size_t ak, ddp__att_b b, int m,
                                     int n, int kc, int start, int whole)
 {
     for (int i = 0; i < m; i += DDP__MR) {
