@@ -468,7 +468,7 @@ static inline void ddp_layernorm_backward_cpu(float *dinp, float *dweight, float
 #define DDP__KC 128 /* depth of a panel of b: 16 KB */
 /* a weight gradient's steps walked tile by tile up to 256 deep (a panel of 32 KB and a
    tile's a of 12 KB in a 48 KB L1): at ctx 256 on an AMD EPYC family 26, 2 threads, the
-   gradients with 384 inputs 2-3% faster and with 1536 inputs 9% than panel by panel */
+   gradients with 384 inputs 2-3% faster than panel by panel, with 1536 inputs 9% */
 #define DDP__KT 256
 /* a weight gradient's b (the layer's input) read where it lies when its rows are less than
    a page apart, not packed: with 512 inputs 10% faster, with 384 4%, with 128 0-7% on the
@@ -960,11 +960,11 @@ static DDP__HOT void ddp__gemm(float *c, const float *a, size_t am, size_t ak, c
                 ddp__gemm_pack_a(apk, a, am, ak, M, K, k0, K - k0 < 16 ? K : k0 + 16);
             }
     }
-/* b's panel at column n0 from depth k0 where the tiles read it (in place, or packed), and its rows' distance */
+/* where the tiles read b's panel at column n0 from depth k0 (in place, or packed), and its rows' distance */
 #define DDP__BAT(n0, k0, kd) ((n0) < whole * DDP__NR ? b + (size_t)(k0) * bk + (n0) : DDP__BPK(n0, k0, kd))
 #define DDP__BLD(n0) ((n0) < whole * DDP__NR ? bk : (size_t)DDP__NR)
 /* the tile at row m, columns n0 (nv of them), depth k0 (kc deep) of this step, from the panel at bp, rows ldb apart */
-#define DDP__GEMM_AT(m, n0, nv, k0, kc, bp, ldb) {                                                                       \
+#define DDP__GEMM_AT(m, n0, nv, k0, kc, bp, ldb) {                                                                   \
     const size_t ta = (size_t)(((m) - m0) / DDP__MR) * step + (size_t)((k0) - s0); /* in a by_step region */      \
     const int mv = m1 - (m) < DDP__MR ? m1 - (m) : DDP__MR; /* rows stored; packed a has all DDP__MR */              \
     for (int i = (m) + DDP__MR; i < (m) + 2 * DDP__MR && i < m1 && !csum; i++) {                                     \
@@ -1258,8 +1258,8 @@ static inline ddp__att_b ddp__att_panels(float *buf, const float *src, size_t ld
    the same bits either way. A panel with more than 16 columns left takes the AVX-512 tile
    32 wide (a broadcast for two multiply-adds: attention 5-20% faster on an AMD EPYC
    family 26 at head sizes 32 and 64), else 16; the bits are the same either way. */
-static DDP__ATT_PRODUCT_FN void ddp__att_product(float *c, size_t ldc, const float *a, size_t am, size_t ak, ddp__att_b b, int m,
-                                    int n, int kc, int start, int whole)
+static DDP__ATT_PRODUCT_FN void ddp__att_product(float *c, size_t ldc, const float *a, size_t am, size_t ak,
+                                                 ddp__att_b b, int m, int n, int kc, int start, int whole)
 {
     for (int i = 0; i < m; i += DDP__MR) {
         const int ra = m - i < DDP__MR ? m - i : DDP__MR, mv = whole ? DDP__MR : ra;

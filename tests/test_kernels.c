@@ -281,7 +281,7 @@ static void test_matmul_blocked(void)
    panel, T within one, or within two with AVX-512: ddp__gemm_by_tile), with the input read
    in place (AVX-512: its whole panels, rows less than a page apart: C < 1024) or packed, and
    with one thread as with many. */
-static int sum_tiled; /* shapes that went tile by tile with b packed (rows past one tile) */
+static int sum_tiled; /* shapes that went tile by tile with b packed, or read in place (rows past one tile) */
 static void matmul_sum_case(int SB, int ST, int SC, int SOC, int *same, int *threads)
 {
     sum_tiled += ddp__gemm_by_tile(SC, SB * ST, 1, ST) && SOC > DDP__MR;
