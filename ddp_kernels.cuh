@@ -1661,14 +1661,16 @@ static inline void ddp_adamw_update_cpu(float *params, const float *grads, float
                                  float weight_decay, int t)
 {
     /* the bias corrections as reciprocals: one division per element instead of three (the
-       dividers were the loop's bottleneck: 17% faster on Zen 1, with the memory traffic) */
-    const float ic1 = 1.0f / (1.0f - powf(beta1, (float)t)), ic2 = 1.0f / (1.0f - powf(beta2, (float)t));
+       dividers were the loop's bottleneck: 17% faster on Zen 1, with the memory traffic);
+       v's (is2) after its square root, as torch takes it: sqrtf(v * ic2) overflowed to inf, a
+       step of 0, for gradients past 1.8e19 at t = 1, whose true step is finite */
+    const float ic1 = 1.0f / (1.0f - powf(beta1, (float)t)), is2 = 1.0f / sqrtf(1.0f - powf(beta2, (float)t));
     DDP__OMP(parallel for schedule(static))
     for (long i = 0; i < (long)N; i++) {
         float g = grads[i];
         m[i] = beta1 * m[i] + (1.0f - beta1) * g;
         v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-        float step = (m[i] * ic1) / (sqrtf(v[i] * ic2) + eps);
+        float step = (m[i] * ic1) / (sqrtf(v[i]) * is2 + eps);
         params[i] -= lr * (step + weight_decay * params[i]);
     }
 }
@@ -3211,14 +3213,14 @@ static inline cudaError_t ddp_crossentropy_forward_backward_gpu(ddp_kernels_ctx 
 /* ---- AdamW -------------------------------------------------------------- */
 template <typename F>
 static __global__ void ddp__adamw_kernel(F *params, float *master, const float *grads, float *m, float *v, long N,
-                                         float lr, float beta1, float beta2, float eps, float wd, float ic1, float ic2)
+                                         float lr, float beta1, float beta2, float eps, float wd, float ic1, float is2)
 {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
     const float g = grads[i];
     float p = master ? master[i] : ddp__f(params[i]);
     const float mi = beta1 * m[i] + (1.0f - beta1) * g, vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    p -= lr * ((mi * ic1) / (sqrtf(vi * ic2) + eps) + wd * p);
+    p -= lr * ((mi * ic1) / (sqrtf(vi) * is2 + eps) + wd * p);
     m[i] = mi;
     v[i] = vi;
     if (master) master[i] = p;
@@ -3236,9 +3238,9 @@ static inline cudaError_t ddp_adamw_update_gpu(ddp_kernels_ctx *ctx, F *params, 
 {
     (void)ctx;
     if (N == 0) return cudaSuccess;
-    const float ic1 = 1.0f / (1.0f - powf(beta1, (float)t)), ic2 = 1.0f / (1.0f - powf(beta2, (float)t));
+    const float ic1 = 1.0f / (1.0f - powf(beta1, (float)t)), is2 = 1.0f / sqrtf(1.0f - powf(beta2, (float)t));
     ddp__adamw_kernel<<<ddp__blocks(N, 256), 256, 0, stream>>>(params, master, grads, m, v, (long)N, lr, beta1,
-                                                               beta2, eps, weight_decay, ic1, ic2);
+                                                               beta2, eps, weight_decay, ic1, is2);
     return cudaGetLastError();
 }
 

@@ -647,6 +647,13 @@ static void test_adamw(void)
           ok1 && fabs(p[0] - 0.7811) < 1e-6 && fabs(p[1] - 0.68905) < 1e-6 &&
               fabs(m[0] - 0.095) < 1e-7 && fabs(v[0] - 0.00049975) < 1e-4 * 0.00049975,
           "after step 1 ok=%d, step 2 p = %.7f %.7f m = %.7f v = %.9f", ok1, p[0], p[1], m[0], v[0]);
+    /* gradients past sqrt(FLT_MAX): v's bias-corrected value is past FLT_MAX, its square root
+       is not, and the step is lr * sign(g) as above (it was 0: v * ic2 overflowed to inf) */
+    float q[3] = {1.0f, 1.0f, 1.0f}, h[3] = {2e19f, -1e20f, 3e20f}, mq[3] = {0, 0, 0}, vq[3] = {0, 0, 0};
+    ddp_adamw_update_cpu(q, h, mq, vq, 3, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    CHECK("kernels.adamw.huge_gradient", fabs(q[0] - 0.999) < 1e-6 && fabs(q[1] - 1.001) < 1e-6 &&
+          fabs(q[2] - 0.999) < 1e-6, "p = %.7f %.7f %.7f after gradients 2e19, -1e20, 3e20 (expected 0.999, 1.001, "
+          "0.999)", q[0], q[1], q[2]);
 }
 
 /* ---- gradient norm and clipping: a 3-4-12-13 right triangle ---- */

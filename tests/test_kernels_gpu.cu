@@ -552,6 +552,7 @@ template <typename F> static void t_adamw(const Shape &s, Result *r)
     const size_t N = (size_t)s.OC * s.C + 7;
     auto p = rnd(N, 1), g = rnd(N, 1), mo = rnd(N, 0.1f), v = rnd(N, 0.01f);
     for (float &x : v) x = fabsf(x);
+    g[0] = 2e19f, g[1] = -5e19f; /* past sqrt(FLT_MAX): a finite step (test_kernels checks the CPU's) */
     F *dp = m.up<F>(p);
     float *dg = m.up<float>(g), *dmaster = m.up<float>(p), *dm = m.up<float>(mo), *dv = m.up<float>(v);
     ALLOCATED(dp && dg && dmaster && dm && dv);
