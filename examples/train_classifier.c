@@ -369,6 +369,11 @@ static int parse_options(int argc, char **argv, options *o)
                     v ? "unknown argument" : "missing value or unknown flag", argv[i]);
             return 0;
         }
+        if (!eq && strncmp(v, "--", 2) == 0) { /* a value left out (--out --epochs 1 took "--epochs" as the file) */
+            fprintf(stderr, "train_classifier: %s needs a value, not the flag '%s' (a value that starts with --: "
+                    "%s=VALUE)\n", a, v, a);
+            return 0;
+        }
         if (strcmp(a, "--nproc") == 0 || strcmp(a, "--local_rank") == 0 || strcmp(a, "--local-rank") == 0 ||
             strcmp(a, "--max-restarts") == 0 || strcmp(a, "--max_restarts") == 0) {
         } else if (strcmp(a, "--epochs") == 0) {

@@ -1312,6 +1312,9 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
         const char *range = "";
         const size_t n = eq ? (size_t)(eq - a) : strlen(a); /* the flag's name: a, or a up to = */
         int ok = 1, takes = 1;
+        /* a flag after one that takes a value is a value left out (--log --bench-no-sync wrote a
+           log named --bench-no-sync and dropped the flag); such a value goes after an = */
+        const int flag_next = !eq && v && strncmp(v, "--", 2) == 0;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
         if (strncmp(a, "--", 2) != 0) {
             snprintf(err, errsize, "unexpected argument '%s' (train_gpt --help lists the flags)", a);
@@ -1345,7 +1348,7 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
             if (o->n_given < (int)(sizeof o->given / sizeof o->given[0])) o->given[o->n_given++] = name; \
             takes = kind##_takes; \
             range = kind##_range(lo, hi); \
-            ok = takes && !v ? -1 : !takes && eq ? -2 : kind##_flag(v, lo, hi, &o->field); \
+            ok = takes && (!v || flag_next) ? -1 : !takes && eq ? -2 : kind##_flag(v, lo, hi, &o->field); \
         }
         if (0) {}
         FLAGS(PARSE)
@@ -1354,6 +1357,11 @@ static int parse_options(int argc, char **argv, options *o, char *err, size_t er
             return 0;
         }
 #undef PARSE
+        if (ok == -1 && v) {
+            snprintf(err, errsize, "%.*s needs a value, not the flag '%s' (a value that starts with --: %.*s=VALUE)",
+                     (int)n, a, v, (int)n, a);
+            return 0;
+        }
         if (ok < 0) {
             snprintf(err, errsize, "%.*s %s (train_gpt --help lists the flags)", (int)n, a,
                      ok == -1 ? "needs a value" : "takes no value");

@@ -65,6 +65,7 @@ refused "bad value ' -1' for --seed" --seed ' -1'
 refused "bad value '0' for --epochs" --epochs 0 # it would save the initial weights as a trained model
 refused "--out $tmp/nodir/m.st: cannot create files in $tmp/nodir" --out "$tmp/nodir/m.st"
 refused "--out needs a file name" --out=
+refused "--out needs a value, not the flag '--epochs' (a value that starts with --: --out=VALUE)" --out --epochs 1
 refused "--out $tmp is a directory" --out "$tmp"
 # a save's rename would put a file in the place of a FIFO or a device
 mkfifo "$tmp/p.fifo" && ln -s /dev/null "$tmp/null.st"

@@ -341,6 +341,16 @@ for f in --data --log --save --resume --trace; do
 done
 [ -z "$said" ]
 report "train_gpt: an empty file name is refused by its flag" $? "$said"
+# a value left out before the next flag: --log --bench-no-sync wrote a log named so and
+# dropped the flag (rc 0); --save --steps 10 blamed '10'; --steps --lr said "bad value"
+said=""
+for f in --data --log --save --resume --trace --prompt --steps; do
+  "$bin" $tiny --steps 1 $f --bench-no-sync >/dev/null 2>err.txt
+  [ "$(cat err.txt)" = "train_gpt: $f needs a value, not the flag '--bench-no-sync' (a value that starts with --: $f=VALUE)" ] ||
+    said+="$f: $(cat err.txt); "
+done
+[ -z "$said" ] && [ ! -e ./--bench-no-sync ]
+report "train_gpt: a flag where a value belongs is named as a value left out" $? "$said"
 one_line_error "bad number after =" --nproc 2 --lr=fast
 grep -q "bad value 'fast' for --lr:" err.txt
 report "train_gpt: --lr=fast names the flag and the value" $? "$(cat err.txt)"
