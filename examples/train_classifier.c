@@ -358,6 +358,7 @@ static int parse_options(int argc, char **argv, options *o)
     for (i = 1; i < argc; i++) {
         const char *eq = strchr(argv[i], '='), *v = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
         char a[32], *end = NULL; /* the flag: argv[i], or argv[i] up to = */
+        const char *want = "a whole number from 1 to 1000000"; /* what a bad value is told */
         int bad = 0;
         snprintf(a, sizeof a, "%.*s", eq ? (int)(eq - argv[i]) : (int)strlen(argv[i]), argv[i]);
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -387,10 +388,12 @@ static int parse_options(int argc, char **argv, options *o)
         } else if (strcmp(a, "--lr") == 0) {
             o->lr = strtof(v, &end);
             bad = *end || !(o->lr > 0) || !isfinite(o->lr);
+            want = "a finite number above 0";
         } else if (strcmp(a, "--seed") == 0) {
             errno = 0;
             o->seed = strtoull(v, &end, 10);
             bad = *end || *v < '0' || *v > '9' || errno == ERANGE; /* strtoull takes " -1" as 2^64 - 1 */
+            want = "a whole number from 0 to 2^64 - 1";
         } else if (strcmp(a, "--out") == 0) {
             o->out = v;
         } else if (strcmp(a, "--init-out") == 0) {
@@ -402,12 +405,13 @@ static int parse_options(int argc, char **argv, options *o)
         } else if (strcmp(a, "--resume") == 0) {
             o->resume_auto = 1;
             bad = strcmp(v, "auto") != 0; /* the checkpoint is --out's */
+            want = "only auto: it goes on from --out's file (--out FILE --resume auto)";
         } else {
             fprintf(stderr, "train_classifier: unknown flag '%s' (train_classifier --help lists the flags)\n", argv[i]);
             return 0;
         }
         if (bad || (end && end == v)) {
-            fprintf(stderr, "train_classifier: bad value '%s' for %s\n", v, a);
+            fprintf(stderr, "train_classifier: bad value '%s' for %s: %s\n", v, a, want);
             return 0;
         }
         i += !eq;

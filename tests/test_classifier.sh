@@ -62,7 +62,8 @@ refused() { # want args...: one line that says it, exit 2
 }
 refused "bad value 'inf' for --lr" --lr inf
 refused "bad value ' -1' for --seed" --seed ' -1'
-refused "bad value '0' for --epochs" --epochs 0 # it would save the initial weights as a trained model
+refused "bad value '0' for --epochs: a whole number from 1 to 1000000" --epochs 0 # it would save the initial weights as a trained model
+refused "bad value 'clf.st' for --resume: only auto: it goes on from --out's file (--out FILE --resume auto)" --resume clf.st
 refused "--out $tmp/nodir/m.st: cannot create files in $tmp/nodir" --out "$tmp/nodir/m.st"
 refused "--out needs a file name" --out=
 refused "--out needs a value, not the flag '--epochs' (a value that starts with --: --out=VALUE)" --out --epochs 1

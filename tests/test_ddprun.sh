@@ -263,6 +263,14 @@ out=$(h=$PWD/$hello && cd "$tmp" && timeout -k 5 30 bash -c "exec -a hello_under
 rc=$?
 [ $rc -eq 0 ] && grep -q '^sum 3, expected 3, world 2' <<<"$out"
 sigcheck launch_under_another_name $? "status $rc: $(head -c 300 <<<"$out" | tr '\n' ' ')"
+# --nproc where a launcher's variables are set: one line naming them (a shell's leftover RANK
+# and WORLD_SIZE were blamed on a torchrun that was not there), no rank started
+for vars in "RANK=0 WORLD_SIZE=2" "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=3"; do
+  out=$(env $vars timeout -k 5 30 $hello --nproc 2 2>&1); rc=$?
+  read -r v1 v2 <<<"$vars"
+  [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "^ddp: --nproc inside a job started by .* ($v1 and $v2 are set; left in the shell? unset them): drop one of the two launchers$" <<<"$out"
+  sigcheck "nproc_inside_a_job_names_its_variables.${v1%%=*}" $? "status $rc (want 2 and one line): $(head -c 300 <<<"$out" | tr '\n' ' ')"
+done
 # hello_allreduce's --help is its usage (it ran as a world of 1), and a flag it does not
 # know one line and status 2, before any rank starts
 out=$(timeout -k 5 30 $hello --help 2>/dev/null); rc=$?
