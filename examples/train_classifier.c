@@ -345,7 +345,10 @@ static const char usage[] =
    they are skipped here. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    char err[1200];
+    /* every flag, each between spaces: a known one without its value is said as such */
+    static const char flags[] = " --nproc --local_rank --local-rank --max-restarts --max_restarts --epochs "
+                                "--batch-size --lr --seed --out --init-out --save-every --resume ";
+    char err[1200], key[40];
     int i;
     o->epochs = 5;
     o->batch_size = 32;
@@ -364,6 +367,11 @@ static int parse_options(int argc, char **argv, options *o)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             o->help = 1;
             return 1;
+        }
+        snprintf(key, sizeof key, " %s ", a);
+        if (!v && strstr(flags, key)) {
+            fprintf(stderr, "train_classifier: %s needs a value (train_classifier --help lists the flags)\n", a);
+            return 0;
         }
         if (!v || strncmp(a, "--", 2) != 0) {
             fprintf(stderr, "train_classifier: %s '%s' (train_classifier --help lists the flags)\n",

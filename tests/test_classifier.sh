@@ -67,6 +67,7 @@ refused "bad value 'clf.st' for --resume: only auto: it goes on from --out's fil
 refused "--out $tmp/nodir/m.st: cannot create files in $tmp/nodir" --out "$tmp/nodir/m.st"
 refused "--out needs a file name" --out=
 refused "--out needs a value, not the flag '--epochs' (a value that starts with --: --out=VALUE)" --out --epochs 1
+refused "--resume needs a value (train_classifier --help lists the flags)" --resume
 refused "--out $tmp is a directory" --out "$tmp"
 # a save's rename would put a file in the place of a FIFO or a device
 mkfifo "$tmp/p.fifo" && ln -s /dev/null "$tmp/null.st"
