@@ -6798,12 +6798,11 @@ int ddp_launch(int *argc, char **argv)
     for (i = 1; i < *argc && strcmp(argv[i], "--") != 0; i++)
         if (ddp__flag(argv[i], ddp__nproc_names) && (outer = ddp__launched_by()) != NULL) {
             const struct ddp__launcher *l = ddp__launcher_here();
+            char left[192] = "";
             if (l && !getenv("DDP_LAUNCHER") && strcmp(outer, l->who) == 0) /* its variables: maybe a shell's leftovers */
-                fprintf(stderr, "ddp: %s inside a job started by %s (%s=%s and %s=%s are set; left in the shell? "
-                        "unset them): drop one of the two launchers\n", argv[i], outer, l->rank, ddp__env(l->rank),
-                        l->world, ddp__env(l->world));
-            else
-                fprintf(stderr, "ddp: %s inside a job started by %s: drop one of the two launchers\n", argv[i], outer);
+                snprintf(left, sizeof left, " (%s=%.32s and %s=%.32s are set; left in the shell? unset them)", l->rank,
+                         ddp__env(l->rank), l->world, ddp__env(l->world));
+            fprintf(stderr, "ddp: %s inside a job started by %s%s: drop one of the two launchers\n", argv[i], outer, left);
             return 2;
         }
     if ((nproc_given = ddp__take_flag(argc, argv, ddp__nproc_names, "a process count", 1, DDP__MAX_CPU_RANKS, &nproc)) < 0 ||

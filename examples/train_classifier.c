@@ -345,7 +345,7 @@ static const char usage[] =
    they are skipped here. */
 static int parse_options(int argc, char **argv, options *o)
 {
-    /* every flag, each between spaces: a known one without its value is said as such */
+    /* every flag, each between spaces: any other is unknown, and a known one without its value is said as such */
     static const char flags[] = " --nproc --local_rank --local-rank --max-restarts --max_restarts --epochs "
                                 "--batch-size --lr --seed --out --init-out --save-every --resume ";
     char err[1200], key[40];
@@ -369,13 +369,13 @@ static int parse_options(int argc, char **argv, options *o)
             return 1;
         }
         snprintf(key, sizeof key, " %s ", a);
-        if (!v && strstr(flags, key)) {
-            fprintf(stderr, "train_classifier: %s needs a value (train_classifier --help lists the flags)\n", a);
+        if (strncmp(a, "--", 2) != 0 || !strstr(flags, key)) {
+            fprintf(stderr, "train_classifier: unknown %s '%s' (train_classifier --help lists the flags)\n",
+                    strncmp(a, "--", 2) != 0 ? "argument" : "flag", argv[i]);
             return 0;
         }
-        if (!v || strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "train_classifier: %s '%s' (train_classifier --help lists the flags)\n",
-                    v ? "unknown argument" : "missing value or unknown flag", argv[i]);
+        if (!v) {
+            fprintf(stderr, "train_classifier: %s needs a value (train_classifier --help lists the flags)\n", a);
             return 0;
         }
         if (!eq && strncmp(v, "--", 2) == 0) { /* a value left out (--out --epochs 1 took "--epochs" as the file) */
@@ -414,9 +414,6 @@ static int parse_options(int argc, char **argv, options *o)
             o->resume_auto = 1;
             bad = strcmp(v, "auto") != 0; /* the checkpoint is --out's */
             want = "only auto: it goes on from --out's file (--out FILE --resume auto)";
-        } else {
-            fprintf(stderr, "train_classifier: unknown flag '%s' (train_classifier --help lists the flags)\n", argv[i]);
-            return 0;
         }
         if (bad || (end && end == v)) {
             fprintf(stderr, "train_classifier: bad value '%s' for %s: %s\n", v, a, want);

@@ -68,6 +68,8 @@ refused "--out $tmp/nodir/m.st: cannot create files in $tmp/nodir" --out "$tmp/n
 refused "--out needs a file name" --out=
 refused "--out needs a value, not the flag '--epochs' (a value that starts with --: --out=VALUE)" --out --epochs 1
 refused "--resume needs a value (train_classifier --help lists the flags)" --resume
+refused "unknown flag '--no-such-flag' (train_classifier --help lists the flags)" --no-such-flag # last: no value either
+refused "unknown argument 'clf.st' (train_classifier --help lists the flags)" clf.st
 refused "--out $tmp is a directory" --out "$tmp"
 # a save's rename would put a file in the place of a FIFO or a device
 mkfifo "$tmp/p.fifo" && ln -s /dev/null "$tmp/null.st"
