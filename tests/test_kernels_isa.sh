@@ -10,15 +10,16 @@
 # (avx512-standin, at -O2: -O3 takes gcc four times as long over the plain-C intrinsics and
 # checks the same logic), so that its logic is checked on CPUs without AVX-512 too.
 # A build for any x86-64 (no -march: generic) takes the AVX2 tile at run time where the CPU
-# has AVX2 and FMA, and must pass the same checks; so must the plain C tile it falls back
+# has AVX2 and FMA (a 16-wide AVX-512 one where the CPU has AVX-512; generic-avx2 keeps the
+# AVX2 tile there), and must pass the same checks; so must the plain C tile it falls back
 # to (nodispatch: -DDDP_KERNELS_NO_DISPATCH). The matmuls' bits (test_kernels --digest)
 # are the same in every build whose multiply-adds are fused, whatever its tile (native,
-# x86-64-v3 and v4, the standin, generic on a CPU with FMA), and the plain C tile's a*b + c
+# x86-64-v3 and v4, the standin, generic and generic-avx2 on a CPU with FMA), and the plain C tile's a*b + c
 # gives others (the digest can tell).
 # And train_gpt built as a user's project builds it (gcc's defaults, -O3 -march=native;
 # -O3 alone; and clang's, whose C contracts multiply-adds within a statement) keeps the
 # world-size invariance: 1 x 8 and 2 x 4 sequences, the same weights; test_kernels.c under
-# clang too. The twelve builds run in two lanes (the machines we test on have 2 cores),
+# clang too. The thirteen builds run in two lanes (the machines we test on have 2 cores),
 # then the programs.
 cd "$(dirname "$0")/.." || exit 1
 tmp=$(mktemp -d)
@@ -47,10 +48,11 @@ gflags="-std=c99 -D_GNU_SOURCE -O2 -march=x86-64-v3"
 for arch in native x86-64-v3 x86-64-v4; do build "k_$arch" tests/test_kernels.c $kflags -O3 -ffp-contract=fast -march=$arch; done
 build k_generic tests/test_kernels.c $kflags -O3
 build k_nodispatch tests/test_kernels.c $kflags -O3 -DDDP_KERNELS_NO_DISPATCH
+build k_generic-avx2 tests/test_kernels.c $kflags -O3 -DDDP__NO_AVX512_DISPATCH
 build g_avx2 examples/train_gpt.c $gflags
 [ -n "$clang" ] && CC=clang build g_clang examples/train_gpt.c -O3 -march=native
 wait
-for arch in native x86-64-v3 x86-64-v4 avx512-standin generic nodispatch ${clang:+clang}; do
+for arch in native x86-64-v3 x86-64-v4 avx512-standin generic generic-avx2 nodispatch ${clang:+clang}; do
   case $arch in
     x86-64-v3) need="avx2 fma bmi2" ;;
     x86-64-v4) need="avx512f avx512bw avx512cd avx512dq avx512vl" ;;
@@ -73,7 +75,7 @@ done
 # the matmuls' bits: one digest for every fused build that ran (generic where the CPU has FMA)
 digest() { [ -s "$tmp/digest_$1" ] && cut -d' ' -f3 "$tmp/digest_$1"; }
 fused="native x86-64-v3 x86-64-v4 avx512-standin ${clang:+clang}"
-if missing=$(has avx2 fma); then fused+=" generic"; else echo "SKIP kernels_isa.generic_same_bits: this CPU lacks $missing"; fi
+if missing=$(has avx2 fma); then fused+=" generic generic-avx2"; else echo "SKIP kernels_isa.generic_same_bits: this CPU lacks $missing"; fi
 ref=$(digest x86-64-v3 || digest native) odd="" ran=""
 for arch in $fused; do
   [ -s "$tmp/digest_$arch" ] || continue
