@@ -1253,7 +1253,7 @@ struct ddp__state {
     ddp__settings cfg;
     ddp_result broken;       /* set once a collective fails: later ones refuse */
     ddp__busy busy;          /* a collective call is in progress (from which thread: see ddp__issue) */
-    int waiting;             /* threads in ddp_wait (atomic): ddp_destroy frees the state after they leave */
+    int waiting;             /* pins (atomic: ddp__pin): ddp_destroy frees the state after they leave */
     char cause[300];         /* err when the first refusal came: what every refusal cites */
     int store_fd;            /* connection to rank 0's store, -1 in a world of one */
     int pmi_fd;              /* Hydra's PMI connection once asked for the kvsname, else -1 */
@@ -5119,9 +5119,10 @@ static size_t ddp__trace_add(ddp_ctx *ctx, int row, const char *name, int64_t t0
 {
     struct ddp__trace *t = ctx && ctx->st ? ctx->st->trace : NULL;
     size_t i = (size_t)-1;
-    if (!t || t->saving) return i;
+    if (!t) return i;
     pthread_mutex_lock(&t->mu);
-    if (t->n < t->cap) {
+    if (t->saving) { /* (set under the lock: the collectives' thread records too) */
+    } else if (t->n < t->cap) {
         ddp__event *e = &t->ev[i = t->n++];
         e->t0 = t0 - t->zero;
         e->t1 = t1 < 0 ? -1 : t1 - t->zero;
@@ -5311,11 +5312,13 @@ ddp_result ddp_trace_save(ddp_ctx *ctx, const char *path)
     /* a rank that never started still takes part, so that nobody waits for it */
     memset(&none, 0, sizeof none);
     t = ctx->st->trace ? ctx->st->trace : &none;
-    t->saving = 1; /* the save's own collectives are not recorded */
+    if (t != &none) pthread_mutex_lock(&t->mu); /* the collectives' thread, or a ddp_wait's, may be recording */
+    t->saving = 1; /* the save's own collectives are not recorded, nor anything from here on */
     for (i = 0; i < t->n; i++)
         if (t->ev[i].t1 < 0) t->ev[i].t1 = ddp__now_ns() - t->zero; /* still open: ends here */
     mine[0] = (int64_t)t->n;
     mine[1] = (int64_t)t->dropped;
+    if (t != &none) pthread_mutex_unlock(&t->mu);
     counts = DDP__CAST(int64_t *, DDP_MALLOC(sizeof(int64_t) * 2 * (size_t)ctx->world_size));
     if (!ctx->st->trace) problem = 3;
     else if (!counts) problem = 2;
@@ -5630,6 +5633,38 @@ static void ddp__unclaim(ddp__busy *b)
     __atomic_store_n(&b->state, 0, __ATOMIC_RELEASE);
 }
 
+/* A call enters an object's state only while the state is held as that owner's: a destroy
+   takes it out of the list, under the same lock, before it frees it, so a call that starts
+   as another thread destroys the object finds it gone (-1) and reads nothing of it (node,
+   read before the free, is only compared). Else it claims the call (b: ddp__claim's
+   answer) or adds itself to *count (ddp_wait's waiting: 0), which the destroy waits out. */
+static int ddp__enter_held(const ddp__held *node, const void *owner, int kind, ddp__busy *b, int *count)
+{
+    const ddp__held *h;
+    int r = -1;
+    pthread_mutex_lock(&ddp__held_mu);
+    for (h = ddp__held_list; h && h != node; h = h->next) {}
+    if (h && h->owner == owner && h->kind == kind) {
+        if (b) {
+            r = ddp__claim(b, DDP__BUSY_CALL);
+        } else {
+            __atomic_add_fetch(count, 1, __ATOMIC_ACQ_REL);
+            r = 0;
+        }
+    }
+    pthread_mutex_unlock(&ddp__held_mu);
+    return r;
+}
+
+/* Pins a live context: its state stays until unpinned (ddp_destroy waits out the pins,
+   ddp_wait's and a ddp_grad's calls'). NULL where it is destroyed or being destroyed. */
+static struct ddp__state *ddp__pin(ddp_ctx *ctx)
+{
+    struct ddp__state *st = ctx ? __atomic_load_n(&ctx->st, __ATOMIC_ACQUIRE) : NULL;
+    return st && ddp__enter_held(&st->held, ctx, DDP__HELD_CTX, NULL, &st->waiting) == 0 ? st : NULL;
+}
+static void ddp__unpin(struct ddp__state *st) { __atomic_sub_fetch(&st->waiting, 1, __ATOMIC_ACQ_REL); }
+
 /* A destroy (the one that took the state out of the list) while another thread is in a
    call: the group stops (so that call returns), and the state is freed only once the call
    has left it (it was freed under the call: a crash). Past the timeout, or from inside the
@@ -5657,11 +5692,13 @@ static ddp_result ddp__claim_for_destroy(ddp_ctx *ctx, ddp__busy *b, const char 
    and the group stops: the threads' order could differ from rank to rank anyway. */
 static ddp_result ddp__issue(ddp_ctx *ctx, ddp__coll *c, void *stream, ddp_work *work)
 {
+    struct ddp__state *st = ctx ? __atomic_load_n(&ctx->st, __ATOMIC_ACQUIRE) : NULL;
     ddp_result r;
     if (work) { work->seq = 0; work->event = NULL; work->owner = 0; } /* a refused call leaves a handle ddp_wait refuses */
-    if (!ctx || !ctx->st) return ddp__no_state(ctx, ddp__colls[c->kind].name);
-    switch (ddp__claim(&ctx->st->busy, DDP__BUSY_CALL)) {
-    case DDP__BUSY_DESTROY: /* (its state is being freed: nothing of it is written) */
+    switch (st ? ddp__enter_held(&st->held, ctx, DDP__HELD_CTX, &st->busy, NULL) : -1) {
+    case -1: /* (destroyed, maybe by another thread just now) */
+        return ddp__no_state(ctx, ddp__colls[c->kind].name);
+    case DDP__BUSY_DESTROY: /* (a destroy that timed out left it: nothing of it is written) */
         return ddp__fail(NULL, DDP_ERR_ARG, "%s: another thread destroys this ddp_ctx", ddp__colls[c->kind].name);
     case DDP__BUSY_CALL:
         return ddp__break(ctx, ddp__fail(ctx, DDP_ERR_ARG, "%s: another thread is in a collective of this ddp_ctx: a "
@@ -5707,19 +5744,26 @@ ddp_result ddp_all_reduce_async(ddp_ctx *ctx, const void *send, void *recv, size
    the work, and the host goes on. */
 static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host)
 {
-    struct ddp__state *st;
+    struct ddp__state *st = ddp__pin(ctx); /* first: a destroy by another thread frees the state after it */
     ddp_result r;
-    if (!ctx || !ctx->st) return ddp__no_state(ctx, "ddp_wait");
-    if (!work) return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: no ddp_work (NULL)");
-    st = ctx->st;
-    if (st->held.pid != getpid()) /* the worker thread that runs the parent's queue is not in a child: it waited for good */
-        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_ctx belongs to process %d, not to this child of it "
-                         "(fork() copies the context; only ddp_init's process can use it)", (int)st->held.pid);
-    if (!ddp__broken(st) && (!work->seq || work->owner != st->id || (!st->be->wait && st->worker_started && work->seq > st->queued)))
-        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
-                         "(its call failed, it was never made, or it was another context's)");
-    __atomic_add_fetch(&st->waiting, 1, __ATOMIC_ACQ_REL);
-    ddp_trace_begin(ctx, "wait"); /* nothing without tracing */
+    int64_t t0;
+    if (!st) return ddp__no_state(ctx, "ddp_wait");
+    if (!work)
+        r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: no ddp_work (NULL)");
+    else if (st->held.pid != getpid()) /* the worker thread that runs the parent's queue is not in a child: it waited for good */
+        r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_ctx belongs to process %d, not to this child of it "
+                      "(fork() copies the context; only ddp_init's process can use it)", (int)st->held.pid);
+    else if (!ddp__broken(st) &&
+             (!work->seq || work->owner != st->id || (!st->be->wait && st->worker_started && work->seq > st->queued)))
+        r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_wait: this ddp_work was not filled by a collective of this context "
+                      "(its call failed, it was never made, or it was another context's)");
+    else
+        r = DDP_OK;
+    if (r != DDP_OK) {
+        ddp__unpin(st);
+        return r;
+    }
+    t0 = st->trace ? ddp__now_ns() : -1;
     if (ddp__broken(st)) {
         char what[40];
         snprintf(what, sizeof what, "wait for #%llu", (unsigned long long)work->seq);
@@ -5729,8 +5773,9 @@ static ddp_result ddp__wait(ddp_ctx *ctx, ddp_work *work, void *stream, int host
     else
         r = ddp__drain(ctx, work->seq);
     if (r != DDP_OK) ddp__broke(ctx, r);
-    ddp_trace_end(ctx);
-    __atomic_sub_fetch(&st->waiting, 1, __ATOMIC_ACQ_REL);
+    /* one closed span: any thread may wait, and begin/end nest on the collectives' thread */
+    if (t0 >= 0) ddp__trace_add(ctx, 0, "wait", t0, ddp__now_ns());
+    ddp__unpin(st);
     return r;
 }
 
@@ -5966,6 +6011,26 @@ static int ddp__is_report_pipe(int fd, unsigned long ino)
     return fd >= 0 && fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode) && (unsigned long)sb.st_ino == ino;
 }
 
+/* How many parents up the launcher is (1: it started this process; 2: it started a wrapper,
+   `timeout` or a shell, that runs this program), or 0 where /proc does not say. */
+static int ddp__launcher_depth(int launcher)
+{
+    int d, p = (int)getppid();
+    for (d = 1; d <= 64 && p > 1; d++) {
+        char path[40], stat[512], *after;
+        FILE *f;
+        size_t k;
+        if (p == launcher) return d;
+        snprintf(path, sizeof path, "/proc/%d/stat", p);
+        if (!(f = fopen(path, "r"))) return 0;
+        k = fread(stat, 1, sizeof stat - 1, f);
+        fclose(f);
+        stat[k] = 0; /* "pid (comm) state ppid ...": comm may hold spaces and parentheses */
+        if (!(after = strrchr(stat, ')')) || sscanf(after + 1, " %*c %d", &p) != 1) return 0;
+    }
+    return 0;
+}
+
 static void ddp__launcher_pipe(ddp_ctx *ctx)
 {
     unsigned long ino = 0;
@@ -5981,7 +6046,9 @@ static void ddp__launcher_pipe(ddp_ctx *ctx)
             return;
         }
     }
-    n = snprintf(msg, sizeof msg, "\n%d %d %d\n", (int)getpid(), DDP__JOINING, rank ? atoi(rank) : -1);
+    /* and how far below the launcher: the rank is the process nearest it, not one that the rank forked */
+    n = snprintf(msg, sizeof msg, "\n%d %d %d %d\n", (int)getpid(), DDP__JOINING, rank ? atoi(rank) : -1,
+                 pid > 0 ? ddp__launcher_depth(pid) : 0);
     fcntl(fd, F_SETFD, FD_CLOEXEC); /* the rank's own children are not ranks */
     ctx->st->report_fd = fd;
     if (write(fd, msg, (size_t)n) < 0) {} /* this rank uses ddp.h: it ending before the others is a failure */
@@ -6112,7 +6179,7 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
         if (write(st->report_fd, msg, (size_t)n) < 0) {}
     }
     if (r == DDP_OK) r = st->broken; /* the job failed before: a program that returns this exits non-zero */
-    { /* another thread's ddp_wait: its work is done (or the group broken), so it leaves soon */
+    { /* another thread's ddp_wait or ddp_grad call: its work is done (or the group broken), so it leaves soon */
         const int64_t deadline = ddp__now_ms() + st->cfg.timeout_ms + 1000;
         while (__atomic_load_n(&st->waiting, __ATOMIC_ACQUIRE))
             if (ddp__now_ms() > deadline) {
@@ -6128,7 +6195,7 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
     pthread_mutex_destroy(&st->log_mu);
     pthread_cond_destroy(&st->cv);
     DDP_FREE(st);
-    ctx->st = NULL;
+    __atomic_store_n(&ctx->st, NULL, __ATOMIC_RELEASE); /* (a call starting now may read it: see ddp__enter_held) */
     return ctx->ended = r;
 }
 
@@ -6344,13 +6411,16 @@ static int ddp__first_cause(const ddp__end *ends, int n)
 /* Reads what ranks said about their first failure ("pid code" lines, "pid code rank" for
    a timeout waiting for that rank; "pid code -2": the failure that broke its group, which
    replaces the first): said[rank] = code, waited[rank] = that rank;
-   joined[rank] 1 once it said it started ddp_init ("pid 1000 RANK": a pid the launcher
-   did not start is the program that a wrapper of rank RANK runs, alias[RANK], as under
-   `timeout` or a Python script), 2 once it left with ddp_destroy. Each
+   joined[rank] 1 once it said it started ddp_init ("pid 1000 RANK DEPTH"). The rank is
+   the process that says so nearest the launcher (DEPTH parents below it; 0: unknown, as
+   deep as can be): the one it started (alias[RANK] -1), else the program a wrapper of it
+   runs, alias[RANK], as under `timeout` or a Python script, at depth[RANK]; never a
+   process the rank forked (a worker, a stale copy of the rank refused in its ddp_init),
+   which may say so first: what it said is then dropped. 2 once it left with ddp_destroy. Each
    line is one write below PIPE_BUF, but a read may end inside one: its start waits in
    part (size 64) for the next read. Ranks start each line with a newline too, so that
    bytes a program wrote to the pipe end before it; a NUL among them hides nothing. */
-static void ddp__read_reports(int fd, const pid_t *pids, pid_t *alias, int n, int *said, int *waited,
+static void ddp__read_reports(int fd, const pid_t *pids, pid_t *alias, int *depth, int n, int *said, int *waited,
                               unsigned char *joined, char *part)
 {
     char buf[4096 + 64], *line, *end;
@@ -6366,8 +6436,13 @@ static void ddp__read_reports(int fd, const pid_t *pids, pid_t *alias, int n, in
         for (line = buf; (end = strchr(line, '\n')) != NULL; line = end + 1) {
             int pid = 0, code = 0, w = -1, w2 = -1, i;
             *end = 0; /* this line's fields only (sscanf would read on past a newline) */
-            if (sscanf(line, "%d %d %d %d", &pid, &code, &w, &w2) < 2) continue;
-            if (code == DDP__JOINING && w >= 0 && w < n && pid > 0 && pids[w] != pid && !alias[w]) alias[w] = pid;
+            if (sscanf(line, "%d %d %d %d", &pid, &code, &w, &w2) < 2 || pid <= 0) continue;
+            if (code == DDP__JOINING && w >= 0 && w < n &&
+                (pids[w] == pid ? alias[w] != -1 : !alias[w] || (alias[w] > 0 && (w2 > 0 ? w2 : INT_MAX) < depth[w]))) {
+                if (alias[w] > 0) said[w] = waited[w] = -1; /* (its lines were a forked process's) */
+                alias[w] = pids[w] == pid ? -1 : pid;
+                depth[w] = w2 > 0 ? w2 : INT_MAX;
+            }
             for (i = 0; i < n; i++)
                 if (pids[i] != pid && alias[i] != pid) continue;
                 else if (code == DDP__JOINING || code == DDP__LEAVING) joined[i] = code == DDP__JOINING ? 1 : 2;
@@ -6401,7 +6476,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     sigset_t block, old;
     pid_t *pids, *started;
     ddp__end *ends;
-    int *said, *waited, *halted, any_joined = 0;
+    int *said, *waited, *depth, *halted, any_joined = 0;
     unsigned char *joined;
     char port[16], job[40], num[16], secret[65], id[17], prefix[40], report[64] = "1", part[64] = "";
     const char *given = getenv("DDP_SECRET");
@@ -6427,7 +6502,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
     pids = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *pids * (size_t)nproc));
     started = DDP__CAST(pid_t *, DDP_MALLOC(sizeof *started * 2 * (size_t)nproc)); /* then the wrapped programs' */
     ends = DDP__CAST(ddp__end *, DDP_MALLOC(sizeof *ends * (size_t)nproc));
-    said = DDP__CAST(int *, DDP_MALLOC(sizeof *said * 2 * (size_t)nproc)); /* then waited */
+    said = DDP__CAST(int *, DDP_MALLOC(sizeof *said * 3 * (size_t)nproc)); /* then waited, then depth */
     halted = DDP__CAST(int *, DDP_MALLOC(sizeof *halted * (size_t)nproc));
     joined = DDP__CAST(unsigned char *, DDP_MALLOC((size_t)nproc));
     if (!pids || !started || !ends || !said || !halted || !joined) {
@@ -6436,7 +6511,8 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
         return 1;
     }
     waited = said + nproc;
-    for (i = 0; i < nproc; i++) said[i] = waited[i] = -1, halted[i] = 0, joined[i] = 0, started[nproc + i] = 0;
+    depth = waited + nproc;
+    for (i = 0; i < nproc; i++) said[i] = waited[i] = -1, halted[i] = 0, joined[i] = 0, started[nproc + i] = 0, depth[i] = 0;
     /* ranks say how their first failure came about through a pipe (nonblocking: a rank
        never waits for the launcher), named to them with its inode */
     if (pipe(pipefd) == 0 && fstat(pipefd[1], &sb) == 0) {
@@ -6548,7 +6624,7 @@ static int ddp__attempt(int nproc, const char *path, char *const argv[], int thr
             nends++;
         }
         if (pipefd[0] >= 0) /* written before they exited */
-            ddp__read_reports(pipefd[0], started, started + nproc, nproc, said, waited, joined, part);
+            ddp__read_reports(pipefd[0], started, started + nproc, depth, nproc, said, waited, joined, part);
         for (i = 0; i < nproc; i++) any_joined |= joined[i];
         for (i = 0; i < nends; i++) {
             ends[i].caused = said[ends[i].rank] == DDP_ERR_PEER || said[ends[i].rank] == DDP_ERR_ABORTED;
@@ -7233,39 +7309,64 @@ struct ddp__grad_state {
 /* The sync and its context are the ones ddp_grad_init set up; else DDP_ERR_ARG, said in
    the context's log for a ddp_grad destroyed while its context lives, else on stderr
    naming the call (the context's log is gone, or another's). */
-static int ddp__grad_live(const ddp_grad *g)
+/* Its context pinned, where that is the one the sync was set up in; else NULL. */
+static struct ddp__state *ddp__grad_pin(const ddp_grad *g)
 {
-    return g && g->st && g->ctx && g->ctx->st && g->ctx->st->id == g->st->ctx_id;
+    struct ddp__state *cs = ddp__pin(g->ctx);
+    if (cs && cs->id != g->st->ctx_id) {
+        ddp__unpin(cs);
+        cs = NULL;
+    }
+    return cs;
 }
-static ddp_result ddp__grad_gone(const ddp_grad *g, const char *call)
+/* held: the sync is there (its context is not). A destroyed ddp_grad keeps its context to say
+   so in its ddp_error, if that context is live still. */
+static ddp_result ddp__grad_gone(const ddp_grad *g, const char *call, int held)
 {
-    if (g && g->st && g->ctx && !g->ctx->st) return ddp__no_state(g->ctx, call);
-    /* a destroyed ddp_grad keeps its context to say so in its ddp_error, if that context
-       is live still (its node: a pointer compared, nothing read where it may be gone) */
-    if (g && !g->st && g->ctx && ddp__held_by(g->ctx, DDP__HELD_CTX))
-        return ddp__fail(g->ctx, DDP_ERR_ARG, "%s on a ddp_grad that was destroyed (or never set up): ddp_grad_init "
-                         "it first", call);
-    fprintf(stderr, "ddp: error: %s: %s\n", call,
-            !g ? "no ddp_grad (NULL)"
-            : !g->st ? "this ddp_grad was destroyed, or never initialised (ddp_grad_init first)"
-                     : "its ddp_ctx was destroyed and set up again since ddp_grad_init (ddp_grad_init it again)");
-    return DDP_ERR_ARG;
+    struct ddp__state *cs = g && g->ctx ? ddp__pin(g->ctx) : NULL;
+    ddp_result r = DDP_ERR_ARG;
+    if (held && !cs) return ddp__no_state(g->ctx, call);
+    if (held) /* a context, but not the one it was set up in */
+        fprintf(stderr, "ddp: error: %s: its ddp_ctx was destroyed and set up again since ddp_grad_init (ddp_grad_init "
+                "it again)\n", call);
+    else if (cs)
+        r = ddp__fail(g->ctx, DDP_ERR_ARG, "%s on a ddp_grad that was destroyed (or never set up): ddp_grad_init it "
+                      "first", call);
+    else
+        fprintf(stderr, "ddp: error: %s: %s\n", call,
+                !g ? "no ddp_grad (NULL)" : "this ddp_grad was destroyed, or never initialised (ddp_grad_init first)");
+    if (cs) ddp__unpin(cs);
+    return r;
 }
 
 /* One call at a time per ddp_grad, as per ddp_ctx: two threads marking at once corrupted
-   the regions' list (a double free); the second is refused, and the group stops. */
+   the regions' list (a double free); the second is refused, and the group stops. A call
+   holds its context pinned (another thread's ddp_destroy frees it after the call). */
 static ddp_result ddp__grad_enter(ddp_grad *g, const char *call)
 {
-    switch (ddp__claim(&g->st->busy, DDP__BUSY_CALL)) {
-    case 0: return DDP_OK;
+    struct ddp__grad_state *st = g ? __atomic_load_n(&g->st, __ATOMIC_ACQUIRE) : NULL;
+    switch (st ? ddp__enter_held(&st->held, g, DDP__HELD_GRAD, &st->busy, NULL) : -1) {
+    case 0:
+        if (ddp__grad_pin(g)) return DDP_OK;
+        ddp__unclaim(&st->busy);
+        return ddp__grad_gone(g, call, 1);
+    case -1: return ddp__grad_gone(g, call, 0); /* (destroyed, maybe by another thread just now: nothing of it is read) */
     case DDP__BUSY_DESTROY: return ddp__fail(NULL, DDP_ERR_ARG, "%s: another thread destroys this ddp_grad", call);
     }
-    return ddp__break(g->ctx, ddp__fail(g->ctx, DDP_ERR_ARG, "%s: another thread is in a call of this ddp_grad: a "
-                                        "ddp_grad takes one call at a time (threads that share it order their calls, "
-                                        "alike on every rank)", call));
+    { /* another thread's call holds it */
+        struct ddp__state *cs = ddp__pin(g->ctx);
+        ddp_result r;
+        if (!cs) return ddp__no_state(g->ctx, call);
+        r = ddp__break(g->ctx, ddp__fail(g->ctx, DDP_ERR_ARG, "%s: another thread is in a call of this ddp_grad: a "
+                                         "ddp_grad takes one call at a time (threads that share it order their calls, "
+                                         "alike on every rank)", call));
+        ddp__unpin(cs);
+        return r;
+    }
 }
 static ddp_result ddp__grad_leave(ddp_grad *g, ddp_result r)
 {
+    ddp__unpin(g->ctx->st);
     ddp__unclaim(&g->st->busy);
     return r;
 }
@@ -7427,20 +7528,24 @@ void ddp_grad_destroy(ddp_grad *g)
     if (!g) return;
     if (g->st) {
         const int took = ddp__unhold_mine(&g->st->held); /* 0: a child of fork() frees its copy, the group left alone */
+        struct ddp__state *cs;
         if (took < 0) {
             ddp__fail(NULL, DDP_ERR_ARG, "ddp_grad_destroy: another thread destroys this ddp_grad already");
             return;
         }
-        if (took && ddp__claim_for_destroy(ddp__grad_live(g) ? g->ctx : NULL, &g->st->busy, "ddp_grad_destroy",
+        cs = took ? ddp__grad_pin(g) : NULL; /* (NULL: ddp_destroy ended what was in flight) */
+        if (took && ddp__claim_for_destroy(cs ? g->ctx : NULL, &g->st->busy, "ddp_grad_destroy",
                                            "a call of this ddp_grad") != DDP_OK) {
+            if (cs) ddp__unpin(cs);
             ddp__rehold(&g->st->held);
             return;
         }
-        if (took && g->st->buckets && ddp__grad_live(g))
-            (void)ddp__grad_wait(g, 0); /* (ddp_destroy ended what was in flight) */
+        if (cs && g->st->buckets) (void)ddp__grad_wait(g, 0);
+        if (cs) ddp__unpin(cs);
         if (g->st->buckets) DDP_FREE(g->st->buckets);
         if (g->st->regions) DDP_FREE(g->st->regions);
         DDP_FREE(g->st);
+        __atomic_store_n(&g->st, NULL, __ATOMIC_RELEASE); /* (a call starting now may read it: see ddp__enter_held) */
     }
     ctx = g->ctx;
     memset(g, 0, sizeof *g);
@@ -7520,14 +7625,11 @@ ddp_result ddp_grad_ready(ddp_grad *g, size_t offset, size_t count)
 {
     size_t end = offset + count;
     ddp_result r;
-    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_ready");
-    if (end < offset || end > g->count)
-        return ddp__fail(g->ctx, DDP_ERR_ARG,
-                              "ddp_grad_ready: %zu elements at offset %zu are outside the gradient buffer of %zu "
-                              "elements", count, offset, g->count);
-    if (!count) return DDP_OK;
     if ((r = ddp__grad_enter(g, "ddp_grad_ready")) != DDP_OK) return r;
-    return ddp__grad_leave(g, ddp__grad_mark(g, offset, count, 0));
+    if (end < offset || end > g->count)
+        return ddp__grad_leave(g, ddp__fail(g->ctx, DDP_ERR_ARG, "ddp_grad_ready: %zu elements at offset %zu are outside "
+                                            "the gradient buffer of %zu elements", count, offset, g->count));
+    return ddp__grad_leave(g, count ? ddp__grad_mark(g, offset, count, 0) : DDP_OK);
 }
 
 static int ddp__grad_region_cmp(const void *a, const void *b)
@@ -7577,7 +7679,6 @@ static ddp_result ddp__grad_finish(ddp_grad *g)
 ddp_result ddp_grad_finish(ddp_grad *g)
 {
     ddp_result r;
-    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_finish");
     if ((r = ddp__grad_enter(g, "ddp_grad_finish")) != DDP_OK) return r;
     return ddp__grad_leave(g, ddp__grad_finish(g));
 }
@@ -7605,7 +7706,6 @@ static ddp_result ddp__grad_all_reduce(ddp_grad *g)
 ddp_result ddp_grad_all_reduce(ddp_grad *g)
 {
     ddp_result r;
-    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_all_reduce");
     if ((r = ddp__grad_enter(g, "ddp_grad_all_reduce")) != DDP_OK) return r;
     return ddp__grad_leave(g, ddp__grad_all_reduce(g));
 }
@@ -7613,7 +7713,6 @@ ddp_result ddp_grad_all_reduce(ddp_grad *g)
 ddp_result ddp_grad_no_sync(ddp_grad *g, int on)
 {
     ddp_result r;
-    if (!ddp__grad_live(g)) return ddp__grad_gone(g, "ddp_grad_no_sync");
     if ((r = ddp__grad_enter(g, "ddp_grad_no_sync")) != DDP_OK) return r;
     if (g->st->num_regions)
         return ddp__grad_leave(g, ddp__fail(g->ctx, DDP_ERR_ARG, "ddp_grad_no_sync: called in the middle of a step"));

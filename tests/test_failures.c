@@ -409,6 +409,18 @@ static int launched_child(const char *mode)
         if (pid < 0 || waitpid(pid, &st, 0) != pid) return 10;
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     }
+    if (strncmp(mode, "forks_", 6) == 0) { /* rank 2 first forks a stale copy of itself, refused in its ddp_init */
+        pid_t pid;
+        int st = 0;
+        mode += 6;
+        if (getenv("RANK") && strcmp(getenv("RANK"), "2") == 0 && (pid = fork()) >= 0) {
+            if (pid == 0) {
+                setenv("DDP_SECRET", "not this job's", 1);
+                _exit(quiet(&ctx, &d) == DDP_ERR_REFUSED ? 0 : 1);
+            }
+            if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 12;
+        }
+    }
     if (strncmp(mode, "closefds_", 9) == 0) { /* its inherited descriptors closed, as Python's subprocess does */
         int fd;
         for (fd = 3; fd < 1024; fd++) close(fd);
@@ -690,6 +702,14 @@ static void test_launcher_blame(const char *self)
                 : "launcher.names_the_rank_that_left_mid_job_under_a_wrapper",
               rc == 1 && file_has(out, "ddp: rank 1 (pid ") && file_has(out, "status 0 while the others still needed it"),
               "status %d, %s", rc, file_has(out, "ddp: rank 1 (pid ") ? "rank 1 named" : "rank 1 not named");
+    }
+    /* rank 2's own child failed in its ddp_init before rank 2 joined: the launcher took that
+       child's report for rank 2's and named rank 2 (under a wrapper 10 runs of 10) */
+    for (i = 0; i < 2; i++) {
+        rc = launch_to_file(self, i ? "forks_vanish" : "wrapped_forks_vanish", 3, out, 0);
+        CHECK(i ? "launcher.a_ranks_failed_child_is_not_the_rank" : "launcher.a_ranks_failed_child_is_not_the_rank_under_a_wrapper",
+              rc == 1 && file_has(out, "ddp: rank 1 (pid ") && file_has(out, "status 0 while the others still needed it"),
+              "status %d, %s", rc, file_has(out, "ddp: rank 2 (pid ") ? "rank 2 named" : "rank 1 not named");
     }
     /* the ranks stopped by one whose failure was its own and that goes on running: that one is named */
     for (named = 0, bad[0] = 0, i = 0; i < 2; i++) {
