@@ -131,8 +131,11 @@
      order, so calls from two threads (which interleave differently on each rank) pair
      wrongly when they have one shape, as in NCCL; two calls at once are refused and stop
      the group. Threads that share a context order their calls themselves, alike on every
-     rank. On GPUs a call selects the rank's GPU (ctx.device) for its thread. A child of
-     fork() cannot use its parent's context (refused; its ddp_destroy frees only its copy).
+     rank. A destroy (ddp_destroy, ddp_grad_destroy) while another thread is in a call
+     stops the group and frees once that call returns; a call that starts as another
+     thread destroys its object is refused, as one on a destroyed object. On GPUs a call
+     selects the rank's GPU (ctx.device) for its thread. A child of fork() cannot use its
+     parent's context (refused; its ddp_destroy frees only its copy).
 
    TWO LAUNCHES (ranks started by hand, no DDP_JOB_ID, one port)
      A rank cannot tell which launch it belongs to. The signs of a second: a second

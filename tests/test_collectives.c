@@ -332,11 +332,12 @@ static void *held_main(void *arg)
     }
     return NULL;
 }
-/* A call that starts as another thread destroys its object: it returns DDP_OK (it came
-   first), or a refusal, or DDP_ERR_ABORTED (in a call the destroy stopped), never reads freed memory (ddp_wait crashed 30 runs of 30, and
-   ddp_grad_no_sync 20 of 20; ddp_all_reduce read freed memory under ASan). Mode 0:
-   ddp_all_reduce during ddp_destroy; 1: ddp_wait; 2: ddp_grad_no_sync during
-   ddp_grad_destroy, then ddp_destroy. A world of one, 300 rounds each. */
+/* A call that starts as another thread destroys its object returns DDP_OK (it came
+   first), a refusal, or DDP_ERR_ABORTED (a call the destroy stopped), and never reads
+   freed memory (ddp_wait crashed 30 runs of 30, ddp_grad_no_sync 20 of 20, and
+   ddp_all_reduce read freed memory under ASan). Mode 0: ddp_all_reduce during
+   ddp_destroy; 1: ddp_wait; 2: ddp_grad_no_sync during ddp_grad_destroy, then
+   ddp_destroy. A world of one, 300 rounds each. */
 typedef struct racer {
     int mode;
     ddp_ctx ctx;

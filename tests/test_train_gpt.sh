@@ -584,7 +584,27 @@ w('metanull.st', '{"__metadata__":null,"a":{"dtype":"F32","shape":[2],"data_offs
 w('escdup.st', '{"a":{"dtype":"F32","dt\\u0079pe":"F16","shape":[2],"data_offsets":[0,8]}}', bytes(8))
 w('big1.st', '{"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}', struct.pack('<d', 1e308))
 w('big2.st', '{"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}', struct.pack('<d', -1e308))
+# JSON that is not (the safetensors library refuses each), in a key the reader skips; and JSON
+# that is, and past this reader's nesting
+for n, v in enumerate(['1-2', '-', '007', '1e', '1.', '.5', '"\\q"', '"\\u12"', '"\\\xff"', '"\\\x01"']):
+    w('badjson%d.st' % n, '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":%s}}' % v, struct.pack('<2f', 1, 2))
+w('goodjson.st', '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":[0,-0,1.5e+10,-2E-3,0.25,"\\u00e9\\n\\/"]}}',
+  struct.pack('<2f', 1, 2))
+w('deep.st', '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":%s}}' % ('[' * 70 + ']' * 70), struct.pack('<2f', 1, 2))
 EOF2
+bad=""
+for n in 0 1 2 3 4 5 6 7 8 9; do
+  out=$(timeout 20 "$bin" --compare badjson$n.st badjson$n.st 2>&1)
+  [ $? -eq 1 ] && [ "$out" = "train_gpt: badjson$n.st: corrupt safetensors header (not a JSON object)" ] || bad+=" $n: $out"
+done
+[ -z "$bad" ]
+report "train_gpt: a header that is not JSON (a bad number or escape where the reader looks no further) is corrupt" $? "$bad"
+out=$(timeout 20 "$bin" --compare goodjson.st goodjson.st 2>&1)
+[ $? -eq 0 ] && [ "$out" = "max_rel_diff 0.000e+00 over 1 tensors" ]
+report "train_gpt: JSON's numbers and escapes, each form, are read" $? "$out"
+one_line_error "--compare of a header nested 70 deep" --compare deep.st deep.st
+grep -q "^train_gpt: deep.st: unsupported safetensors header: nested more than 64 deep: past this reader's limits" err.txt
+report "train_gpt: JSON nested past the reader's limit is unsupported, not corrupt" $? "$(cat err.txt)"
 for f in f8 dims9; do
   one_line_error "--compare of a valid file past the reader's limits ($f)" --compare $f.st $f.st
   grep -q "^train_gpt: $f.st: unsupported safetensors header: .*past this reader's limits" err.txt
@@ -767,6 +787,7 @@ import sys
 b = bytearray(open(sys.argv[1], 'rb').read())
 f = bytearray(b); f[-100] ^= 0x40; open('flipped.st', 'wb').write(f)
 k = bytearray(b); k[k.index(b'"safetensors.h checksum"') + 3] ^= 0x20; open('keyflip.st', 'wb').write(k)
+k = bytearray(b); k[k.index(b'"safetensors.h checksum"') + 3] ^= 0x21; open('keyflip2.st', 'wb').write(k)
 i = b.index(b'"step":"') + 8; b[i] = ord('1') if b[i] != ord('1') else ord('2'); open('edited.st', 'wb').write(b)
 EOF
   for f in flipped.st edited.st; do
@@ -775,8 +796,11 @@ EOF
     report "train_gpt --resume: $f is refused by its checksum" $? "$(cat err.txt)"
   done
   one_line_error "--resume a checkpoint whose checksum key has a bit flipped" $tiny --steps 10 --resume keyflip.st
-  grep -q "^train_gpt: keyflip.st: corrupt safetensors header: the metadata key 'saFetensors.h checksum' is one bit from" err.txt
+  grep -q "^train_gpt: keyflip.st: corrupt safetensors header: the metadata key 'saFetensors.h checksum' is a few bytes from" err.txt
   report "train_gpt --resume: a flip in the checksum's key is refused, not read unchecked" $? "$(cat err.txt)"
+  one_line_error "--resume a checkpoint whose checksum key has two bits flipped" $tiny --steps 10 --resume keyflip2.st
+  grep -q "^train_gpt: keyflip2.st: corrupt safetensors header: the metadata key 'saGetensors.h checksum' is a few bytes from" err.txt
+  report "train_gpt --resume: two flips in the checksum's key are refused, not read unchecked" $? "$(cat err.txt)"
   one_line_error "--resume a transposed tensor" $tiny --steps 10 --resume transpose.st
   grep -q '32, 128' err.txt
   report "train_gpt --resume names the transposed tensor's shape" $? "$(cat err.txt)"
