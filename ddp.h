@@ -2919,9 +2919,11 @@ static ddp_result ddp__server_start(ddp_ctx *ctx, int *in_use)
 /* ---- >>store client ------------------------------------------------------------------- */
 
 /* Sends one request and reads its answer: *status and a NUL-terminated copy of the
-   value to free (or NULL). -1 with errno on a broken connection or the deadline. */
+   value to free (or NULL). -1 with errno on a broken connection or the deadline. A
+   hello's rank says so where the answer has not come in DDP__HELLO_WARN_MS. */
+#define DDP__HELLO_WARN_MS 5000
 static int ddp__store_io(int fd, uint32_t op, const char *key, const void *val, uint32_t vlen, int64_t deadline,
-                         uint32_t *status, char **out, uint32_t *outlen)
+                         uint32_t *status, char **out, uint32_t *outlen, ddp_ctx *hello)
 {
     uint32_t h[4], klen = (uint32_t)strlen(key), rlen;
     char *buf, small[1024];
@@ -2934,6 +2936,22 @@ static int ddp__store_io(int fd, uint32_t op, const char *key, const void *val, 
     } else if (ddp__write_all(fd, h, 16, deadline) != 0 || ddp__write_all(fd, key, klen, deadline) != 0 ||
                (vlen && ddp__write_all(fd, val, vlen, deadline) != 0)) {
         return -1;
+    }
+    if (hello) { /* a store answers a hello at once: silence for long is worth a line before the timeout */
+        const int64_t warn_at = ddp__now_ms() + DDP__HELLO_WARN_MS;
+        struct pollfd pf;
+        int k = 0;
+        pf.fd = fd; pf.events = POLLIN; pf.revents = 0;
+        while (warn_at < deadline && ddp__now_ms() < warn_at &&
+               ((k = poll(&pf, 1, (int)(warn_at - ddp__now_ms()))) == 0 || (k < 0 && errno == EINTR))) {}
+        if (warn_at < deadline && k == 0) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "rank %d/%d: warning: what listens on %.100s:%d took the connection and has not "
+                     "answered the hello in %d s (another program on MASTER_PORT, or rank 0 stopped?): waiting until "
+                     "DDP_TIMEOUT", hello->rank, hello->world_size, hello->st->cfg.master_addr,
+                     hello->st->cfg.master_port, DDP__HELLO_WARN_MS / 1000);
+            ddp__say(hello, DDP_LOG_INFO, msg);
+        }
     }
     if (ddp__read_all(fd, h, 16, deadline) != 0) return -1;
     rlen = ntohl(h[3]);
@@ -2961,7 +2979,8 @@ static ddp_result ddp__store_req(ddp_ctx *ctx, uint32_t op, const char *key, con
     uint32_t status = 0;
     char *buf = NULL;
     ddp_result r;
-    if (ddp__store_io(ctx->st->store_fd, op, key, val, vlen, ddp__now_ms() + cfg->timeout_ms, &status, &buf, outlen) != 0) {
+    if (ddp__store_io(ctx->st->store_fd, op, key, val, vlen, ddp__now_ms() + cfg->timeout_ms, &status, &buf, outlen,
+                      NULL) != 0) {
         if (errno == ETIMEDOUT) {
             char who[400] = ""; /* rank 0 hosts the store: it can say who is missing */
             if (ctx->st->server) ddp__server_missing(ctx->st->server, key, who, sizeof who, &ctx->st->waited);
@@ -3001,7 +3020,8 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline, char *why, s
     ddp__hex(nonce, raw, sizeof raw);
     if (ctx->st->server) ddp__copy(nonce, sizeof nonce, ctx->st->server->own);
     snprintf(hello, sizeof hello, "%d %d %s", ctx->rank, ctx->world_size, nonce);
-    if (ddp__store_io(fd, DDP__HELLO, cfg->job_id, hello, (uint32_t)strlen(hello), deadline, &status, &reply, NULL) != 0) {
+    if (ddp__store_io(fd, DDP__HELLO, cfg->job_id, hello, (uint32_t)strlen(hello), deadline, &status, &reply, NULL,
+                      ctx) != 0) {
         if (errno == ETIMEDOUT) { /* it took the connection and never answered (an HTTP server waits for a line) */
             snprintf(why, whysize, "cannot reach rank 0's store at %.100s:%d within %.*f s: what listens there took the "
                      "connection but never answered the hello (another program on MASTER_PORT, or rank 0 stopped?)",
@@ -3037,7 +3057,7 @@ static int ddp__store_hello(ddp_ctx *ctx, int fd, int64_t deadline, char *why, s
         return -1;
     }
     ddp__hmac(mac, cfg->secret, "client", snonce, nonce);
-    if (ddp__store_io(fd, DDP__AUTH, "", mac, 64, deadline, &status, &reply, NULL) != 0) return 0;
+    if (ddp__store_io(fd, DDP__AUTH, "", mac, 64, deadline, &status, &reply, NULL, NULL) != 0) return 0;
     if (status != DDP__ST_OK) {
         snprintf(why, whysize, "the store at %.100s:%d refused rank %d: %.240s", cfg->master_addr, cfg->master_port, ctx->rank,
                  reply);
