@@ -6039,11 +6039,12 @@ static int ddp__is_report_pipe(int fd, unsigned long ino)
 static int ddp__launcher_depth(int launcher)
 {
     int d, p = (int)getppid();
-    for (d = 1; d <= 64 && p > 1; d++) {
+    for (d = 1; d <= 64 && p > 0; d++) {
         char path[40], stat[512], *after;
         FILE *f;
         size_t k;
         if (p == launcher) return d;
+        if (p == 1) return 0; /* (its parent went: the launcher is no ancestor now) */
         snprintf(path, sizeof path, "/proc/%d/stat", p);
         if (!(f = fopen(path, "r"))) return 0;
         k = fread(stat, 1, sizeof stat - 1, f);
@@ -7329,9 +7330,6 @@ struct ddp__grad_state {
     ddp__busy busy;            /* a call in progress: a second thread's is refused */
 };
 
-/* The sync and its context are the ones ddp_grad_init set up; else DDP_ERR_ARG, said in
-   the context's log for a ddp_grad destroyed while its context lives, else on stderr
-   naming the call (the context's log is gone, or another's). */
 /* Its context pinned, where that is the one the sync was set up in; else NULL. */
 static struct ddp__state *ddp__grad_pin(const ddp_grad *g)
 {
@@ -7342,8 +7340,10 @@ static struct ddp__state *ddp__grad_pin(const ddp_grad *g)
     }
     return cs;
 }
-/* held: the sync is there (its context is not). A destroyed ddp_grad keeps its context to say
-   so in its ddp_error, if that context is live still. */
+/* DDP_ERR_ARG for a call whose sync or context is not the one ddp_grad_init set up (held:
+   the sync is there, its context is not), said in the context's log for a ddp_grad
+   destroyed while its context lives (it keeps its context to say so), else on stderr
+   naming the call (the context's log is gone, or another's). */
 static ddp_result ddp__grad_gone(const ddp_grad *g, const char *call, int held)
 {
     struct ddp__state *cs = g && g->ctx ? ddp__pin(g->ctx) : NULL;
