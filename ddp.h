@@ -605,7 +605,8 @@ DDPDEF ddp_result ddp_agree_on(ddp_ctx *ctx, const char *name, const char *value
 
 /* ---- gradient synchronisation (DistributedDataParallel) ---------------------------
    All parameters' gradients live in one flat buffer. Init broadcasts the parameters
-   from rank 0 (as DDP's constructor does). Each step, as the backward pass produces
+   from rank 0 (as DDP's constructor does; DDP's buffers, such as BatchNorm's statistics,
+   are the caller's ddp_broadcast here). Each step, as the backward pass produces
    gradients (last layer first), mark those regions ready: every bucket (default
    25 MiB) whose regions are all ready starts an asynchronous all-reduce at once, so
    communication overlaps the rest of the backward pass. Buckets are reduced in the
