@@ -55,7 +55,8 @@ static int store_call(int fd, uint32_t op, const char *key, const char *val, cha
 {
     uint32_t status = 0, len = 0;
     char *reply = NULL;
-    if (ddp__store_io(fd, op, key, val, (uint32_t)strlen(val), ddp__now_ms() + 10000, &status, &reply, &len) != 0) return -1;
+    if (ddp__store_io(fd, op, key, val, (uint32_t)strlen(val), ddp__now_ms() + 10000, &status, &reply, &len, NULL) != 0)
+        return -1;
     snprintf(out, n, "%.*s", (int)len, reply);
     free(reply);
     return (int)status;
