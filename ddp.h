@@ -1287,12 +1287,20 @@ struct ddp__state {
 static pthread_mutex_t ddp__held_mu = PTHREAD_MUTEX_INITIALIZER;
 static ddp__held *ddp__held_list;
 
+/* Every call takes the lock a moment: a fork() by another thread meanwhile would leave the
+   child's copy locked for good (its calls and destroys then hung), so a fork waits for it. */
+static pthread_once_t ddp__held_once = PTHREAD_ONCE_INIT;
+static void ddp__held_lock(void) { pthread_mutex_lock(&ddp__held_mu); }
+static void ddp__held_unlock(void) { pthread_mutex_unlock(&ddp__held_mu); }
+static void ddp__held_at_fork(void) { pthread_atfork(ddp__held_lock, ddp__held_unlock, ddp__held_unlock); }
+
 static void ddp__hold(ddp__held *h, int kind, const void *owner)
 {
     h->owner = owner;
     h->pid = getpid();
     h->kind = kind;
     h->ready = 0;
+    pthread_once(&ddp__held_once, ddp__held_at_fork);
     pthread_mutex_lock(&ddp__held_mu);
     h->next = ddp__held_list;
     ddp__held_list = h;
@@ -5680,14 +5688,58 @@ static int ddp__enter_held(const ddp__held *node, const void *owner, int kind, d
     return r;
 }
 
+/* The states this thread holds pinned (nested at most a few deep: a ddp_grad call, its
+   ddp_wait), so that a ddp_destroy of one of them from this thread (a log callback) is
+   refused at once rather than wait the timeout out for its own caller. */
+typedef struct ddp__pins { const struct ddp__state *st[8]; int n; } ddp__pins;
+static pthread_key_t ddp__pins_key;
+static pthread_once_t ddp__pins_once = PTHREAD_ONCE_INIT;
+static void ddp__pins_free(void *p) { DDP_FREE(p); }
+static void ddp__pins_key_make(void) { pthread_key_create(&ddp__pins_key, ddp__pins_free); }
+static ddp__pins *ddp__my_pins(int make)
+{
+    ddp__pins *p;
+    pthread_once(&ddp__pins_once, ddp__pins_key_make);
+    if (!(p = (ddp__pins *)pthread_getspecific(ddp__pins_key)) && make && (p = (ddp__pins *)DDP_MALLOC(sizeof *p))) {
+        p->n = 0;
+        if (pthread_setspecific(ddp__pins_key, p) != 0) {
+            DDP_FREE(p);
+            p = NULL;
+        }
+    }
+    return p; /* (NULL without memory: then only the same-thread check is lost) */
+}
+static int ddp__pinned_here(const struct ddp__state *st)
+{
+    const ddp__pins *p = ddp__my_pins(0);
+    int i;
+    for (i = 0; p && i < p->n; i++)
+        if (p->st[i] == st) return 1;
+    return 0;
+}
+static void ddp__pinned(const struct ddp__state *st)
+{
+    ddp__pins *p = ddp__my_pins(1);
+    if (p && p->n < 8) p->st[p->n++] = st;
+}
+
 /* Pins a live context: its state stays until unpinned (ddp_destroy waits out the pins,
    ddp_wait's and a ddp_grad's calls'). NULL where it is destroyed or being destroyed. */
 static struct ddp__state *ddp__pin(ddp_ctx *ctx)
 {
     struct ddp__state *st = ctx ? __atomic_load_n(&ctx->st, __ATOMIC_ACQUIRE) : NULL;
-    return st && ddp__enter_held(&st->held, ctx, DDP__HELD_CTX, NULL, &st->waiting) == 0 ? st : NULL;
+    if (!st || ddp__enter_held(&st->held, ctx, DDP__HELD_CTX, NULL, &st->waiting) != 0) return NULL;
+    ddp__pinned(st);
+    return st;
 }
-static void ddp__unpin(struct ddp__state *st) { __atomic_sub_fetch(&st->waiting, 1, __ATOMIC_ACQ_REL); }
+static void ddp__unpin(struct ddp__state *st)
+{
+    ddp__pins *p = ddp__my_pins(0);
+    int i;
+    for (i = p ? p->n - 1 : -1; i >= 0 && p->st[i] != st; i--) {}
+    if (i >= 0) p->st[i] = p->st[--p->n];
+    __atomic_sub_fetch(&st->waiting, 1, __ATOMIC_ACQ_REL);
+}
 
 /* A destroy (the one that took the state out of the list) while another thread is in a
    call: the group stops (so that call returns), and the state is freed only once the call
@@ -6060,7 +6112,7 @@ static void ddp__launcher_pipe(ddp_ctx *ctx)
 {
     unsigned long ino = 0;
     int fd = -1, pid = 0, rfd = -1, n;
-    char msg[48];
+    char msg[64];
     const char *v = getenv("DDP_LAUNCHER"), *rank = getenv("RANK"); /* the launcher's: which rank a wrapped program is */
     if (!v || (n = sscanf(v, "%d:%lu:%d:%d", &fd, &ino, &pid, &rfd)) < 2) return;
     if (!ddp__is_report_pipe(fd, ino)) { /* closed, or another file by now */
@@ -6072,8 +6124,8 @@ static void ddp__launcher_pipe(ddp_ctx *ctx)
         }
     }
     /* and how far below the launcher: the rank is the process nearest it, not one that the rank forked */
-    n = snprintf(msg, sizeof msg, "\n%d %d %d %d\n", (int)getpid(), DDP__JOINING, rank ? atoi(rank) : -1,
-                 pid > 0 ? ddp__launcher_depth(pid) : 0);
+    n = snprintf(msg, sizeof msg, "\n%d %d %d %d %d\n", (int)getpid(), DDP__JOINING, rank ? atoi(rank) : -1,
+                 pid > 0 ? ddp__launcher_depth(pid) : 0, (int)getppid());
     fcntl(fd, F_SETFD, FD_CLOEXEC); /* the rank's own children are not ranks */
     ctx->st->report_fd = fd;
     if (write(fd, msg, (size_t)n) < 0) {} /* this rank uses ddp.h: it ending before the others is a failure */
@@ -6173,6 +6225,9 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
     if (!ctx) return ddp__no_state(ctx, "ddp_destroy");
     if (!ctx->st) return ctx->ended; /* destroyed already (or never initialised: DDP_OK) */
     st = ctx->st;
+    if (ddp__pinned_here(st)) /* (only compared: nothing of it is read) */
+        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_destroy inside ddp_wait or a ddp_grad call of this ddp_ctx on the "
+                         "same thread (a log callback?): refused");
     switch (ddp__unhold_mine(&st->held)) {
     case 0: /* a child of fork(): its copy goes with it, the parent's group is not its own */
         ctx->st = NULL;
@@ -6209,8 +6264,8 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
         while (__atomic_load_n(&st->waiting, __ATOMIC_ACQUIRE))
             if (ddp__now_ms() > deadline) {
                 ddp__rehold(&st->held);
-                return ddp__fail(ctx, DDP_ERR_TIMEOUT, "ddp_destroy: another thread stayed in ddp_wait past the "
-                                 "timeout: the context is left allocated");
+                return ddp__fail(ctx, DDP_ERR_TIMEOUT, "ddp_destroy: another thread stayed in ddp_wait or a ddp_grad "
+                                 "call past the timeout: the context is left allocated");
             } else
                 ddp__sleep_ms(1);
     }
@@ -6436,9 +6491,9 @@ static int ddp__first_cause(const ddp__end *ends, int n)
 /* Reads what ranks said about their first failure ("pid code" lines, "pid code rank" for
    a timeout waiting for that rank; "pid code -2": the failure that broke its group, which
    replaces the first): said[rank] = code, waited[rank] = that rank;
-   joined[rank] 1 once it said it started ddp_init ("pid 1000 RANK DEPTH"). The rank is
-   the process that says so nearest the launcher (DEPTH parents below it; 0: unknown, as
-   deep as can be): the one it started (alias[RANK] -1), else the program a wrapper of it
+   joined[rank] 1 once it said it started ddp_init ("pid 1000 RANK DEPTH PARENT"). The
+   rank is the process that says so nearest the launcher (DEPTH parents below it; 0:
+   unknown, then 2 where PARENT is the process it started, else as deep as can be): the one it started (alias[RANK] -1), else the program a wrapper of it
    runs, alias[RANK], as under `timeout` or a Python script, at depth[RANK]; never a
    process the rank forked (a worker, a stale copy of the rank refused in its ddp_init),
    which may say so first: what it said is then dropped. 2 once it left with ddp_destroy. Each
@@ -6459,14 +6514,16 @@ static void ddp__read_reports(int fd, const pid_t *pids, pid_t *alias, int *dept
             if (!*end) *end = '?';
         buf[have + (size_t)k] = 0;
         for (line = buf; (end = strchr(line, '\n')) != NULL; line = end + 1) {
-            int pid = 0, code = 0, w = -1, w2 = -1, i;
+            int pid = 0, code = 0, w = -1, w2 = -1, pp = 0, d, i;
             *end = 0; /* this line's fields only (sscanf would read on past a newline) */
-            if (sscanf(line, "%d %d %d %d", &pid, &code, &w, &w2) < 2 || pid <= 0) continue;
+            if (sscanf(line, "%d %d %d %d %d", &pid, &code, &w, &w2, &pp) < 2 || pid <= 0) continue;
+            /* a depth /proc did not give: 2 where its parent is the process the launcher started */
+            d = w2 > 0 ? w2 : w >= 0 && w < n && pp > 0 && pp == pids[w] ? 2 : INT_MAX;
             if (code == DDP__JOINING && w >= 0 && w < n &&
-                (pids[w] == pid ? alias[w] != -1 : !alias[w] || (alias[w] > 0 && (w2 > 0 ? w2 : INT_MAX) < depth[w]))) {
+                (pids[w] == pid ? alias[w] != -1 : !alias[w] || (alias[w] > 0 && d < depth[w]))) {
                 if (alias[w] > 0) said[w] = waited[w] = -1; /* (its lines were a forked process's) */
                 alias[w] = pids[w] == pid ? -1 : pid;
-                depth[w] = w2 > 0 ? w2 : INT_MAX;
+                depth[w] = d;
             }
             for (i = 0; i < n; i++)
                 if (pids[i] != pid && alias[i] != pid) continue;
@@ -6480,7 +6537,7 @@ static void ddp__read_reports(int fd, const pid_t *pids, pid_t *alias, int *dept
                     waited[i] = w >= 0 && w < n && w != i ? w : -1;
                 }
         }
-        ddp__copy(part, 64, strlen(line) < 64 ? line : ""); /* a line is 36 bytes at most */
+        ddp__copy(part, 64, strlen(line) < 64 ? line : ""); /* a line is under 48 bytes */
     }
 }
 
@@ -7369,9 +7426,25 @@ static ddp_result ddp__grad_gone(const ddp_grad *g, const char *call, int held)
 static ddp_result ddp__grad_enter(ddp_grad *g, const char *call)
 {
     struct ddp__grad_state *st = g ? __atomic_load_n(&g->st, __ATOMIC_ACQUIRE) : NULL;
-    switch (st ? ddp__enter_held(&st->held, g, DDP__HELD_GRAD, &st->busy, NULL) : -1) {
+    struct ddp__state *cs = st && g->ctx ? __atomic_load_n(&g->ctx->st, __ATOMIC_ACQUIRE) : NULL;
+    const ddp__held *h;
+    int r = -1, live = 0;
+    if (st) { /* the sync claimed and its context pinned under one lock (ddp__enter_held, ddp__pin) */
+        pthread_mutex_lock(&ddp__held_mu);
+        for (h = ddp__held_list; h && h != &st->held; h = h->next) {}
+        if (h && h->owner == g && h->kind == DDP__HELD_GRAD && (r = ddp__claim(&st->busy, DDP__BUSY_CALL)) == 0) {
+            for (h = ddp__held_list; cs && h && h != &cs->held; h = h->next) {}
+            if ((live = cs && h && h->owner == g->ctx && h->kind == DDP__HELD_CTX && cs->id == st->ctx_id))
+                __atomic_add_fetch(&cs->waiting, 1, __ATOMIC_ACQ_REL);
+        }
+        pthread_mutex_unlock(&ddp__held_mu);
+    }
+    switch (r) {
     case 0:
-        if (ddp__grad_pin(g)) return DDP_OK;
+        if (live) {
+            ddp__pinned(cs);
+            return DDP_OK;
+        }
         ddp__unclaim(&st->busy);
         return ddp__grad_gone(g, call, 1);
     case -1: return ddp__grad_gone(g, call, 0); /* (destroyed, maybe by another thread just now: nothing of it is read) */
