@@ -5691,7 +5691,10 @@ static int ddp__enter_held(const ddp__held *node, const void *owner, int kind, d
 /* The states this thread holds pinned (nested at most a few deep: a ddp_grad call, its
    ddp_wait), so that a ddp_destroy of one of them from this thread (a log callback) is
    refused at once rather than wait the timeout out for its own caller. */
-typedef struct ddp__pins { const struct ddp__state *st[8]; int n; } ddp__pins;
+typedef struct ddp__pins {
+    const struct ddp__state *st[8];
+    int n, refusing; /* (refusing: a destroy's refusal is being said, through a log callback that may destroy again) */
+} ddp__pins;
 static pthread_key_t ddp__pins_key;
 static pthread_once_t ddp__pins_once = PTHREAD_ONCE_INIT;
 static void ddp__pins_free(void *p) { DDP_FREE(p); }
@@ -5701,7 +5704,7 @@ static ddp__pins *ddp__my_pins(int make)
     ddp__pins *p;
     pthread_once(&ddp__pins_once, ddp__pins_key_make);
     if (!(p = (ddp__pins *)pthread_getspecific(ddp__pins_key)) && make && (p = (ddp__pins *)DDP_MALLOC(sizeof *p))) {
-        p->n = 0;
+        p->n = p->refusing = 0;
         if (pthread_setspecific(ddp__pins_key, p) != 0) {
             DDP_FREE(p);
             p = NULL;
@@ -6225,9 +6228,15 @@ ddp_result ddp_destroy(ddp_ctx *ctx)
     if (!ctx) return ddp__no_state(ctx, "ddp_destroy");
     if (!ctx->st) return ctx->ended; /* destroyed already (or never initialised: DDP_OK) */
     st = ctx->st;
-    if (ddp__pinned_here(st)) /* (only compared: nothing of it is read) */
-        return ddp__fail(ctx, DDP_ERR_ARG, "ddp_destroy inside ddp_wait or a ddp_grad call of this ddp_ctx on the "
-                         "same thread (a log callback?): refused");
+    if (ddp__pinned_here(st) && st->held.pid == getpid()) { /* (pinned here, so live; a child of fork() drops its copy) */
+        ddp__pins *p = ddp__my_pins(0);
+        if (p->refusing) return DDP_ERR_ARG; /* said once: the callback that says it destroys again */
+        p->refusing = 1;
+        r = ddp__fail(ctx, DDP_ERR_ARG, "ddp_destroy inside ddp_wait or a ddp_grad call of this ddp_ctx on the same "
+                      "thread (a log callback?): refused");
+        p->refusing = 0;
+        return r;
+    }
     switch (ddp__unhold_mine(&st->held)) {
     case 0: /* a child of fork(): its copy goes with it, the parent's group is not its own */
         ctx->st = NULL;
