@@ -7437,6 +7437,7 @@ static ddp_result ddp__grad_enter(ddp_grad *g, const char *call)
     struct ddp__grad_state *st = g ? __atomic_load_n(&g->st, __ATOMIC_ACQUIRE) : NULL;
     struct ddp__state *cs = st && g->ctx ? __atomic_load_n(&g->ctx->st, __ATOMIC_ACQUIRE) : NULL;
     const ddp__held *h;
+    ddp_result said;
     int r = -1, live = 0;
     if (st) { /* the sync claimed and its context pinned under one lock (ddp__enter_held, ddp__pin) */
         pthread_mutex_lock(&ddp__held_mu);
@@ -7459,16 +7460,14 @@ static ddp_result ddp__grad_enter(ddp_grad *g, const char *call)
     case -1: return ddp__grad_gone(g, call, 0); /* (destroyed, maybe by another thread just now: nothing of it is read) */
     case DDP__BUSY_DESTROY: return ddp__fail(NULL, DDP_ERR_ARG, "%s: another thread destroys this ddp_grad", call);
     }
-    { /* another thread's call holds it */
-        struct ddp__state *cs = ddp__pin(g->ctx);
-        ddp_result r;
-        if (!cs) return ddp__no_state(g->ctx, call);
-        r = ddp__break(g->ctx, ddp__fail(g->ctx, DDP_ERR_ARG, "%s: another thread is in a call of this ddp_grad: a "
-                                         "ddp_grad takes one call at a time (threads that share it order their calls, "
-                                         "alike on every rank)", call));
-        ddp__unpin(cs);
-        return r;
-    }
+    /* another thread's call holds it (and its context pinned; this call has not claimed the sync, so
+       the sync is not read) */
+    if (!(cs = ddp__pin(g->ctx))) return ddp__no_state(g->ctx, call);
+    said = ddp__break(g->ctx, ddp__fail(g->ctx, DDP_ERR_ARG, "%s: another thread is in a call of this ddp_grad: a "
+                                        "ddp_grad takes one call at a time (threads that share it order their calls, "
+                                        "alike on every rank)", call));
+    ddp__unpin(cs);
+    return said;
 }
 static ddp_result ddp__grad_leave(ddp_grad *g, ddp_result r)
 {
