@@ -5670,13 +5670,17 @@ static void ddp__unclaim(ddp__busy *b)
    as another thread destroys the object finds it gone (-1) and reads nothing of it (node,
    read before the free, is only compared). Else it claims the call (b: ddp__claim's
    answer) or adds itself to *count (ddp_wait's waiting: 0), which the destroy waits out. */
-static int ddp__enter_held(const ddp__held *node, const void *owner, int kind, ddp__busy *b, int *count)
+static int ddp__in_list(const ddp__held *node, const void *owner, int kind) /* (under ddp__held_mu) */
 {
     const ddp__held *h;
+    for (h = ddp__held_list; node && h && h != node; h = h->next) {}
+    return node && h && h->owner == owner && h->kind == kind;
+}
+static int ddp__enter_held(const ddp__held *node, const void *owner, int kind, ddp__busy *b, int *count)
+{
     int r = -1;
     pthread_mutex_lock(&ddp__held_mu);
-    for (h = ddp__held_list; h && h != node; h = h->next) {}
-    if (h && h->owner == owner && h->kind == kind) {
+    if (ddp__in_list(node, owner, kind)) {
         if (b) {
             r = ddp__claim(b, DDP__BUSY_CALL);
         } else {
@@ -7436,17 +7440,13 @@ static ddp_result ddp__grad_enter(ddp_grad *g, const char *call)
 {
     struct ddp__grad_state *st = g ? __atomic_load_n(&g->st, __ATOMIC_ACQUIRE) : NULL;
     struct ddp__state *cs = st && g->ctx ? __atomic_load_n(&g->ctx->st, __ATOMIC_ACQUIRE) : NULL;
-    const ddp__held *h;
     ddp_result said;
     int r = -1, live = 0;
     if (st) { /* the sync claimed and its context pinned under one lock (ddp__enter_held, ddp__pin) */
         pthread_mutex_lock(&ddp__held_mu);
-        for (h = ddp__held_list; h && h != &st->held; h = h->next) {}
-        if (h && h->owner == g && h->kind == DDP__HELD_GRAD && (r = ddp__claim(&st->busy, DDP__BUSY_CALL)) == 0) {
-            for (h = ddp__held_list; cs && h && h != &cs->held; h = h->next) {}
-            if ((live = cs && h && h->owner == g->ctx && h->kind == DDP__HELD_CTX && cs->id == st->ctx_id))
-                __atomic_add_fetch(&cs->waiting, 1, __ATOMIC_ACQ_REL);
-        }
+        if (ddp__in_list(&st->held, g, DDP__HELD_GRAD) && (r = ddp__claim(&st->busy, DDP__BUSY_CALL)) == 0 &&
+            (live = cs && ddp__in_list(&cs->held, g->ctx, DDP__HELD_CTX) && cs->id == st->ctx_id))
+            __atomic_add_fetch(&cs->waiting, 1, __ATOMIC_ACQ_REL);
         pthread_mutex_unlock(&ddp__held_mu);
     }
     switch (r) {
